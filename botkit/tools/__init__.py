@@ -1,0 +1,15 @@
+"""Tools the model can call: definitions, the ``@tool`` decorator and the registry."""
+
+from botkit.tools.base import ContextInjector, Tool, ToolContext, ToolSet
+from botkit.tools.decorator import FunctionTool, tool
+from botkit.tools.registry import ToolRegistry
+
+__all__ = [
+    "ContextInjector",
+    "FunctionTool",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolSet",
+    "tool",
+]

@@ -1,0 +1,66 @@
+"""What a tool is: its definition, the context it runs in, and groups of tools."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from botkit.types import Message, ToolDef
+
+__all__ = ["ContextInjector", "Tool", "ToolContext", "ToolSet"]
+
+
+class ContextInjector(Protocol):
+    """Lets a tool put a message into another user's conversation."""
+
+    async def inject(self, user_id: int, message: Message) -> None:
+        """Append ``message`` to the context of ``user_id``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Everything a tool may need to know about the turn that called it."""
+
+    user_id: int
+    """The Telegram user whose turn this is."""
+    chat_id: int
+    """The chat the turn replies to."""
+    timestamp: datetime
+    """When the user's message arrived."""
+    extra: Any = None
+    """Whatever ``build_extra`` returned for this turn, e.g. a database pool."""
+    injector: ContextInjector | None = field(default=None, compare=False)
+    """Writes into other users' contexts; ``None`` where the host offers none."""
+
+
+class Tool(ABC):
+    """A capability the model can call: a definition plus ``execute``."""
+
+    timeout: float | None = 60.0
+    """Seconds before a running call is abandoned and reported to the model as an error."""
+
+    @property
+    @abstractmethod
+    def definition(self) -> ToolDef:
+        """Name, description and input schema shown to the model."""
+
+    @abstractmethod
+    async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        """Run the tool; the result is sent to the model as text (non-strings as JSON)."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name, as the model calls it."""
+        return self.definition.name
+
+
+class ToolSet:
+    """A group of tools sharing state: methods decorated with ``@tool`` become bound tools."""
+
+    def tools(self) -> list[Tool]:
+        """The tools of this set, bound to this instance."""
+        from botkit.tools.decorator import bound_tools
+
+        return bound_tools(self)

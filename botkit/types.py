@@ -1,0 +1,132 @@
+"""Messages, content blocks, tool definitions and usage, in the Anthropic Messages shape."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ContentBlock",
+    "ImageBlock",
+    "ImageSource",
+    "Message",
+    "Role",
+    "TextBlock",
+    "ToolDef",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+]
+
+Role = Literal["user", "assistant"]
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class TextBlock(_Block):
+    """Plain text written by the user or the model."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageSource(_Block):
+    """Where an image comes from: inline base64 data or a URL."""
+
+    type: Literal["base64", "url"] = "base64"
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+
+class ImageBlock(_Block):
+    """An image the user sent."""
+
+    type: Literal["image"] = "image"
+    source: ImageSource
+
+
+class ToolUseBlock(_Block):
+    """The model asks for a tool call."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Block):
+    """The answer to one tool call; ``is_error`` marks a failure the model should see."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+]
+
+
+class Usage(BaseModel):
+    """Tokens billed for one LLM call (or a sum of calls)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+class Message(BaseModel):
+    """One message of a conversation: a role and its content blocks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: list[ContentBlock]
+    usage: Usage | None = None
+    """Set on assistant messages: what the call that produced it cost."""
+
+    @classmethod
+    def user_text(cls, text: str) -> Message:
+        """A user message holding one text block."""
+        return cls(role="user", content=[TextBlock(text=text)])
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined, without tool calls."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        """The tool calls this message asks for."""
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def to_api(self) -> dict[str, Any]:
+        """The message as the Messages API expects it (no usage)."""
+        return {"role": self.role, "content": [b.model_dump(exclude_none=True) for b in self.content]}
+
+
+class ToolDef(BaseModel):
+    """A tool as the model sees it: name, description and JSON schema of its input."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
