@@ -1,0 +1,5 @@
+"""``python -m botkit``: see ``botkit.cli``."""
+
+from botkit.cli import main
+
+raise SystemExit(main())

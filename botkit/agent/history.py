@@ -1,0 +1,84 @@
+"""Keep a conversation valid for the Messages API, whatever was cut or interrupted.
+
+The API wants: the first message from the user, roles alternating, every ``tool_use``
+answered by a ``tool_result`` in the very next message, and no ``tool_result`` without
+its ``tool_use`` just before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from botkit.types import ContentBlock, Message, ToolResultBlock
+
+__all__ = ["INTERRUPTED_TOOL_TEXT", "normalize", "trim"]
+
+INTERRUPTED_TOOL_TEXT = "This tool call was not run: the turn was interrupted."
+
+
+def normalize(messages: Sequence[Message]) -> list[Message]:
+    """A valid conversation holding everything of ``messages`` that can stay."""
+    merged = _merge_same_role([m for m in messages if m.content])
+    out: list[Message] = []
+    for message in merged:
+        if message.role == "assistant":
+            if out:  # a conversation cannot start with the assistant
+                out.append(message)
+            continue
+        previous = out[-1] if out and out[-1].role == "assistant" else None
+        content = _answered(previous, message.content)
+        if content:
+            out.append(Message(role="user", content=content))
+    if out and out[-1].tool_uses:
+        out.append(Message(role="user", content=_answered(out[-1], [])))
+    return _merge_same_role(out)
+
+
+def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
+    """The newest part of a normalized conversation, about ``max_messages`` long, still valid.
+
+    It starts at a user message that answers no tool call; when none lies within the last
+    ``max_messages``, the nearest earlier one is taken, so a long tool chain is never split.
+    """
+    start = max(len(messages) - max_messages, 0)
+    for index in range(start, -1, -1):
+        if _opens_exchange(messages[index]):
+            return list(messages[index:])
+    return list(messages)
+
+
+def _opens_exchange(message: Message) -> bool:
+    return message.role == "user" and not any(
+        isinstance(b, ToolResultBlock) for b in message.content
+    )
+
+
+def _answered(previous: Message | None, content: Sequence[ContentBlock]) -> list[ContentBlock]:
+    """User content with exactly one result per tool call of ``previous``, results first."""
+    wanted = [t.id for t in previous.tool_uses] if previous else []
+    results = {
+        b.tool_use_id: b
+        for b in content
+        if isinstance(b, ToolResultBlock) and b.tool_use_id in wanted
+    }
+    answers: list[ContentBlock] = [
+        results.get(i) or ToolResultBlock(tool_use_id=i, content=INTERRUPTED_TOOL_TEXT, is_error=True)
+        for i in wanted
+    ]
+    others = [b for b in content if not isinstance(b, ToolResultBlock)]
+    return answers + others
+
+
+def _merge_same_role(messages: Sequence[Message]) -> list[Message]:
+    out: list[Message] = []
+    for message in messages:
+        if out and out[-1].role == message.role:
+            last = out.pop()
+            content = [*last.content, *message.content]
+            if message.role == "user":  # tool results must lead a user message
+                content.sort(key=lambda b: not isinstance(b, ToolResultBlock))
+            usage = message.usage if last.usage is None else last.usage
+            out.append(Message(role=message.role, content=content, usage=usage))
+        else:
+            out.append(message)
+    return out

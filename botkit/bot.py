@@ -1,0 +1,306 @@
+"""``Bot``: the turn cycle, from an incoming message to the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+
+from botkit.agent.context import ContextManager
+from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
+from botkit.config import Settings
+from botkit.errors import LLMError, LLMOverloadedError
+from botkit.llm.base import LLM
+from botkit.messengers.base import Incoming, Messenger
+from botkit.sessions import JsonlSessionStore, SessionStore
+from botkit.tools import Tool, ToolContext, ToolRegistry
+from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock
+
+__all__ = [
+    "Authorize",
+    "Bot",
+    "BotOptions",
+    "BuildExtra",
+    "BuildPrompt",
+    "BuildTools",
+    "HandleStart",
+]
+
+log = structlog.get_logger(__name__)
+
+HandleStart = Callable[[Incoming, str], Awaitable[str | None]]
+"""``/start <payload>``: a non-empty reply is sent and ends the update."""
+Authorize = Callable[[Incoming], Awaitable[str | None]]
+"""A non-empty string rejects the message with that text; no LLM call is made."""
+BuildExtra = Callable[[Incoming], Awaitable[Any]]
+"""What tools receive as ``ToolContext.extra`` for this turn (e.g. a database pool)."""
+BuildTools = Callable[[Incoming], Awaitable[ToolRegistry | Sequence[Tool]]]
+"""The tools offered to the model for this turn."""
+BuildPrompt = Callable[[Incoming], Awaitable[str]]
+"""The system prompt for this turn."""
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant talking with people on Telegram. Answer clearly and "
+    "briefly; use tools when they help."
+)
+
+
+@dataclass(frozen=True)
+class BotOptions:
+    """How a bot behaves; callbacks given here replace the methods of the same name."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_iterations: int = 10
+    """LLM calls one turn may make before the user is told it stopped."""
+    max_messages: int = 40
+    """Messages of history sent to the model, at most (tool chains are never split)."""
+    rejection_text: str = "Sorry, this bot is private."
+    overloaded_text: str = (
+        "I'm overloaded right now and couldn't answer. Please try again in a minute."
+    )
+    error_text: str = "Sorry, something went wrong on my side. Please try again."
+    typing_interval: float = 4.0
+    """Seconds between "typing…" signals while a turn runs."""
+    loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    handle_start: HandleStart | None = None
+    authorize: Authorize | None = None
+    build_extra: BuildExtra | None = None
+    build_tools: BuildTools | None = None
+    build_prompt: BuildPrompt | None = None
+
+
+class Bot:
+    """An LLM agent for many users: subclass it and override the steps, or pass callbacks."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings | None = None,
+        llm: LLM | None = None,
+        sessions: SessionStore | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        options: BotOptions | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.options = replace(options or BotOptions(), **overrides)
+        self.tools = ToolRegistry()
+        for item in tools:
+            self.tools.register(item)
+        self.sessions: SessionStore = sessions or JsonlSessionStore(self.settings.sessions_dir)
+        self._llm = llm
+        self._contexts: dict[int, asyncio.Task[ContextManager]] = {}
+
+    @property
+    def llm(self) -> LLM:
+        """The model this bot talks to; an ``AnthropicLLM`` from settings unless one was given."""
+        if self._llm is None:
+            from botkit.llm.anthropic import AnthropicLLM
+
+            self._llm = AnthropicLLM(
+                api_key=self.settings.require_anthropic_key(),
+                model=self.settings.model,
+                max_tokens=self.settings.max_tokens,
+                base_url=self.settings.anthropic_base_url,
+                max_concurrency=self.settings.max_concurrent_turns,
+            )
+        return self._llm
+
+    def tool(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: register a typed function as a tool of this bot."""
+        self.tools.register(fn)
+        return fn
+
+    # ---- the turn cycle -------------------------------------------------------------
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """``handle``, but a failure is logged and the user gets a polite message."""
+        try:
+            await self.handle(message, messenger)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
+            with suppress(Exception):
+                await messenger.send_text(message.chat_id, self.options.error_text)
+
+    async def handle(self, message: Incoming, messenger: Messenger) -> None:
+        """Take one incoming message through the gates and the tool loop to a reply."""
+        if message.command == "start":
+            welcome = await self.handle_start(message, message.command_args)
+            if welcome:
+                await messenger.send_text(message.chat_id, welcome)
+                return
+        rejection = await self.authorize(message)
+        if rejection:
+            log.info("turn.rejected", user_id=message.user_id)
+            await messenger.send_text(message.chat_id, rejection)
+            return
+        extra = await self.build_extra(message)
+        tools = _as_registry(await self.build_tools(message))
+        system = await self.build_prompt(message)
+        context = await self.context_for(message.user_id)
+        async with context.lock, self._typing(messenger, message.chat_id):
+            await context.append(user_message(message), update_id=message.update_id)
+            tool_context = ToolContext(
+                user_id=message.user_id, chat_id=message.chat_id, timestamp=message.date, extra=extra
+            )
+            reply = await self._run_loop(context, system, tools, tool_context)
+            await messenger.send_text(message.chat_id, reply)
+
+    async def _run_loop(
+        self, context: ContextManager, system: str, tools: ToolRegistry, tool_context: ToolContext
+    ) -> str:
+        """The loop's reply, or a polite text when the model could not be reached."""
+        loop = AgentLoop(
+            self.llm, max_iterations=self.options.max_iterations, texts=self.options.loop_texts
+        )
+        try:
+            result: TurnResult = await loop.run(
+                context, system=system, tools=tools, tool_context=tool_context
+            )
+        except LLMOverloadedError as e:
+            log.warning("turn.llm_overloaded", user_id=context.user_id, error=str(e))
+            return self.options.overloaded_text
+        except LLMError as e:
+            log.error("turn.llm_failed", user_id=context.user_id, error=str(e))
+            return self.options.error_text
+        log.info(
+            "turn.done",
+            user_id=context.user_id,
+            iterations=result.iterations,
+            stop_reason=result.stop_reason,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
+        )
+        return result.text
+
+    # ---- the steps a bot may override -----------------------------------------------
+
+    async def handle_start(self, message: Incoming, payload: str) -> str | None:
+        """Answer ``/start <payload>``; a non-empty reply ends the update before authorize."""
+        if self.options.handle_start is not None:
+            return await self.options.handle_start(message, payload)
+        return None
+
+    async def authorize(self, message: Incoming) -> str | None:
+        """``None`` admits the message; a text rejects it (sent as is, no LLM call)."""
+        if self.options.authorize is not None:
+            return await self.options.authorize(message)
+        admitted = self.settings.allowed_users | self.settings.admins
+        return None if message.user_id in admitted else self.options.rejection_text
+
+    async def build_extra(self, message: Incoming) -> Any:
+        """What tools get as ``ToolContext.extra`` this turn."""
+        if self.options.build_extra is not None:
+            return await self.options.build_extra(message)
+        return None
+
+    async def build_tools(self, message: Incoming) -> ToolRegistry | Sequence[Tool]:
+        """The tools the model may call this turn; all registered tools by default."""
+        if self.options.build_tools is not None:
+            return await self.options.build_tools(message)
+        return self.tools
+
+    async def build_prompt(self, message: Incoming) -> str:
+        """The system prompt for this turn."""
+        if self.options.build_prompt is not None:
+            return await self.options.build_prompt(message)
+        return self.options.system_prompt
+
+    async def context_for(self, user_id: int) -> ContextManager:
+        """The user's context, created on first use from what their session file recorded."""
+        task = self._contexts.get(user_id)
+        if task is None:
+            task = asyncio.ensure_future(self._load_context(user_id))
+            self._contexts[user_id] = task
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if self._contexts.get(user_id) is task:
+                del self._contexts[user_id]
+            raise
+
+    async def _load_context(self, user_id: int) -> ContextManager:
+        recorded = await self.sessions.load(user_id)
+        return ContextManager(
+            user_id,
+            messages=recorded.messages,
+            max_messages=self.options.max_messages,
+            on_append=self.sessions.append,
+        )
+
+    async def aclose(self) -> None:
+        """Release what the bot opened (the LLM client)."""
+        close = getattr(self._llm, "close", None)
+        if close is not None:
+            await close()
+
+    def is_admin(self, user_id: int) -> bool:
+        """Whether ``user_id`` is one of the configured admins."""
+        return user_id in self.settings.admins
+
+    # ---- running ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run this bot on Telegram with long polling until interrupted."""
+        from botkit.app import run_bot
+
+        run_bot(self)
+
+    @asynccontextmanager
+    async def _typing(self, messenger: Messenger, chat_id: int) -> AsyncIterator[None]:
+        """Keep "typing…" visible in the chat while the block runs."""
+
+        async def keep_typing() -> None:
+            while True:
+                with suppress(Exception):
+                    await messenger.send_typing(chat_id)
+                await asyncio.sleep(self.options.typing_interval)
+
+        task = asyncio.create_task(keep_typing())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+def user_message(message: Incoming) -> Message:
+    """The conversation message for an incoming one: its images, then its text."""
+    content: list[ContentBlock] = [
+        ImageBlock(source=ImageSource(media_type=_image_type(data), data=_b64(data)))
+        for data in message.images
+    ]
+    if message.text:
+        content.append(TextBlock(text=message.text))
+    return Message(role="user", content=content)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _image_type(data: bytes) -> str:
+    if data.startswith(b"\x89PNG"):
+        return "image/png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/jpeg"
+
+
+def _as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    for item in tools:
+        registry.register_tool(item)
+    return registry

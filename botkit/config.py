@@ -1,0 +1,84 @@
+"""Settings read from the environment and from ``.env``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from botkit.errors import ConfigError
+
+__all__ = ["DEFAULT_MODEL", "Settings"]
+
+DEFAULT_MODEL = "claude-sonnet-5"
+
+IdList = Annotated[frozenset[int], NoDecode]
+
+
+class Settings(BaseSettings):
+    """botkit's configuration; every field has an environment variable of the same upper name."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    telegram_bot_token: SecretStr | None = None
+    """TELEGRAM_BOT_TOKEN: the token @BotFather gave the bot."""
+    anthropic_api_key: SecretStr | None = None
+    """ANTHROPIC_API_KEY: the key for the Messages API."""
+    telegram_api_base: str | None = None
+    """TELEGRAM_API_BASE: another Bot API server, e.g. a local one or a test double."""
+    anthropic_base_url: str | None = None
+    """ANTHROPIC_BASE_URL: another Messages API server, honoured as the SDK does."""
+    model: str = Field(DEFAULT_MODEL, validation_alias=AliasChoices("BOTKIT_MODEL", "model"))
+    """BOTKIT_MODEL: the Claude model to talk to."""
+    max_tokens: int = Field(4096, validation_alias=AliasChoices("BOTKIT_MAX_TOKENS", "max_tokens"))
+    """BOTKIT_MAX_TOKENS: the output limit of one LLM call."""
+    sessions_dir: Path = Field(
+        Path("sessions"), validation_alias=AliasChoices("BOTKIT_SESSIONS_DIR", "sessions_dir")
+    )
+    """BOTKIT_SESSIONS_DIR: where the per-user JSONL session files live."""
+    allowed_users: IdList = Field(
+        frozenset(), validation_alias=AliasChoices("BOTKIT_ALLOWED_USERS", "allowed_users")
+    )
+    """BOTKIT_ALLOWED_USERS: comma-separated Telegram user ids admitted by the default gate."""
+    admins: IdList = Field(frozenset(), validation_alias=AliasChoices("BOTKIT_ADMINS", "admins"))
+    """BOTKIT_ADMINS: comma-separated Telegram user ids with admin rights."""
+    poll_timeout: int = Field(
+        30, validation_alias=AliasChoices("BOTKIT_POLL_TIMEOUT", "poll_timeout")
+    )
+    """BOTKIT_POLL_TIMEOUT: seconds one getUpdates long poll may wait."""
+    max_concurrent_turns: int = Field(
+        64, validation_alias=AliasChoices("BOTKIT_MAX_CONCURRENT_TURNS", "max_concurrent_turns")
+    )
+    """BOTKIT_MAX_CONCURRENT_TURNS: turns (and so LLM calls) running at once, across users."""
+    log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
+    """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
+
+    @field_validator("allowed_users", "admins", mode="before")
+    @classmethod
+    def _split_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return frozenset(int(part) for part in value.replace(" ", "").split(",") if part)
+            except ValueError:
+                raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
+        return value
+
+    def require_telegram_token(self) -> str:
+        """The bot token, or a ConfigError saying how to set it."""
+        if self.telegram_bot_token is None or not self.telegram_bot_token.get_secret_value():
+            raise ConfigError(
+                "TELEGRAM_BOT_TOKEN is not set: put the token from @BotFather in the "
+                "environment or in .env."
+            )
+        return self.telegram_bot_token.get_secret_value()
+
+    def require_anthropic_key(self) -> str:
+        """The Anthropic API key, or a ConfigError saying how to set it."""
+        if self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value():
+            raise ConfigError(
+                "ANTHROPIC_API_KEY is not set: put your Anthropic API key in the environment "
+                "or in .env."
+            )
+        return self.anthropic_api_key.get_secret_value()

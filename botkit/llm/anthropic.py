@@ -1,0 +1,147 @@
+"""``AnthropicLLM``: the Messages API through the official SDK, streamed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anthropic
+import structlog
+
+from botkit.errors import LLMError, LLMOverloadedError, PromptTooLongError
+from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink
+from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage
+
+__all__ = ["AnthropicLLM"]
+
+log = structlog.get_logger(__name__)
+
+_KNOWN_STOP_REASONS: set[str] = {
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+}
+
+
+class AnthropicLLM:
+    """Calls Claude with ``AsyncAnthropic``, streaming when someone listens for text."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        model: str,
+        max_tokens: int = 4096,
+        base_url: str | None = None,
+        max_retries: int = 2,
+        max_concurrency: int | None = 64,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.client = client or anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=max_retries
+        )
+        # Many thousands of open calls make the HTTP pool's bookkeeping the bottleneck;
+        # a bound keeps throughput up under bursts.
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """Send ``request``; text deltas go to ``on_text`` as they arrive."""
+        params = self._params(request)
+        async with self._slot(), _mapped_errors():
+            if on_text is None:
+                raw = await self.client.messages.create(**params)
+            else:
+                raw = await self._stream(params, on_text)
+        return _to_response(raw)
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self.client.close()
+
+    async def _stream(self, params: dict[str, Any], on_text: TextSink) -> Any:
+        async with self.client.messages.stream(**params) as stream:
+            async for delta in stream.text_stream:
+                await on_text(delta)
+            return await stream.get_final_message()
+
+    def _params(self, request: LLMRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": request.model or self.model,
+            "max_tokens": request.max_tokens or self.max_tokens,
+            "messages": [m.to_api() for m in request.messages],
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [t.model_dump() for t in request.tools]
+        return params
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            yield
+
+
+@asynccontextmanager
+async def _mapped_errors() -> AsyncIterator[None]:
+    """Turn the SDK's exceptions into botkit's, once, here."""
+    try:
+        yield
+    except anthropic.RateLimitError as e:
+        raise LLMOverloadedError(f"rate limited by the Messages API: {_detail(e)}") from e
+    except anthropic.APIStatusError as e:
+        raise _status_error(e) from e
+    except anthropic.APIConnectionError as e:
+        raise LLMError(f"could not reach the Messages API: {e}") from e
+    except anthropic.AnthropicError as e:
+        raise LLMError(str(e)) from e
+
+
+def _status_error(e: anthropic.APIStatusError) -> LLMError:
+    detail = _detail(e)
+    if e.status_code == 529 or "overloaded" in detail.lower():
+        return LLMOverloadedError(f"the Messages API is overloaded: {detail}")
+    if e.status_code in (400, 413) and "prompt is too long" in detail.lower():
+        return PromptTooLongError(detail)
+    return LLMError(f"Messages API error {e.status_code}: {detail}")
+
+
+def _detail(e: anthropic.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    return str(e)
+
+
+def _to_response(raw: Any) -> LLMResponse:
+    blocks: list[ContentBlock] = []
+    for block in raw.content:
+        if block.type == "text":
+            blocks.append(TextBlock(text=block.text))
+        elif block.type == "tool_use":
+            blocks.append(ToolUseBlock(id=block.id, name=block.name, input=dict(block.input)))
+        else:
+            log.warning("llm.block_ignored", block_type=block.type)
+    stop_reason = raw.stop_reason if raw.stop_reason in _KNOWN_STOP_REASONS else "end_turn"
+    usage = Usage(
+        input_tokens=raw.usage.input_tokens or 0,
+        output_tokens=raw.usage.output_tokens or 0,
+        cache_creation_input_tokens=raw.usage.cache_creation_input_tokens or 0,
+        cache_read_input_tokens=raw.usage.cache_read_input_tokens or 0,
+    )
+    message = Message(role="assistant", content=blocks, usage=usage)
+    reason: StopReason = stop_reason
+    return LLMResponse(message=message, stop_reason=reason, model=raw.model)

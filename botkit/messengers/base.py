@@ -1,0 +1,54 @@
+"""What the bot needs from a messenger, in messenger-neutral terms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+__all__ = ["Incoming", "Messenger"]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One user message, as the turn cycle sees it."""
+
+    update_id: int
+    """The messenger's id of the update; used to confirm and to deduplicate."""
+    user_id: int
+    chat_id: int
+    text: str
+    date: datetime
+    chat_type: str = "private"
+    username: str | None = None
+    first_name: str | None = None
+    images: tuple[bytes, ...] = ()
+    """Photos attached to the message, as downloaded bytes."""
+    raw: Any = field(default=None, compare=False, repr=False)
+    """The messenger's own update object, for bots that need more."""
+
+    @property
+    def command(self) -> str | None:
+        """``start`` for ``/start payload``; ``None`` when the text is not a command."""
+        if not self.text.startswith("/"):
+            return None
+        head = self.text.split(maxsplit=1)[0][1:]
+        return head.split("@", 1)[0].lower() or None
+
+    @property
+    def command_args(self) -> str:
+        """The text after the command word, e.g. the ``/start`` payload."""
+        parts = self.text.split(maxsplit=1)
+        return parts[1].strip() if len(parts) > 1 else ""
+
+
+class Messenger(Protocol):
+    """Sends the bot's output to a chat."""
+
+    async def send_text(self, chat_id: int, text: str) -> None:
+        """Deliver ``text`` to ``chat_id`` (splitting or retrying as the messenger needs)."""
+        ...
+
+    async def send_typing(self, chat_id: int) -> None:
+        """Show that the bot is working on an answer."""
+        ...

@@ -1,0 +1,156 @@
+"""Session files: one JSON line per append, ``<sessions_dir>/<user_id>.jsonl``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import orjson
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from botkit.errors import SessionError
+from botkit.types import ContentBlock, Message, Role, Usage
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "JsonlSessionStore",
+    "SessionEntry",
+    "SessionFile",
+    "read_session_file",
+]
+
+SCHEMA_VERSION = 1
+
+log = structlog.get_logger(__name__)
+
+
+class SessionEntry(BaseModel):
+    """One line of a session file: a message appended to a user's context."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    version: int = SCHEMA_VERSION
+    timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    user_id: int
+    type: Literal["message"] = "message"
+    role: Role
+    content: list[ContentBlock]
+    update_id: int | None = None
+    """The Telegram update that carried a user message."""
+    usage: Usage | None = None
+    """What the LLM call cost, on assistant messages."""
+    model: str | None = None
+    stop_reason: str | None = None
+
+    @classmethod
+    def of(cls, user_id: int, message: Message, **meta: object) -> SessionEntry:
+        """The entry recording ``message`` for ``user_id``."""
+        return cls.model_validate(
+            {
+                "user_id": user_id,
+                "role": message.role,
+                "content": message.content,
+                "usage": message.usage,
+                **meta,
+            }
+        )
+
+    def to_message(self) -> Message:
+        """The conversation message this entry recorded."""
+        return Message(role=self.role, content=self.content, usage=self.usage)
+
+    def to_line(self) -> bytes:
+        """The entry as one JSON line, newline included."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        return orjson.dumps(data) + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFile:
+    """What a session file held: its readable entries and the lines that were not."""
+
+    entries: list[SessionEntry]
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    """(line number, what was wrong) for each line that was skipped."""
+
+    @property
+    def messages(self) -> list[Message]:
+        """The recorded conversation, in order."""
+        return [e.to_message() for e in self.entries]
+
+
+def read_session_file(path: Path) -> SessionFile:
+    """Read a session file, skipping (and reporting) torn or corrupt lines."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return SessionFile(entries=[])
+    except OSError as e:
+        raise SessionError(f"cannot read session file {path}: {e}") from e
+    entries: list[SessionEntry] = []
+    problems: list[tuple[int, str]] = []
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        torn = number == len(lines)  # the last line has no newline: a write was cut off
+        try:
+            entries.append(SessionEntry.model_validate(orjson.loads(line)))
+        except (orjson.JSONDecodeError, ValidationError) as e:
+            reason = "torn last line (no newline)" if torn else _short(e)
+            problems.append((number, reason))
+            log.warning("session.line_skipped", path=str(path), line=number, reason=reason)
+    return SessionFile(entries=entries, problems=problems)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).splitlines()
+    return text[0] if text else type(e).__name__
+
+
+class JsonlSessionStore:
+    """Appends entries to ``<directory>/<user_id>.jsonl`` and reads them back."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self._checked: set[int] = set()
+
+    def path_for(self, user_id: int) -> Path:
+        """The session file of ``user_id``."""
+        return self.directory / f"{user_id}.jsonl"
+
+    async def append(self, entry: SessionEntry) -> None:
+        """Write ``entry`` as one line at the end of its user's file."""
+        path = self.path_for(entry.user_id)
+        line = entry.to_line()
+        try:
+            if entry.user_id not in self._checked:
+                line = self._mend_torn_tail(path) + line
+                self._checked.add(entry.user_id)
+            # One write on an O_APPEND descriptor: a line is never interleaved with another.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise SessionError(f"cannot write session file {path}: {e}") from e
+
+    async def load(self, user_id: int) -> SessionFile:
+        """Everything recorded for ``user_id``."""
+        return read_session_file(self.path_for(user_id))
+
+    def _mend_torn_tail(self, path: Path) -> bytes:
+        """A newline to end a torn last line, so the next entry starts on its own line."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("rb") as f:
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+        except (FileNotFoundError, OSError):
+            return b""
+        return b"" if last == b"\n" else b"\n"
