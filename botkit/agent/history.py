@@ -40,11 +40,13 @@ def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
     It starts at a user message that answers no tool call; when none lies within the last
     ``max_messages``, the nearest earlier one is taken, so a long tool chain is never split.
     """
-    start = max(len(messages) - max_messages, 0)
+    if not messages:
+        return []
+    start = max(len(messages) - max(max_messages, 1), 0)
     for index in range(start, -1, -1):
         if _opens_exchange(messages[index]):
             return list(messages[index:])
-    return list(messages)
+    return list(messages)  # not normalized: nothing is safe to cut
 
 
 def _opens_exchange(message: Message) -> bool:

@@ -1,0 +1,63 @@
+"""``python -m botkit``: clear one-line errors for missing configuration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_botkit(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "botkit", *args],
+        cwd=tmp_path,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_missing_token_says_what_to_set(tmp_path: Path) -> None:
+    result = run_botkit(tmp_path, ANTHROPIC_API_KEY="k")
+    assert result.returncode == 2
+    assert "TELEGRAM_BOT_TOKEN" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_api_key_says_what_to_set(tmp_path: Path) -> None:
+    result = run_botkit(tmp_path, TELEGRAM_BOT_TOKEN="1:x")
+    assert result.returncode == 2
+    assert "ANTHROPIC_API_KEY" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_dotenv_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("ANTHROPIC_API_KEY=from-dotenv\n")
+    result = run_botkit(tmp_path)
+    assert result.returncode == 2
+    assert "TELEGRAM_BOT_TOKEN" in result.stderr, "the key came from .env, the token is missing"
+
+
+def test_bad_user_list_is_a_config_error(tmp_path: Path) -> None:
+    result = run_botkit(tmp_path, TELEGRAM_BOT_TOKEN="1:x", BOTKIT_ALLOWED_USERS="12,abc")
+    assert result.returncode == 2
+    assert "allowed_users" in result.stderr.lower() or "BOTKIT_ALLOWED_USERS" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_target_that_is_not_a_bot(tmp_path: Path) -> None:
+    (tmp_path / "notabot.py").write_text("thing = 42\n")
+    result = run_botkit(tmp_path, "run", "notabot:thing")
+    assert result.returncode == 2
+    assert "not a botkit.Bot" in result.stderr
+
+
+def test_run_target_that_does_not_exist(tmp_path: Path) -> None:
+    result = run_botkit(tmp_path, "run", "nosuchmodule:bot")
+    assert result.returncode == 2
+    assert "cannot import 'nosuchmodule'" in result.stderr

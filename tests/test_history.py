@@ -1,0 +1,128 @@
+"""The conversation sent to the model is always valid, whatever was cut or interrupted."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from botkit.agent.history import INTERRUPTED_TOOL_TEXT, normalize, trim
+from botkit.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
+
+
+def user(text: str) -> Message:
+    return Message.user_text(text)
+
+
+def assistant(text: str) -> Message:
+    return Message(role="assistant", content=[TextBlock(text=text)])
+
+
+def calls(*ids: str) -> Message:
+    return Message(
+        role="assistant", content=[ToolUseBlock(id=i, name="t", input={}) for i in ids]
+    )
+
+
+def results(*ids: str) -> Message:
+    return Message(
+        role="user", content=[ToolResultBlock(tool_use_id=i, content="ok") for i in ids]
+    )
+
+
+def assert_valid(messages: list[Message]) -> None:
+    """The Messages API's rules for a conversation."""
+    if not messages:
+        return
+    assert messages[0].role == "user"
+    for before, after in zip(messages, messages[1:], strict=False):
+        assert before.role != after.role, "roles must alternate"
+    for index, message in enumerate(messages):
+        assert message.content, "no empty messages"
+        answered = {b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock)}
+        asked = {t.id for t in messages[index - 1].tool_uses} if index else set()
+        if message.role == "user":
+            assert answered == asked, f"message {index} answers {answered}, asked {asked}"
+            kinds = [isinstance(b, ToolResultBlock) for b in message.content]
+            assert kinds == sorted(kinds, reverse=True), "tool results lead the message"
+    if messages[-1].tool_uses:
+        raise AssertionError("a trailing tool call has no result")
+
+
+def test_valid_history_is_kept_unchanged() -> None:
+    history = [user("hi"), calls("a"), results("a"), assistant("done"), user("more")]
+    assert normalize(history) == history
+
+
+def test_unanswered_tool_call_gets_an_error_result() -> None:
+    history = [user("hi"), calls("a", "b"), results("a"), user("next")]
+    fixed = normalize(history)
+    assert_valid(fixed)
+    answer = fixed[2].content
+    assert [b.tool_use_id for b in answer if isinstance(b, ToolResultBlock)] == ["a", "b"]
+    missing = answer[1]
+    assert isinstance(missing, ToolResultBlock)
+    assert missing.is_error and missing.content == INTERRUPTED_TOOL_TEXT
+    assert fixed[2].text == "next"
+
+
+def test_orphan_tool_result_is_dropped() -> None:
+    fixed = normalize([results("x"), assistant("a"), user("q"), assistant("b")])
+    assert_valid(fixed)
+    assert [m.text for m in fixed] == ["q", "b"]
+
+
+def test_consecutive_user_messages_are_merged() -> None:
+    fixed = normalize([user("one"), user("two"), assistant("a")])
+    assert len(fixed) == 2
+    assert fixed[0].text == "onetwo"
+
+
+def test_trim_never_splits_a_tool_chain() -> None:
+    history = [user("q1"), assistant("a1"), user("q2")]
+    history += [calls("a"), results("a"), calls("b"), results("b"), assistant("done")]
+    trimmed = trim(normalize(history), 4)
+    assert_valid(trimmed)
+    assert trimmed[0].text == "q2", "starts at the question that opened the chain"
+
+
+def test_trim_keeps_everything_under_the_limit() -> None:
+    history = [user("q"), assistant("a")]
+    assert trim(history, 40) == history
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Message]:
+    """Random, often broken, histories: cuts, interruptions, stray results."""
+    messages: list[Message] = []
+    next_id = 0
+    for _ in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(["user", "assistant", "calls", "results", "stray"]))
+        if kind == "user":
+            messages.append(user("u"))
+        elif kind == "assistant":
+            messages.append(assistant("a"))
+        elif kind == "calls":
+            n = draw(st.integers(1, 3))
+            ids = [f"t{next_id + i}" for i in range(n)]
+            next_id += n
+            messages.append(calls(*ids))
+            if draw(st.booleans()):
+                answered = draw(st.lists(st.sampled_from(ids), unique=True))
+                messages.append(results(*answered) if answered else user("interrupt"))
+        elif kind == "results":
+            messages.append(results(f"t{draw(st.integers(0, max(next_id, 1)))}"))
+        else:
+            messages.append(results("never-called"))
+    start = draw(st.integers(0, len(messages)))
+    return messages[start:]  # a cut anywhere, as a crude truncation would make
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.integers(1, 50))
+def test_prepared_history_is_always_valid(history: list[Message], limit: int) -> None:
+    prepared = trim(normalize(history), limit)
+    assert_valid(prepared)
+    user_texts = sum(1 for m in history if m.role == "user" and m.text)
+    if user_texts and history[-1].role == "user" and history[-1].text:
+        assert prepared, "the newest question always survives"
+        assert prepared[-1].text.endswith("u") or prepared[-1].text.endswith("interrupt")
