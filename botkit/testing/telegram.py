@@ -1,0 +1,1106 @@
+"""A local fake of the Telegram Bot API that the real aiogram client can talk to.
+
+Start it, point ``aiogram.Bot`` at it and drive your bot like a user would::
+
+    async with FakeTelegramServer() as tg:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url))
+        bot = Bot(tg.token, session=session)
+        tg.send_text(42, "/start")
+        ...  # run your dispatcher
+        [reply] = await tg.wait_for_messages(42)
+
+It speaks the wire protocol aiogram uses (``POST {base}/bot{token}/{method}`` with
+multipart form data, non-string values JSON-encoded; answers ``{"ok": true, "result": ...}``
+or ``{"ok": false, "error_code": ..., "description": ...}``) so errors surface as aiogram's
+real exceptions (``TelegramRetryAfter``, ``TelegramBadRequest``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+import random
+import re
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from html.parser import HTMLParser
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from aiohttp import web
+
+__all__ = [
+    "MAX_MESSAGE_LENGTH",
+    "TINY_PNG",
+    "FakeTelegramServer",
+    "RecordedRequest",
+    "SentMessage",
+    "parse_html",
+]
+
+MAX_MESSAGE_LENGTH = 4096
+"""Longest text (after entity parsing) ``sendMessage`` accepts, like the real API."""
+
+# Parameters whose values are plain strings on the wire and must never be JSON-decoded
+# (a user may well send the text "123" or "true").
+_STRING_PARAMS = frozenset(
+    {
+        "action",
+        "business_connection_id",
+        "callback_query_id",
+        "caption",
+        "description",
+        "emoji",
+        "file_id",
+        "inline_message_id",
+        "language_code",
+        "message_effect_id",
+        "name",
+        "parse_mode",
+        "query",
+        "secret_token",
+        "short_description",
+        "text",
+        "title",
+        "url",
+    }
+)
+
+_DEFAULT_DESCRIPTIONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+}
+
+_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]+)?")
+_BOT_COMMAND_NAME_RE = re.compile(r"^[a-z0-9_]{1,32}$")
+
+
+def _make_png() -> bytes:
+    """Build a valid 1x1 red RGB PNG."""
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(tag + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xff\x00\x00")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+TINY_PNG = _make_png()
+"""Bytes of a valid 1x1 PNG, served for photos injected with ``send_photo``."""
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One Bot API call the fake received (``error_code`` is set if it was answered an error)."""
+
+    method: str
+    params: dict[str, Any]
+    at: float
+    error_code: int | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """One message the bot sent (a ``sendMessage`` or ``editMessageText`` result).
+
+    ``text`` is the text exactly as the bot passed it (HTML tags included); ``plain_text``
+    is what the user sees after entity parsing.
+    """
+
+    chat_id: int
+    message_id: int
+    text: str
+    parse_mode: str | None
+    params: dict[str, Any]
+    plain_text: str = ""
+    entities: tuple[dict[str, Any], ...] = ()
+
+
+class _ApiError(Exception):
+    """An error answer of the Bot API."""
+
+    def __init__(self, error_code: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.error_code = error_code
+        self.description = description
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Fault:
+    error_code: int
+    description: str
+    retry_after: int | None
+    times: int
+
+
+@dataclass
+class _StoredMessage:
+    message: dict[str, Any]
+    from_bot: bool
+    sent: SentMessage | None = None
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+class _TelegramHTMLParser(HTMLParser):
+    """Parse Telegram-flavoured HTML into plain text and message entities."""
+
+    _SIMPLE: ClassVar[dict[str, str]] = {
+        "b": "bold",
+        "strong": "bold",
+        "i": "italic",
+        "em": "italic",
+        "u": "underline",
+        "ins": "underline",
+        "s": "strikethrough",
+        "strike": "strikethrough",
+        "del": "strikethrough",
+        "tg-spoiler": "spoiler",
+        "code": "code",
+        "pre": "pre",
+    }
+    _ALLOWED = frozenset({*_SIMPLE, "span", "a", "tg-emoji", "blockquote"})
+
+    def __init__(self, source: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self._source = source
+        self._line_starts = [0]
+        for match in re.finditer("\n", source):
+            self._line_starts.append(match.end())
+        self._parts: list[str] = []
+        self._offset = 0  # in UTF-16 code units
+        self._stack: list[tuple[str, dict[str, Any], int]] = []
+        self.entities: list[dict[str, Any]] = []
+
+    @property
+    def plain_text(self) -> str:
+        """The text with tags removed and HTML entities resolved."""
+        return "".join(self._parts)
+
+    def _byte_offset(self) -> int:
+        line, column = self.getpos()
+        index = self._line_starts[line - 1] + column
+        return len(self._source[:index].encode("utf-8"))
+
+    def _fail(self, reason: str) -> None:
+        raise _ApiError(400, f"Bad Request: can't parse entities: {reason}")
+
+    def _append(self, text: str) -> None:
+        self._parts.append(text)
+        self._offset += _utf16_len(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """Open an entity for a supported tag; reject anything else."""
+        attributes = {name: value for name, value in attrs}
+        if tag not in self._ALLOWED or (tag == "span" and attributes.get("class") != "tg-spoiler"):
+            self._fail(f'Unsupported start tag "{tag}" at byte offset {self._byte_offset()}')
+        entity: dict[str, Any]
+        if tag == "span":
+            entity = {"type": "spoiler"}
+        elif tag == "a":
+            href = attributes.get("href")
+            entity = {"type": "text_link", "url": href} if href else {}
+        elif tag == "tg-emoji":
+            emoji_id = attributes.get("emoji-id")
+            if not emoji_id:
+                self._fail(f'Unsupported start tag "{tag}" at byte offset {self._byte_offset()}')
+            entity = {"type": "custom_emoji", "custom_emoji_id": emoji_id}
+        elif tag == "blockquote":
+            expandable = "expandable" in attributes
+            entity = {"type": "expandable_blockquote" if expandable else "blockquote"}
+        else:
+            entity = {"type": self._SIMPLE[tag]}
+        if tag == "code" and self._stack and self._stack[-1][0] == "pre":
+            language = (attributes.get("class") or "").removeprefix("language-")
+            if language:
+                self._stack[-1][1]["language"] = language
+            entity = {}  # <pre><code> is a single pre entity
+        self._stack.append((tag, entity, self._offset))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """Self-closing tags such as ``<br/>`` are not supported by Telegram."""
+        self._fail(f'Unsupported start tag "{tag}" at byte offset {self._byte_offset()}')
+
+    def handle_endtag(self, tag: str) -> None:
+        """Close the innermost open tag, which must be ``tag``."""
+        if not self._stack:
+            self._fail(f"Unexpected end tag at byte offset {self._byte_offset()}")
+        open_tag, entity, start = self._stack.pop()
+        if open_tag != tag:
+            self._fail(
+                f"Unmatched end tag at byte offset {self._byte_offset()}, "
+                f'expected "</{open_tag}>", found "</{tag}>"'
+            )
+        length = self._offset - start
+        if entity and length > 0:
+            self.entities.append({**entity, "offset": start, "length": length})
+
+    def handle_data(self, data: str) -> None:
+        """Keep text; a bare ``<`` is an error like on the real API."""
+        if "<" in data:
+            position = self._byte_offset() + len(data[: data.index("<")].encode("utf-8"))
+            self._fail(f'Unsupported start tag "" at byte offset {position}')
+        self._append(data)
+
+    def handle_entityref(self, name: str) -> None:
+        """Resolve ``&amp;`` and friends."""
+        self._append(html.unescape(f"&{name};"))
+
+    def handle_charref(self, name: str) -> None:
+        """Resolve ``&#39;`` / ``&#x27;``."""
+        self._append(html.unescape(f"&#{name};"))
+
+    def handle_comment(self, data: str) -> None:
+        """Comments are not Telegram HTML."""
+        self._fail(f'Unsupported start tag "!--" at byte offset {self._byte_offset()}')
+
+    def handle_decl(self, decl: str) -> None:
+        """Declarations are not Telegram HTML."""
+        self._fail(f'Unsupported start tag "!" at byte offset {self._byte_offset()}')
+
+    def finish(self) -> None:
+        """Flush the parser and check that every tag was closed."""
+        self.close()
+        if self._stack:
+            self._fail(f'Can\'t find end tag corresponding to start tag "{self._stack[-1][0]}"')
+        self.entities.sort(key=lambda item: (item["offset"], -item["length"]))
+
+
+def parse_html(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """Parse Telegram HTML into (plain text, entities) or raise a 400 like the real API."""
+    parser = _TelegramHTMLParser(text)
+    parser.feed(text)
+    parser.finish()
+    return parser.plain_text, parser.entities
+
+
+def _decode_value(key: str, value: str) -> Any:
+    if key in _STRING_PARAMS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+class FakeTelegramServer:
+    """A fake Telegram Bot API on 127.0.0.1 for tests and benchmarks of aiogram bots.
+
+    Public attributes: ``base_url`` (set by :meth:`start`), ``token``, ``bot_username``,
+    ``bot_id``; ``requests`` (every API call, in order), ``pending_updates`` (not yet
+    confirmed), ``confirmed_offset`` (highest offset confirmed via getUpdates, 0 before any);
+    switches ``flood_ratio`` (share of ``send*`` calls answered 429 at random, seeded),
+    ``flood_retry_after`` and ``latency`` (seconds added to every call but getUpdates).
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str = "123456:TEST-TOKEN",
+        bot_username: str = "botkit_test_bot",
+        bot_id: int = 123456,
+        bot_first_name: str = "Botkit Test Bot",
+        seed: int = 0,
+    ) -> None:
+        """Configure the fake; nothing listens until :meth:`start`."""
+        self.token = token
+        self.bot_username = bot_username
+        self.bot_id = bot_id
+        self.bot_first_name = bot_first_name
+        self.base_url = ""
+        self.requests: list[RecordedRequest] = []
+        self.pending_updates: list[dict[str, Any]] = []
+        self.confirmed_offset = 0
+        self.flood_ratio = 0.0
+        self.flood_retry_after = 1
+        self.latency = 0.0
+        self._random = random.Random(seed)
+        self._next_update_id = 1
+        self._faults: dict[str, list[_Fault]] = {}
+        self._sent: list[SentMessage] = []
+        self._sent_by_chat: dict[int, list[SentMessage]] = {}
+        self._edits: list[SentMessage] = []
+        self._messages: dict[tuple[int, int], _StoredMessage] = {}
+        self._last_message_id: dict[int, int] = {}
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._files: dict[str, tuple[str, bytes]] = {}
+        self._blocked: set[int] = set()
+        self._poll_generation = 0
+        self._stopping = False
+        self._activity = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+            "getme": self._get_me,
+            "getupdates": self._get_updates,
+            "sendmessage": self._send_message,
+            "editmessagetext": self._edit_message_text,
+            "deletemessage": self._delete_message,
+            "sendchataction": self._send_chat_action,
+            "sendmessagedraft": self._send_message_draft,
+            "deletewebhook": self._delete_webhook,
+            "getwebhookinfo": self._get_webhook_info,
+            "setmycommands": self._set_my_commands,
+            "getmycommands": self._get_my_commands,
+            "deletemycommands": self._delete_my_commands,
+            "getfile": self._get_file,
+            "answercallbackquery": self._return_true,
+            "close": self._return_true,
+            "logout": self._return_true,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start listening on a random free port of 127.0.0.1 and set :attr:`base_url`."""
+        if self._runner is not None:
+            raise RuntimeError("FakeTelegramServer is already running")
+        self._stopping = False
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
+        app.router.add_get("/file/bot{token}/{file_path:.+}", self._handle_file)
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            site = web.SockSite(runner, sock)
+            await site.start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
+        port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Answer pending long polls, stop listening and free the port."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self._stopping = True
+        self._notify()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    # ------------------------------------------------------------------ injecting updates
+
+    def inject_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update for ``getUpdates``; assigns ``update_id`` if missing, returns it."""
+        update = dict(update)
+        update_id = update.get("update_id")
+        if not isinstance(update_id, int):
+            update_id = self._next_update_id
+            update["update_id"] = update_id
+        self._next_update_id = max(self._next_update_id, update_id + 1)
+        for key in ("message", "edited_message", "channel_post", "business_message"):
+            message = update.get(key)
+            if isinstance(message, dict):
+                self._track_incoming(message)
+        self.pending_updates.append(update)
+        self._notify()
+        return update_id
+
+    def send_text(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+        first_name: str = "User",
+        username: str | None = None,
+        reply_to_message_id: int | None = None,
+        chat_title: str = "Test Group",
+    ) -> int:
+        """Inject a text message from ``user_id`` and return its update_id.
+
+        ``chat_id`` defaults to ``user_id`` for private chats and to a negative id derived
+        from ``user_id`` for groups (``-user_id``) and supergroups/channels
+        (``-100…user_id``).
+        """
+        message = self._incoming_message(
+            user_id,
+            chat_id=chat_id,
+            chat_type=chat_type,
+            first_name=first_name,
+            username=username,
+            reply_to_message_id=reply_to_message_id,
+            chat_title=chat_title,
+        )
+        message["text"] = text
+        command = _COMMAND_RE.match(text)
+        if command:
+            message["entities"] = [
+                {"type": "bot_command", "offset": 0, "length": _utf16_len(command.group())}
+            ]
+        return self.inject_update({self._update_key(chat_type): message})
+
+    def send_photo(
+        self,
+        user_id: int,
+        *,
+        caption: str | None = None,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+        first_name: str = "User",
+        username: str | None = None,
+        data: bytes = TINY_PNG,
+    ) -> int:
+        """Inject a photo message (downloadable via getFile) and return its update_id."""
+        message = self._incoming_message(
+            user_id,
+            chat_id=chat_id,
+            chat_type=chat_type,
+            first_name=first_name,
+            username=username,
+            reply_to_message_id=None,
+            chat_title="Test Group",
+        )
+        number = len(self._files)
+        sizes = []
+        for index, side in enumerate((90, 320)):
+            file_id = f"AgACAgFake{number}x{index}"
+            path = f"photos/file_{number}_{index}.png"
+            self._files[file_id] = (path, data)
+            sizes.append(
+                {
+                    "file_id": file_id,
+                    "file_unique_id": f"AQADFake{number}x{index}",
+                    "file_size": len(data),
+                    "width": side,
+                    "height": side,
+                }
+            )
+        message["photo"] = sizes
+        if caption is not None:
+            message["caption"] = caption
+        return self.inject_update({self._update_key(chat_type): message})
+
+    def block_user(self, chat_id: int) -> None:
+        """Make later sends to ``chat_id`` fail with 403 "bot was blocked by the user"."""
+        self._blocked.add(chat_id)
+
+    # ------------------------------------------------------------------ inspecting
+
+    def requests_for(self, method: str) -> list[RecordedRequest]:
+        """Every call of ``method`` (case-insensitive), in order."""
+        wanted = method.lower()
+        return [request for request in self.requests if request.method.lower() == wanted]
+
+    def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
+        """Messages delivered by ``sendMessage`` (as sent, edits not applied), in order."""
+        if chat_id is None:
+            return list(self._sent)
+        return list(self._sent_by_chat.get(chat_id, []))
+
+    def edited_messages(self, chat_id: int | None = None) -> list[SentMessage]:
+        """Successful ``editMessageText`` results, in order."""
+        return [m for m in self._edits if chat_id is None or m.chat_id == chat_id]
+
+    def bot_messages(self, chat_id: int) -> list[SentMessage]:
+        """The bot's messages in ``chat_id`` as the user sees them now (edits applied)."""
+        found = [
+            stored.sent
+            for (chat, _), stored in self._messages.items()
+            if chat == chat_id and stored.sent is not None
+        ]
+        return sorted(found, key=lambda message: message.message_id)
+
+    def drafts(self, chat_id: int) -> list[RecordedRequest]:
+        """Successful ``sendMessageDraft`` calls for ``chat_id``, in order."""
+        return [
+            request
+            for request in self.requests_for("sendMessageDraft")
+            if request.error_code is None and request.params.get("chat_id") == chat_id
+        ]
+
+    def commands(
+        self, scope: dict[str, Any] | None = None, language_code: str = ""
+    ) -> list[dict[str, Any]]:
+        """Bot commands stored by ``setMyCommands`` for a scope (default scope if None)."""
+        return list(self._commands.get(self._commands_key(scope, language_code), []))
+
+    async def wait_for_messages(
+        self,
+        chat_id: int,
+        count: int = 1,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> list[SentMessage]:
+        """Wait until at least ``count`` messages were sent to ``chat_id``; return them all."""
+        try:
+            await self._wait_until(
+                lambda: len(self._sent_by_chat.get(chat_id, [])) >= count, timeout
+            )
+        except TimeoutError:
+            raise AssertionError(self._describe_timeout(chat_id, count, timeout)) from None
+        return self.sent_messages(chat_id)
+
+    async def wait_for_requests(
+        self,
+        method: str,
+        count: int = 1,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> list[RecordedRequest]:
+        """Wait until ``method`` was called at least ``count`` times; return those calls."""
+        try:
+            await self._wait_until(lambda: len(self.requests_for(method)) >= count, timeout)
+        except TimeoutError:
+            seen = len(self.requests_for(method))
+            raise AssertionError(
+                f"expected {count} {method} call(s) within {timeout}s, got {seen}; "
+                f"calls so far: {[r.method for r in self.requests[-20:]]}"
+            ) from None
+        return self.requests_for(method)
+
+    # ------------------------------------------------------------------ fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        error_code: int = 429,
+        description: str | None = None,
+        retry_after: int | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` with this error instead of handling them.
+
+        A 429 without ``retry_after`` uses :attr:`flood_retry_after`.
+        """
+        if error_code == 429 and retry_after is None:
+            retry_after = self.flood_retry_after
+        if description is None:
+            if error_code == 429:
+                description = f"Too Many Requests: retry after {retry_after}"
+            else:
+                description = _DEFAULT_DESCRIPTIONS.get(error_code, "Error")
+        fault = _Fault(error_code, description, retry_after, times)
+        self._faults.setdefault(method.lower(), []).append(fault)
+
+    # ------------------------------------------------------------------ HTTP plumbing
+
+    async def _handle_api(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return self._error_response(_ApiError(401, "Unauthorized"))
+        method = request.match_info["method"]
+        try:
+            params = await self._read_params(request)
+        except _ApiError as error:
+            return self._error_response(error)
+        index = len(self.requests)
+        self.requests.append(RecordedRequest(method, params, time.monotonic()))
+        try:
+            result = await self._dispatch(method, params)
+        except _ApiError as error:
+            self.requests[index] = replace(
+                self.requests[index], error_code=error.error_code, description=error.description
+            )
+            self._notify()
+            return self._error_response(error)
+        self._notify()
+        return web.json_response({"ok": True, "result": result})
+
+    async def _dispatch(self, method: str, params: dict[str, Any]) -> Any:
+        key = method.lower()
+        handler = self._handlers.get(key)
+        if handler is None:
+            raise _ApiError(404, "Not Found: method not found")
+        if key != "getupdates" and self.latency > 0:
+            await asyncio.sleep(self.latency)
+        faults = self._faults.get(key)
+        if faults:
+            fault = faults[0]
+            fault.times -= 1
+            if fault.times <= 0:
+                faults.pop(0)
+            raise _ApiError(fault.error_code, fault.description, fault.retry_after)
+        flood = self.flood_ratio > 0 and key.startswith("send")
+        if flood and self._random.random() < self.flood_ratio:
+            retry_after = self.flood_retry_after
+            raise _ApiError(429, f"Too Many Requests: retry after {retry_after}", retry_after)
+        return await handler(params)
+
+    async def _read_params(self, request: web.Request) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            key: _decode_value(key, value) for key, value in request.query.items()
+        }
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except ValueError:
+                raise _ApiError(400, "Bad Request: can't parse JSON request body") from None
+            if isinstance(body, dict):
+                params.update(body)
+        elif request.can_read_body:
+            form = await request.post()
+            for key, value in form.items():
+                if isinstance(value, str):
+                    params[key] = _decode_value(key, value)
+                elif isinstance(value, bytes | bytearray):
+                    params[key] = bytes(value)
+                else:
+                    params[key] = value.file.read()
+        return params
+
+    @staticmethod
+    def _error_response(error: _ApiError) -> web.Response:
+        body: dict[str, Any] = {
+            "ok": False,
+            "error_code": error.error_code,
+            "description": error.description,
+        }
+        if error.retry_after is not None:
+            body["parameters"] = {"retry_after": error.retry_after}
+        return web.json_response(body, status=error.error_code)
+
+    async def _handle_file(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return self._error_response(_ApiError(401, "Unauthorized"))
+        path = request.match_info["file_path"]
+        for file_path, data in self._files.values():
+            if file_path == path:
+                return web.Response(body=data, content_type="image/png")
+        return self._error_response(_ApiError(404, "Not Found"))
+
+    # ------------------------------------------------------------------ waiting
+
+    def _notify(self) -> None:
+        self._activity.set()
+        self._activity = asyncio.Event()
+
+    async def _wait_until(self, condition: Callable[[], bool], seconds: float) -> None:
+        async with asyncio.timeout(seconds):
+            while not condition():
+                await self._activity.wait()
+
+    def _describe_timeout(self, chat_id: int, count: int, timeout: float) -> str:
+        got = self.sent_messages(chat_id)
+        lines = [
+            f"expected at least {count} message(s) to chat {chat_id} within {timeout}s, "
+            f"got {len(got)}:"
+        ]
+        lines += [f"  #{m.message_id}: {m.text!r}" for m in got]
+        others = sorted({m.chat_id for m in self._sent if m.chat_id != chat_id})
+        if others:
+            lines.append(f"messages were sent to other chats: {others}")
+        if self.pending_updates:
+            lines.append(f"{len(self.pending_updates)} update(s) never confirmed by the bot")
+        errors = [r for r in self.requests if r.error_code is not None]
+        if errors:
+            lines.append("API errors:")
+            lines += [f"  {r.method} -> {r.error_code} {r.description}" for r in errors[-10:]]
+        if not self.requests:
+            lines.append("the bot never called the API (is it polling this server?)")
+        else:
+            recent = ", ".join(r.method for r in self.requests[-10:])
+            lines.append(f"last API calls: {recent}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _bot_user(self) -> dict[str, Any]:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": self.bot_first_name,
+            "username": self.bot_username,
+        }
+
+    @staticmethod
+    def _update_key(chat_type: str) -> str:
+        return "channel_post" if chat_type == "channel" else "message"
+
+    def _next_message_id(self, chat_id: int) -> int:
+        message_id = self._last_message_id.get(chat_id, 0) + 1
+        self._last_message_id[chat_id] = message_id
+        return message_id
+
+    def _incoming_message(
+        self,
+        user_id: int,
+        *,
+        chat_id: int | None,
+        chat_type: str,
+        first_name: str,
+        username: str | None,
+        reply_to_message_id: int | None,
+        chat_title: str,
+    ) -> dict[str, Any]:
+        if chat_id is None:
+            if chat_type == "private":
+                chat_id = user_id
+            elif chat_type == "group":
+                chat_id = -abs(user_id)
+            else:
+                chat_id = -(1_000_000_000_000 + abs(user_id))
+        user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
+        if username is not None:
+            user["username"] = username
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = first_name
+            if username is not None:
+                chat["username"] = username
+        else:
+            chat["title"] = chat_title
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "date": int(time.time()),
+            "chat": chat,
+        }
+        if chat_type == "channel":
+            message["sender_chat"] = chat
+        else:
+            message["from"] = user
+        if reply_to_message_id is not None:
+            message["reply_to_message"] = self._reply_target(chat_id, reply_to_message_id)
+        return message
+
+    def _reply_target(self, chat_id: int, message_id: int) -> dict[str, Any]:
+        stored = self._messages.get((chat_id, message_id))
+        if stored is not None:
+            target = dict(stored.message)
+            target.pop("reply_to_message", None)
+            return target
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+        }
+
+    def _track_incoming(self, message: dict[str, Any]) -> None:
+        chat = message.get("chat")
+        message_id = message.get("message_id")
+        if not isinstance(chat, dict) or not isinstance(message_id, int):
+            return
+        chat_id = chat.get("id")
+        if not isinstance(chat_id, int):
+            return
+        self._chats[chat_id] = dict(chat)
+        self._last_message_id[chat_id] = max(self._last_message_id.get(chat_id, 0), message_id)
+        self._messages[(chat_id, message_id)] = _StoredMessage(message, from_bot=False)
+
+    def _chat(self, chat_id: int) -> dict[str, Any]:
+        chat = self._chats.get(chat_id)
+        if chat is not None:
+            return dict(chat)
+        if chat_id > 0:
+            return {"id": chat_id, "type": "private", "first_name": "User"}
+        kind = "supergroup" if chat_id < -1_000_000_000_000 else "group"
+        return {"id": chat_id, "type": kind, "title": "Test Group"}
+
+    @staticmethod
+    def _chat_id(params: dict[str, Any]) -> int:
+        chat_id = params.get("chat_id")
+        if isinstance(chat_id, bool) or not isinstance(chat_id, int):
+            if isinstance(chat_id, str) and chat_id.startswith("@"):
+                raise _ApiError(400, "Bad Request: chat not found")
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        return chat_id
+
+    @staticmethod
+    def _int_param(params: dict[str, Any], name: str) -> int | None:
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value
+
+    def _check_blocked(self, chat_id: int) -> None:
+        if chat_id in self._blocked:
+            raise _ApiError(403, "Forbidden: bot was blocked by the user")
+
+    @staticmethod
+    def _render_text(params: dict[str, Any]) -> tuple[str, str, str | None, list[dict[str, Any]]]:
+        """Validate ``text``/``parse_mode``/``entities``; return (raw, plain, mode, entities)."""
+        raw = params.get("text", "")
+        if not isinstance(raw, str):
+            raw = str(raw)
+        parse_mode = params.get("parse_mode")
+        mode = parse_mode if isinstance(parse_mode, str) and parse_mode else None
+        entities: list[dict[str, Any]] = []
+        plain = raw
+        given = params.get("entities")
+        if isinstance(given, list):
+            entities = [dict(e) for e in given if isinstance(e, dict)]
+        elif mode is not None and mode.lower() == "html":
+            plain, entities = parse_html(raw)
+        if not plain.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if len(plain) > MAX_MESSAGE_LENGTH:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return raw, plain, mode, entities
+
+    @staticmethod
+    def _inline_markup(params: dict[str, Any]) -> dict[str, Any] | None:
+        markup = params.get("reply_markup")
+        if isinstance(markup, dict) and "inline_keyboard" in markup:
+            return markup
+        return None
+
+    def _reply_to_id(self, params: dict[str, Any]) -> int | None:
+        reply = params.get("reply_parameters")
+        if isinstance(reply, dict):
+            message_id = reply.get("message_id")
+            if isinstance(message_id, int):
+                return message_id
+        return self._int_param(params, "reply_to_message_id")
+
+    # ------------------------------------------------------------------ API methods
+
+    async def _return_true(self, params: dict[str, Any]) -> bool:
+        return True
+
+    async def _get_me(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **self._bot_user(),
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = self._int_param(params, "offset")
+        limit = self._int_param(params, "limit") or 100
+        limit = max(1, min(limit, 100))
+        timeout = self._int_param(params, "timeout") or 0
+        if offset is not None and offset > 0:
+            self.pending_updates = [u for u in self.pending_updates if u["update_id"] >= offset]
+            self.confirmed_offset = max(self.confirmed_offset, offset)
+        elif offset is not None and offset < 0:
+            dropped = self.pending_updates[:offset]
+            self.pending_updates = self.pending_updates[offset:]
+            if dropped:
+                last = dropped[-1]["update_id"] + 1
+                self.confirmed_offset = max(self.confirmed_offset, last)
+        self._poll_generation += 1
+        generation = self._poll_generation
+        self._notify()  # wake an older long poll so it can answer 409
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if self.pending_updates or self._stopping:
+                return self.pending_updates[:limit]
+            if generation != self._poll_generation:
+                raise _ApiError(
+                    409,
+                    "Conflict: terminated by other getUpdates request; "
+                    "make sure that only one bot instance is running",
+                )
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._activity.wait()
+
+    async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        raw, plain, mode, entities = self._render_text(params)
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "text": plain,
+        }
+        if entities:
+            message["entities"] = entities
+        reply_to = self._reply_to_id(params)
+        if reply_to is not None:
+            message["reply_to_message"] = self._reply_target(chat_id, reply_to)
+        markup = self._inline_markup(params)
+        if markup is not None:
+            message["reply_markup"] = markup
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=message["message_id"],
+            text=raw,
+            parse_mode=mode,
+            params=params,
+            plain_text=plain,
+            entities=tuple(entities),
+        )
+        self._sent.append(sent)
+        self._sent_by_chat.setdefault(chat_id, []).append(sent)
+        self._messages[(chat_id, sent.message_id)] = _StoredMessage(message, True, sent)
+        return message
+
+    async def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any] | bool:
+        if params.get("inline_message_id"):
+            self._render_text(params)
+            return True
+        chat_id = self._chat_id(params)
+        message_id = self._int_param(params, "message_id")
+        if message_id is None:
+            raise _ApiError(400, "Bad Request: message identifier is not specified")
+        stored = self._messages.get((chat_id, message_id))
+        if stored is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        if not stored.from_bot:
+            raise _ApiError(400, "Bad Request: message can't be edited")
+        raw, plain, mode, entities = self._render_text(params)
+        markup = self._inline_markup(params)
+        old = stored.message
+        if (
+            old.get("text") == plain
+            and old.get("entities", []) == entities
+            and old.get("reply_markup") == markup
+        ):
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and "
+                "reply markup are exactly the same as a current content and reply markup "
+                "of the message",
+            )
+        message = {key: value for key, value in old.items() if key not in ("entities",)}
+        message["text"] = plain
+        message["edit_date"] = int(time.time())
+        if entities:
+            message["entities"] = entities
+        message.pop("reply_markup", None)
+        if markup is not None:
+            message["reply_markup"] = markup
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=message_id,
+            text=raw,
+            parse_mode=mode,
+            params=params,
+            plain_text=plain,
+            entities=tuple(entities),
+        )
+        self._edits.append(sent)
+        self._messages[(chat_id, message_id)] = _StoredMessage(message, True, sent)
+        return message
+
+    async def _delete_message(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        message_id = self._int_param(params, "message_id")
+        if message_id is None or self._messages.pop((chat_id, message_id), None) is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        return True
+
+    async def _send_chat_action(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        if not isinstance(params.get("action"), str):
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        return True
+
+    async def _send_message_draft(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        if not self._int_param(params, "draft_id"):
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        if "text" in params:
+            mode = params.get("parse_mode")
+            text = str(params["text"])
+            plain = text
+            if isinstance(mode, str) and mode.lower() == "html" and "entities" not in params:
+                plain, _ = parse_html(text)
+            if len(plain) > MAX_MESSAGE_LENGTH:
+                raise _ApiError(400, "Bad Request: message is too long")
+        return True
+
+    async def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        if params.get("drop_pending_updates") is True:
+            if self.pending_updates:
+                last = self.pending_updates[-1]["update_id"] + 1
+                self.confirmed_offset = max(self.confirmed_offset, last)
+            self.pending_updates = []
+        return True
+
+    async def _get_webhook_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": "",
+            "has_custom_certificate": False,
+            "pending_update_count": len(self.pending_updates),
+        }
+
+    @staticmethod
+    def _commands_key(scope: Any, language_code: Any) -> tuple[str, str]:
+        if not isinstance(scope, dict):
+            scope = {"type": "default"}
+        language = language_code if isinstance(language_code, str) else ""
+        return json.dumps(scope, sort_keys=True), language
+
+    async def _set_my_commands(self, params: dict[str, Any]) -> bool:
+        commands = params.get("commands")
+        if not isinstance(commands, list):
+            raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+        stored: list[dict[str, Any]] = []
+        for command in commands:
+            if not isinstance(command, dict):
+                raise _ApiError(400, "Bad Request: can't parse BotCommand JSON object")
+            name = command.get("command")
+            description = command.get("description")
+            if not isinstance(name, str) or not _BOT_COMMAND_NAME_RE.match(name):
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not isinstance(description, str) or not 1 <= len(description) <= 256:
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+            stored.append(dict(command))
+        key = self._commands_key(params.get("scope"), params.get("language_code"))
+        self._commands[key] = stored
+        return True
+
+    async def _get_my_commands(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        key = self._commands_key(params.get("scope"), params.get("language_code"))
+        return list(self._commands.get(key, []))
+
+    async def _delete_my_commands(self, params: dict[str, Any]) -> bool:
+        key = self._commands_key(params.get("scope"), params.get("language_code"))
+        self._commands.pop(key, None)
+        return True
+
+    async def _get_file(self, params: dict[str, Any]) -> dict[str, Any]:
+        file_id = params.get("file_id")
+        if not isinstance(file_id, str) or file_id not in self._files:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        path, data = self._files[file_id]
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"AQAD{file_id[-6:]}",
+            "file_size": len(data),
+            "file_path": path,
+        }
