@@ -30,7 +30,9 @@ async def current_time(timezone: str = "UTC") -> str:
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ToolError(f"unknown time zone {timezone!r}; use an IANA name like Europe/Berlin")
+        raise ToolError(
+            f"unknown time zone {timezone!r}; use an IANA name like Europe/Berlin"
+        ) from None
     return datetime.now(zone).strftime("%A, %d %B %Y, %H:%M:%S %Z")
 
 

@@ -148,7 +148,10 @@ class Bot:
         async with context.lock, self._typing(messenger, message.chat_id):
             await context.append(user_message(message), update_id=message.update_id)
             tool_context = ToolContext(
-                user_id=message.user_id, chat_id=message.chat_id, timestamp=message.date, extra=extra
+                user_id=message.user_id,
+                chat_id=message.chat_id,
+                timestamp=message.date,
+                extra=extra,
             )
             reply = await self._run_loop(context, system, tools, tool_context)
             await messenger.send_text(message.chat_id, reply)

@@ -47,7 +47,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(target: str | None) -> int:
-    from botkit.app import run_bot
     from botkit.log import configure_logging
 
     bot = _load_bot(target)
@@ -56,6 +55,8 @@ def _run(target: str | None) -> int:
     bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     configure_logging(settings.log_level, secrets=[token, key])
+    from botkit.app import run_bot  # aiogram takes seconds to import: only once we will run
+
     run_bot(bot)
     return 0
 

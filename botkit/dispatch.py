@@ -72,10 +72,10 @@ class TurnDispatcher:
         if not self._unfinished:
             self._idle.set()
 
-    async def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every accepted turn finished; ``False`` if ``timeout`` ran out first."""
+    async def drain(self, grace_period: float | None = None) -> bool:
+        """Wait until every accepted turn finished; ``False`` if ``grace_period`` ran out first."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(grace_period):
                 await self._idle.wait()
         except TimeoutError:
             return False

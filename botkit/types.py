@@ -119,7 +119,10 @@ class Message(BaseModel):
 
     def to_api(self) -> dict[str, Any]:
         """The message as the Messages API expects it (no usage)."""
-        return {"role": self.role, "content": [b.model_dump(exclude_none=True) for b in self.content]}
+        return {
+            "role": self.role,
+            "content": [b.model_dump(exclude_none=True) for b in self.content],
+        }
 
 
 class ToolDef(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,15 +20,11 @@ def assistant(text: str) -> Message:
 
 
 def calls(*ids: str) -> Message:
-    return Message(
-        role="assistant", content=[ToolUseBlock(id=i, name="t", input={}) for i in ids]
-    )
+    return Message(role="assistant", content=[ToolUseBlock(id=i, name="t", input={}) for i in ids])
 
 
 def results(*ids: str) -> Message:
-    return Message(
-        role="user", content=[ToolResultBlock(tool_use_id=i, content="ok") for i in ids]
-    )
+    return Message(role="user", content=[ToolResultBlock(tool_use_id=i, content="ok") for i in ids])
 
 
 def assert_valid(messages: list[Message]) -> None:
@@ -34,7 +32,7 @@ def assert_valid(messages: list[Message]) -> None:
     if not messages:
         return
     assert messages[0].role == "user"
-    for before, after in zip(messages, messages[1:], strict=False):
+    for before, after in itertools.pairwise(messages):
         assert before.role != after.role, "roles must alternate"
     for index, message in enumerate(messages):
         assert message.content, "no empty messages"

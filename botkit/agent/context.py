@@ -36,9 +36,7 @@ class ContextManager:
         self.max_messages = max_messages
         self.transform_context = transform_context
         self.convert_to_llm = convert_to_llm
-        self.on_append: list[OnAppend] = (
-            [on_append] if callable(on_append) else list(on_append)
-        )
+        self.on_append: list[OnAppend] = [on_append] if callable(on_append) else list(on_append)
         self.lock = asyncio.Lock()
         """Held for the length of a turn, so one user's turns never overlap."""
         self._messages: list[Message] = list(messages)

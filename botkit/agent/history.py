@@ -64,7 +64,8 @@ def _answered(previous: Message | None, content: Sequence[ContentBlock]) -> list
         if isinstance(b, ToolResultBlock) and b.tool_use_id in wanted
     }
     answers: list[ContentBlock] = [
-        results.get(i) or ToolResultBlock(tool_use_id=i, content=INTERRUPTED_TOOL_TEXT, is_error=True)
+        results.get(i)
+        or ToolResultBlock(tool_use_id=i, content=INTERRUPTED_TOOL_TEXT, is_error=True)
         for i in wanted
     ]
     others = [b for b in content if not isinstance(b, ToolResultBlock)]

@@ -70,7 +70,9 @@ class AgentLoop:
         """Loop until the model answers in text or ``max_iterations`` calls were made."""
         usage = Usage()
         for iteration in range(1, self.max_iterations + 1):
-            request = LLMRequest(system=system, messages=context.prepare(), tools=tools.definitions())
+            request = LLMRequest(
+                system=system, messages=context.prepare(), tools=tools.definitions()
+            )
             response = await self.llm.complete(request, on_text)
             usage += response.usage
             await context.append(
@@ -100,8 +102,10 @@ class AgentLoop:
             await context.append(Message(role="user", content=list(results)))
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them
-            cut = [ToolResultBlock(tool_use_id=c.id, content=self.texts.cut_tool_call, is_error=True)
-                   for c in calls]
+            cut = [
+                ToolResultBlock(tool_use_id=c.id, content=self.texts.cut_tool_call, is_error=True)
+                for c in calls
+            ]
             await context.append(Message(role="user", content=list(cut)))
             return None
         if reason in ("max_tokens", "model_context_window_exceeded"):

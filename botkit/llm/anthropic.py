@@ -135,7 +135,9 @@ def _to_response(raw: Any) -> LLMResponse:
             blocks.append(ToolUseBlock(id=block.id, name=block.name, input=dict(block.input)))
         else:
             log.warning("llm.block_ignored", block_type=block.type)
-    stop_reason = raw.stop_reason if raw.stop_reason in _KNOWN_STOP_REASONS else "end_turn"
+    stop_reason: StopReason = (
+        raw.stop_reason if raw.stop_reason in _KNOWN_STOP_REASONS else "end_turn"
+    )
     usage = Usage(
         input_tokens=raw.usage.input_tokens or 0,
         output_tokens=raw.usage.output_tokens or 0,
@@ -143,5 +145,4 @@ def _to_response(raw: Any) -> LLMResponse:
         cache_read_input_tokens=raw.usage.cache_read_input_tokens or 0,
     )
     message = Message(role="assistant", content=blocks, usage=usage)
-    reason: StopReason = stop_reason
-    return LLMResponse(message=message, stop_reason=reason, model=raw.model)
+    return LLMResponse(message=message, stop_reason=stop_reason, model=raw.model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC
+from functools import partial
 from typing import TypeVar
 
 import structlog
@@ -59,7 +60,7 @@ class TelegramMessenger:
     async def send_text(self, chat_id: int, text: str) -> None:
         """Send ``text``, split into parts Telegram accepts, each retried until delivered."""
         for part in split_text(text):
-            await self._retrying(lambda p=part: self.api.send_message(chat_id, p))
+            await self._retrying(partial(self.api.send_message, chat_id, part))
 
     async def send_typing(self, chat_id: int) -> None:
         """Show "typing…" in the chat (best effort, never retried)."""

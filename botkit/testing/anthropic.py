@@ -1,0 +1,878 @@
+"""A local fake of the Anthropic Messages API that the real ``anthropic`` SDK can talk to.
+
+Start it, point ``AsyncAnthropic`` at it and script what "Claude" answers::
+
+    async with FakeAnthropicServer() as fake:
+        client = AsyncAnthropic(base_url=fake.base_url, api_key="test")
+        fake.enqueue(FakeReply.tool_use("get_weather", {"city": "Paris"}), FakeReply.text("Sunny."))
+        ...  # run your agent
+        assert fake.requests[1].tool_results()[0]["tool_use_id"] == ...
+        await client.close()
+
+It speaks the wire protocol of ``POST /v1/messages`` (JSON, or server-sent events with
+``event:`` lines in the real order when ``stream`` is true), ``POST /v1/messages/count_tokens``
+and the real error shape and statuses, so the SDK's own parsing, retries and exception classes
+(``OverloadedError``, ``RateLimitError``, ``BadRequestError``, ...) are exercised unchanged.
+
+Replies come from a FIFO filled with :meth:`FakeAnthropicServer.enqueue`, then from
+:attr:`FakeAnthropicServer.responder` (by default an echo). Requests are checked like the real
+API checks them (missing fields, empty text blocks, ``tool_use``/``tool_result`` pairing, more
+than four cache breakpoints, prompts over the context window) and answered 400 if invalid; such
+requests do not consume a scripted reply.
+
+Token usage is deterministic: one token per four characters of the JSON of the tools, the
+system prompt and the messages (at least one), and of the output. Prompt caching is simulated:
+each ``cache_control`` breakpoint stores the prefix (tools, then system, then messages) up to
+it; a later request that repeats the longest stored prefix reports it as
+``cache_read_input_tokens``, what it adds up to its last breakpoint as
+``cache_creation_input_tokens``, and the rest as ``input_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import random
+import re
+import socket
+import string
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "FakeAnthropicServer",
+    "FakeError",
+    "FakeReply",
+    "FakeRequest",
+    "Responder",
+    "echo_responder",
+]
+
+DEFAULT_CONTEXT_WINDOW = 200_000
+"""Largest prompt, in (fake) tokens, accepted before answering "prompt is too long"."""
+
+MAX_CACHE_BREAKPOINTS = 4
+"""Most blocks with ``cache_control`` one request may carry, like the real API."""
+
+_CHARS_PER_TOKEN = 4
+_TEXT_CHUNK = 20
+_JSON_CHUNK = 16
+_BASE62 = string.ascii_letters + string.digits
+_MAX_BODY = 64 * 1024 * 1024
+_AUTO = ""  # FakeReply.stop_reason placeholder: derive it from the content
+
+
+def _random_id(prefix: str) -> str:
+    return prefix + "".join(random.choices(_BASE62, k=22))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _tokens(chars: int) -> int:
+    return chars // _CHARS_PER_TOKEN
+
+
+# ---------------------------------------------------------------------------------- public types
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """One scripted model answer: content blocks in API shape and a stop reason.
+
+    ``stop_reason`` defaults to ``"tool_use"`` when the content holds a ``tool_use`` block
+    and to ``"end_turn"`` otherwise. ``tool_use`` blocks without an ``id`` get a fresh one.
+    """
+
+    content: list[dict[str, Any]]
+    stop_reason: str = _AUTO
+
+    def __post_init__(self) -> None:
+        """Fill in tool ids and the automatic stop reason."""
+        content: list[dict[str, Any]] = []
+        for block in self.content:
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise TypeError(f"content blocks must be dicts with a 'type', got {block!r}")
+            if block["type"] == "tool_use":
+                block = {"id": _random_id("toolu_01"), "input": {}, **block}
+            content.append(block)
+        object.__setattr__(self, "content", content)
+        if self.stop_reason == _AUTO:
+            has_tool = any(block["type"] == "tool_use" for block in content)
+            object.__setattr__(self, "stop_reason", "tool_use" if has_tool else "end_turn")
+
+    @classmethod
+    def text(cls, text: str, *, stop_reason: str = "end_turn") -> FakeReply:
+        """A plain text answer."""
+        return cls([{"type": "text", "text": text}], stop_reason)
+
+    @classmethod
+    def tool_use(
+        cls,
+        name: str,
+        input: dict[str, Any],
+        *,
+        id: str | None = None,
+        text: str | None = None,
+    ) -> FakeReply:
+        """One tool call, optionally preceded by a text block; ``id`` defaults to a fresh one."""
+        content: list[dict[str, Any]] = []
+        if text is not None:
+            content.append({"type": "text", "text": text})
+        content.append(
+            {"type": "tool_use", "id": id or _random_id("toolu_01"), "name": name, "input": input}
+        )
+        return cls(content, "tool_use")
+
+    @classmethod
+    def tool_uses(cls, calls: list[tuple[str, dict[str, Any]]]) -> FakeReply:
+        """Several parallel tool calls ``(name, input)``, each with a fresh id."""
+        return cls(
+            [
+                {"type": "tool_use", "id": _random_id("toolu_01"), "name": name, "input": input}
+                for name, input in calls
+            ],
+            "tool_use",
+        )
+
+    def output_chars(self) -> int:
+        """Characters of generated output, the base of ``output_tokens``."""
+        total = 0
+        for block in self.content:
+            if block["type"] == "text":
+                total += len(str(block.get("text", "")))
+            elif block["type"] == "tool_use":
+                total += len(str(block.get("name", ""))) + len(_dumps(block.get("input", {})))
+            elif block["type"] == "thinking":
+                total += len(str(block.get("thinking", "")))
+            else:
+                total += len(_dumps(block))
+        return total
+
+
+@dataclass(frozen=True)
+class FakeError:
+    """One scripted API error, answered with the real error shape and HTTP status.
+
+    ``retry_after`` (seconds) is sent as ``retry-after-ms``/``retry-after`` headers on
+    retryable statuses (408, 409, 429, 5xx); the SDK ignores a zero, so zero is sent as 1 ms
+    (an immediate retry). ``None`` sends no header: the SDK then backs off on its own
+    (about 0.5 s, 1 s, ...). With ``mid_stream`` a streaming request gets a 200 whose event
+    stream starts and then carries an ``error`` event, as the real API does when it overloads
+    mid-answer; non-streaming requests get the plain HTTP error either way.
+    """
+
+    status: int
+    type: str
+    message: str
+    retry_after: float | None = 0.0
+    mid_stream: bool = False
+
+    @classmethod
+    def overloaded(cls, *, mid_stream: bool = False) -> FakeError:
+        """HTTP 529 ``overloaded_error`` (the SDK raises ``OverloadedError``)."""
+        return cls(529, "overloaded_error", "Overloaded", mid_stream=mid_stream)
+
+    @classmethod
+    def rate_limited(cls, *, retry_after: float | None = 0.0) -> FakeError:
+        """HTTP 429 ``rate_limit_error`` (the SDK raises ``RateLimitError``)."""
+        return cls(
+            429,
+            "rate_limit_error",
+            "Number of request tokens has exceeded your per-minute rate limit",
+            retry_after=retry_after,
+        )
+
+    @classmethod
+    def prompt_too_long(
+        cls, tokens: int = 250_000, maximum: int = DEFAULT_CONTEXT_WINDOW
+    ) -> FakeError:
+        """HTTP 400 ``invalid_request_error`` "prompt is too long: N tokens > M maximum"."""
+        return cls(
+            400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {maximum} maximum"
+        )
+
+    @classmethod
+    def invalid_request(cls, message: str) -> FakeError:
+        """HTTP 400 ``invalid_request_error`` with the given message."""
+        return cls(400, "invalid_request_error", message)
+
+    @classmethod
+    def server_error(cls, *, mid_stream: bool = False) -> FakeError:
+        """HTTP 500 ``api_error`` (the SDK raises ``InternalServerError``)."""
+        return cls(500, "api_error", "Internal server error", mid_stream=mid_stream)
+
+    def body(self, request_id: str | None = None) -> dict[str, Any]:
+        """The JSON error body the API sends."""
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": self.type, "message": self.message},
+        }
+        if request_id is not None:
+            body["request_id"] = request_id
+        return body
+
+
+@dataclass(frozen=True)
+class FakeRequest:
+    """One request the fake received: the JSON body, lower-cased headers, monotonic time."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+
+    @property
+    def model(self) -> str:
+        """The requested model name."""
+        model = self.body.get("model")
+        return model if isinstance(model, str) else ""
+
+    @property
+    def system(self) -> str | list[dict[str, Any]] | None:
+        """The system prompt: a string, a list of text blocks, or ``None``."""
+        system = self.body.get("system")
+        return system if isinstance(system, str | list) else None
+
+    @property
+    def system_text(self) -> str:
+        """The system prompt as plain text (text blocks joined by blank lines)."""
+        system = self.system
+        if isinstance(system, str):
+            return system
+        return "\n\n".join(_texts(system or []))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation, in API shape."""
+        messages = self.body.get("messages")
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool definitions (empty if none)."""
+        tools = self.body.get("tools")
+        return tools if isinstance(tools, list) else []
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Names of the offered tools, in order."""
+        return [str(tool.get("name")) for tool in self.tools if isinstance(tool, dict)]
+
+    @property
+    def stream(self) -> bool:
+        """Whether a streamed answer was asked for."""
+        return self.body.get("stream") is True
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The requested ``max_tokens``."""
+        max_tokens = self.body.get("max_tokens")
+        return max_tokens if isinstance(max_tokens, int) else None
+
+    def _last_user_blocks(self) -> list[dict[str, Any]] | str | None:
+        for message in reversed(self.messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str | list):
+                    return content
+                return None
+        return None
+
+    def last_user_text(self) -> str:
+        """Text of the last user message; "" if it only holds tool results (or is missing)."""
+        content = self._last_user_blocks()
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "\n".join(_texts(content))
+
+    def tool_results(self) -> list[dict[str, Any]]:
+        """The ``tool_result`` blocks of the last user message."""
+        content = self._last_user_blocks()
+        if not isinstance(content, list):
+            return []
+        return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _texts(blocks: list[Any]) -> list[str]:
+    return [
+        str(block.get("text", ""))
+        for block in blocks
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+
+
+Answer: TypeAlias = FakeReply | FakeError
+Responder: TypeAlias = Callable[[FakeRequest], Answer | Awaitable[Answer]]
+"""Decides the answer to a request when no scripted reply is queued (may be async)."""
+
+
+def echo_responder(request: FakeRequest) -> FakeReply:
+    """The default responder: answers ``"echo: <last user text>"``."""
+    return FakeReply.text(f"echo: {request.last_user_text()}")
+
+
+@dataclass(frozen=True)
+class _ResponderCrash(FakeError):
+    """The 500 answered when the responder raised: not retried, since it would fail again."""
+
+
+# ---------------------------------------------------------------------------------- accounting
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One cacheable unit of a prompt: a tool, a system block or a message content block."""
+
+    digest: str  # identity of the whole prefix ending with this segment
+    chars: int  # characters up to and including this segment
+    breakpoint: bool
+
+
+@dataclass(frozen=True)
+class _Usage:
+    input_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+    new_entries: tuple[str, ...] = field(default=())
+
+    def as_dict(self, output_tokens: int) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": self.cache_creation_input_tokens,
+                "ephemeral_1h_input_tokens": 0,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        }
+
+
+def _segments(body: dict[str, Any]) -> list[_Segment]:
+    """Split the prompt into tools, system blocks and message blocks, in cache-prefix order."""
+    units: list[tuple[str, Any]] = []
+    for tool in body.get("tools") or []:
+        units.append(("tool", tool))
+    system = body.get("system")
+    if isinstance(system, str):
+        units.append(("system", system))
+    elif isinstance(system, list):
+        units.extend(("system", block) for block in system)
+    for index, message in enumerate(body.get("messages") or []):
+        if not isinstance(message, dict):
+            continue
+        tag = f"message {index} {message.get('role')}"
+        content = message.get("content")
+        if isinstance(content, list):
+            units.extend((tag, block) for block in content)
+        else:
+            units.append((tag, content))
+    hasher = hashlib.sha256(str(body.get("model")).encode())
+    segments: list[_Segment] = []
+    chars = 0
+    for tag, unit in units:
+        breakpoint = isinstance(unit, dict) and unit.get("cache_control") is not None
+        if isinstance(unit, dict) and "cache_control" in unit:
+            unit = {key: value for key, value in unit.items() if key != "cache_control"}
+        text = _dumps(unit)
+        chars += len(text)
+        piece = f"{tag}\0{text}".encode()
+        hasher.update(len(piece).to_bytes(8, "big") + piece)
+        segments.append(_Segment(hasher.copy().hexdigest(), chars, breakpoint))
+    if segments and body.get("cache_control") is not None:
+        # top-level cache_control: a breakpoint on the last cacheable block
+        last = segments[-1]
+        segments[-1] = _Segment(last.digest, last.chars, True)
+    return segments
+
+
+def _input_tokens(segments: list[_Segment]) -> int:
+    return max(1, _tokens(segments[-1].chars if segments else 0))
+
+
+def _account(segments: list[_Segment], cache: set[str]) -> _Usage:
+    """Split the prompt's tokens into cache reads, cache writes and plain input."""
+    total = _input_tokens(segments)
+    breakpoints = [i for i, segment in enumerate(segments) if segment.breakpoint]
+    if not breakpoints:
+        return _Usage(total, 0, 0)
+    last = breakpoints[-1]
+    hit = max((i for i in range(last + 1) if segments[i].digest in cache), default=-1)
+    read = _tokens(segments[hit].chars) if hit >= 0 else 0
+    if last <= hit:
+        return _Usage(total - read, 0, read)
+    created = _tokens(segments[last].chars) - read
+    entries = tuple(segments[i].digest for i in breakpoints if i > hit)
+    return _Usage(total - read - created, created, read, entries)
+
+
+# ---------------------------------------------------------------------------------- validation
+
+
+def _validate(body: dict[str, Any], *, create: bool) -> str | None:
+    """Return the real API's complaint about ``body``, or ``None`` if it is acceptable."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return "model: Field required"
+    if create:
+        max_tokens = body.get("max_tokens")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            return "max_tokens: Field required"
+        if max_tokens < 1:
+            return "max_tokens: Input should be greater than or equal to 1"
+    breakpoints = 0
+
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "tools: Input should be a valid list"
+        names: set[str] = set()
+        for k, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                return f"tools.{k}.name: Field required"
+            if tool["name"] in names:
+                return "tools: Tool names must be unique."
+            names.add(tool["name"])
+            breakpoints += tool.get("cache_control") is not None
+
+    system = body.get("system")
+    if isinstance(system, list):
+        for k, block in enumerate(system):
+            if not isinstance(block, dict) or block.get("type") != "text":
+                return f"system.{k}.type: Input should be 'text'"
+            if not isinstance(block.get("text"), str) or not block["text"]:
+                return "system: text content blocks must be non-empty"
+            breakpoints += block.get("cache_control") is not None
+    elif system is not None and not isinstance(system, str):
+        return "system: Input should be a valid string or a valid list"
+
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "messages: Field required"
+    if not messages:
+        return "messages: at least one message is required"
+    pending: list[str] = []  # tool_use ids of the previous assistant message
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages.{i}: Input should be a valid dictionary"
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        final_assistant = role == "assistant" and i == len(messages) - 1
+        content = message.get("content")
+        if isinstance(content, str):
+            blocks: list[Any] = [{"type": "text", "text": content}] if content else []
+        elif isinstance(content, list):
+            blocks = content
+        else:
+            return f"messages.{i}.content: Input should be a valid string or a valid list"
+        if not blocks and not final_assistant:
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        results: list[str] = []
+        uses: list[str] = []
+        for j, block in enumerate(blocks):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                return f"messages.{i}.content.{j}: Input should be a valid dictionary"
+            kind = block["type"]
+            breakpoints += block.get("cache_control") is not None
+            if kind == "text":
+                if not isinstance(block.get("text"), str):
+                    return f"messages.{i}.content.{j}.text: Field required"
+                if not block["text"]:
+                    return "messages: text content blocks must be non-empty"
+            elif kind == "tool_use":
+                if role != "assistant":
+                    return (
+                        f"messages.{i}.content.{j}: tool_use blocks must be in assistant messages"
+                    )
+                uses.append(str(block.get("id")))
+            elif kind == "tool_result":
+                if role != "user":
+                    return f"messages.{i}.content.{j}: tool_result blocks must be in user messages"
+                tool_use_id = str(block.get("tool_use_id"))
+                if tool_use_id not in pending:
+                    return (
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {tool_use_id}. Each `tool_result` block must "
+                        "have a corresponding `tool_use` block in the previous message."
+                    )
+                results.append(tool_use_id)
+        missing = [tool_id for tool_id in pending if tool_id not in results]
+        if missing:
+            return (
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        if final_assistant and blocks:
+            last = blocks[-1]
+            if (
+                last.get("type") == "text"
+                and str(last.get("text")) != str(last.get("text")).rstrip()
+            ):
+                return "messages: final assistant content cannot end with trailing whitespace"
+        pending = uses
+    if breakpoints > MAX_CACHE_BREAKPOINTS:
+        return (
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {breakpoints}."
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------- streaming
+
+
+def _split_text(text: str, size: int = _TEXT_CHUNK) -> list[str]:
+    """Cut ``text`` at word boundaries into chunks of about ``size`` characters."""
+    chunks: list[str] = []
+    current = ""
+    for piece in re.findall(r"\S+\s*|\s+", text):
+        current += piece
+        if len(current) >= size:
+            chunks.append(current)
+            current = ""
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _split_every(text: str, size: int = _JSON_CHUNK) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _stream_plan(
+    content: list[dict[str, Any]],
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """For each block: its ``content_block_start`` payload and its deltas."""
+    plan: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for block in content:
+        kind = block["type"]
+        if kind == "text":
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _split_text(str(block["text"]))]
+        elif kind == "tool_use":
+            start = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": c}
+                for c in _split_every(json.dumps(block.get("input", {}), ensure_ascii=False))
+            ]
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": c}
+                for c in _split_text(str(block.get("thinking", "")))
+            ]
+            deltas.append({"type": "signature_delta", "signature": str(block.get("signature", ""))})
+        else:
+            start, deltas = block, []
+        plan.append((start, deltas))
+    return plan
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {_dumps(data)}\n\n".encode()
+
+
+# ---------------------------------------------------------------------------------- the server
+
+
+class FakeAnthropicServer:
+    """A fake Anthropic Messages API on 127.0.0.1 for tests and benchmarks of Claude agents."""
+
+    def __init__(
+        self,
+        *,
+        responder: Responder | None = None,
+        latency: float = 0.0,
+        chunk_delay: float = 0.0,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+    ) -> None:
+        """Configure the fake; nothing listens until :meth:`start`.
+
+        ``latency`` is waited before any answer starts; ``chunk_delay`` between two deltas of
+        a streamed answer (a non-streamed answer waits as long as its stream would have
+        taken, like the real API which answers once generation ends).
+        """
+        self.responder: Responder = responder or echo_responder
+        self.latency = latency
+        self.chunk_delay = chunk_delay
+        self.context_window = context_window
+        self.base_url = ""
+        self.requests: list[FakeRequest] = []
+        self.count_token_requests: list[FakeRequest] = []
+        self.responder_errors: list[Exception] = []
+        self._queue: deque[Answer] = deque()
+        self._cache: set[str] = set()
+        self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start listening on a random free port of 127.0.0.1 and set :attr:`base_url`."""
+        if self._runner is not None:
+            raise RuntimeError("FakeAnthropicServer is already running")
+        app = web.Application(client_max_size=_MAX_BODY)
+        app.router.add_post("/v1/messages", self._handle_messages)
+        app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
+        app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            site = web.SockSite(runner, sock)
+            await site.start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
+        port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop listening (cutting streams still in flight) and free the port."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    # ------------------------------------------------------------------ scripting
+
+    def enqueue(self, *replies: FakeReply | FakeError) -> None:
+        """Queue scripted answers; they are used in order, before the responder."""
+        for reply in replies:
+            if not isinstance(reply, FakeReply | FakeError):
+                raise TypeError(f"expected FakeReply or FakeError, got {reply!r}")
+        self._queue.extend(replies)
+
+    @property
+    def queued(self) -> int:
+        """How many scripted answers are still waiting."""
+        return len(self._queue)
+
+    def clear_cache(self) -> None:
+        """Forget every cached prompt prefix (as if the cache had expired)."""
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _handle_unknown(self, request: web.Request) -> web.Response:
+        return self._error_response(FakeError(404, "not_found_error", "Not Found"))
+
+    async def _read_body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return self._error_response(
+                FakeError.invalid_request(
+                    "There was an error parsing the body of your request. "
+                    "Please make sure that your request body is valid JSON."
+                )
+            )
+        return body
+
+    async def _handle_count_tokens(self, request: web.Request) -> web.Response:
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        self.count_token_requests.append(FakeRequest(body, headers, time.monotonic()))
+        problem = _validate(body, create=False)
+        if problem is not None:
+            return self._error_response(FakeError.invalid_request(problem))
+        tokens = _input_tokens(_segments(body))
+        return web.json_response({"input_tokens": tokens}, headers=self._headers())
+
+    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        recorded = FakeRequest(body, headers, time.monotonic())
+        self.requests.append(recorded)
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+
+        problem = _validate(body, create=True)
+        segments = _segments(body)
+        if problem is None and _input_tokens(segments) > self.context_window:
+            problem = (
+                f"prompt is too long: {_input_tokens(segments)} tokens > "
+                f"{self.context_window} maximum"
+            )
+        if problem is not None:
+            return self._error_response(FakeError.invalid_request(problem))
+
+        answer = await self._next_answer(recorded)
+        if isinstance(answer, FakeError):
+            if recorded.stream and answer.mid_stream:
+                usage = _account(segments, set(self._cache))
+                return await self._stream_error(request, recorded, usage, answer)
+            return self._error_response(answer)
+        usage = _account(segments, self._cache)
+        self._cache.update(usage.new_entries)
+        if recorded.stream:
+            return await self._stream_reply(request, recorded, usage, answer)
+        plan = _stream_plan(answer.content)
+        deltas = sum(len(deltas) for _, deltas in plan)
+        if self.chunk_delay > 0 and deltas > 1:
+            await asyncio.sleep(self.chunk_delay * (deltas - 1))
+        return web.json_response(
+            self._message(recorded, usage, answer, final=True), headers=self._headers()
+        )
+
+    async def _next_answer(self, request: FakeRequest) -> Answer:
+        if self._queue:
+            return self._queue.popleft()
+        try:
+            result = self.responder(request)
+            answer = result if isinstance(result, FakeReply | FakeError) else await result
+            if not isinstance(answer, FakeReply | FakeError):
+                raise TypeError(f"responder returned {answer!r}, not a FakeReply or FakeError")
+        except Exception as exc:
+            self.responder_errors.append(exc)
+            return _ResponderCrash(500, "api_error", f"the fake's responder raised {exc!r}")
+        return answer
+
+    # ------------------------------------------------------------------ answers
+
+    def _headers(self) -> dict[str, str]:
+        return {"request-id": _random_id("req_011")}
+
+    def _error_response(self, error: FakeError) -> web.Response:
+        headers = self._headers()
+        retryable = error.status in (408, 409, 429) or error.status >= 500
+        if isinstance(error, _ResponderCrash):
+            headers["x-should-retry"] = "false"  # a bug in the test, retrying will not help
+        elif retryable and error.retry_after is not None:
+            millis = max(1, round(error.retry_after * 1000))
+            headers["retry-after-ms"] = str(millis)
+            headers["retry-after"] = str(math.ceil(error.retry_after))
+        return web.json_response(
+            error.body(headers["request-id"]), status=error.status, headers=headers
+        )
+
+    def _message(
+        self, request: FakeRequest, usage: _Usage, reply: FakeReply | None, *, final: bool
+    ) -> dict[str, Any]:
+        output_tokens = max(1, _tokens(reply.output_chars())) if reply is not None else 1
+        return {
+            "id": _random_id("msg_01"),
+            "type": "message",
+            "role": "assistant",
+            "model": request.model,
+            "content": reply.content if final and reply is not None else [],
+            "stop_reason": reply.stop_reason if final and reply is not None else None,
+            "stop_sequence": None,
+            "usage": usage.as_dict(output_tokens if final else 1),
+        }
+
+    async def _start_stream(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                **self._headers(),
+            }
+        )
+        await response.prepare(request)
+        return response
+
+    async def _stream_reply(
+        self, request: web.Request, recorded: FakeRequest, usage: _Usage, reply: FakeReply
+    ) -> web.StreamResponse:
+        response = await self._start_stream(request)
+        try:
+            message = self._message(recorded, usage, reply, final=False)
+            await response.write(
+                _sse("message_start", {"type": "message_start", "message": message})
+            )
+            await response.write(_sse("ping", {"type": "ping"}))
+            first = True
+            for index, (start, deltas) in enumerate(_stream_plan(reply.content)):
+                await response.write(
+                    _sse(
+                        "content_block_start",
+                        {"type": "content_block_start", "index": index, "content_block": start},
+                    )
+                )
+                for delta in deltas:
+                    if not first and self.chunk_delay > 0:
+                        await asyncio.sleep(self.chunk_delay)
+                    first = False
+                    await response.write(
+                        _sse(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta},
+                        )
+                    )
+                await response.write(
+                    _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+                )
+            output_tokens = max(1, _tokens(reply.output_chars()))
+            await response.write(
+                _sse(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                        "usage": {"output_tokens": output_tokens},
+                    },
+                )
+            )
+            await response.write(_sse("message_stop", {"type": "message_stop"}))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away mid-stream
+        return response
+
+    async def _stream_error(
+        self, request: web.Request, recorded: FakeRequest, usage: _Usage, error: FakeError
+    ) -> web.StreamResponse:
+        response = await self._start_stream(request)
+        try:
+            message = self._message(recorded, usage, None, final=False)
+            await response.write(
+                _sse("message_start", {"type": "message_start", "message": message})
+            )
+            await response.write(_sse("ping", {"type": "ping"}))
+            await response.write(_sse("error", error.body()))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
+        return response

@@ -1,0 +1,156 @@
+"""End to end: ``python -m botkit`` as a process, the real aiogram and anthropic clients,
+both talking to the loopback fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
+from botkit.testing.telegram import FakeTelegramServer
+
+ALICE, BOB, MALLORY = 1001, 1002, 1003
+
+
+def scripted_model(request: FakeRequest) -> FakeReply:
+    """Asks for the clock when the user asks the time; otherwise echoes."""
+    results = request.tool_results()
+    if results:
+        return FakeReply.text(f"The clock says: {results[0]['content']}")
+    text = request.last_user_text()
+    if "time" in text:
+        return FakeReply.tool_use("current_time", {"timezone": "UTC"})
+    return FakeReply.text(f"echo: {text}")
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer(responder=scripted_model, latency=0.3) as server:
+        yield server
+
+
+class BotProcess:
+    """``python -m botkit`` running against the fakes."""
+
+    def __init__(self, telegram: FakeTelegramServer, claude: FakeAnthropicServer, home: Path):
+        self.home = home
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))},
+            "TELEGRAM_BOT_TOKEN": telegram.token,
+            "TELEGRAM_API_BASE": telegram.base_url,
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": claude.base_url,
+            "BOTKIT_SESSIONS_DIR": str(home / "sessions"),
+            "BOTKIT_ALLOWED_USERS": f"{ALICE},{BOB}",
+            "BOTKIT_POLL_TIMEOUT": "5",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stderr = b""
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "botkit"],
+            cwd=self.home,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    async def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(self.process.communicate, timeout=30)
+        self.stderr += err
+        return self.process.returncode
+
+    def session(self, user_id: int) -> list[dict[str, object]]:
+        path = self.home / "sessions" / f"{user_id}.jsonl"
+        return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+@pytest.fixture
+async def bot_process(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> AsyncIterator[BotProcess]:
+    bot = BotProcess(telegram, claude, tmp_path)
+    bot.start()
+    yield bot
+    if bot.process is not None and bot.process.poll() is None:
+        bot.process.kill()
+        bot.process.wait()
+
+
+def texts_from(claude: FakeAnthropicServer, user_text: str) -> Callable[[], int]:
+    return lambda: sum(1 for r in claude.requests if user_text in orjson.dumps(r.body).decode())
+
+
+async def test_two_users_at_once_with_a_tool_and_a_stranger(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    alice_update = telegram.send_text(ALICE, "what time is it?")
+    bob_update = telegram.send_text(BOB, "hello there")
+    telegram.send_text(MALLORY, "let me in")
+
+    alice, bob, mallory = await asyncio.gather(
+        telegram.wait_for_messages(ALICE, timeout=30),
+        telegram.wait_for_messages(BOB, timeout=30),
+        telegram.wait_for_messages(MALLORY, timeout=30),
+    )
+    assert alice[0].text.startswith("The clock says: ")
+    assert "UTC" in alice[0].text, "the tool's real result reached the model and the user"
+    assert bob[0].text == "echo: hello there"
+    assert mallory[0].text == "Sorry, this bot is private."
+
+    assert len(claude.requests) == 3, "two calls for Alice's tool turn, one for Bob"
+    assert texts_from(claude, "let me in")() == 0, "the stranger cost no LLM request"
+    assert await bot_process.stop() == 0
+
+    alice_log = bot_process.session(ALICE)
+    assert [(e["role"], e["content"][0]["type"]) for e in alice_log] == [
+        ("user", "text"),
+        ("assistant", "tool_use"),
+        ("user", "tool_result"),
+        ("assistant", "text"),
+    ]
+    assert alice_log[0]["update_id"] == alice_update
+    assert all(e["user_id"] == ALICE for e in alice_log)
+    assert alice_log[1]["usage"]["input_tokens"] > 0
+    bob_log = bot_process.session(BOB)
+    assert [e["role"] for e in bob_log] == ["user", "assistant"]
+    assert bob_log[0]["update_id"] == bob_update
+    assert bob_log[1]["content"] == [{"type": "text", "text": "echo: hello there"}]
+    assert not (bot_process.home / "sessions" / f"{MALLORY}.jsonl").exists()
+    assert telegram.token.encode() not in bot_process.stderr, "the token never reaches a log"
+
+
+async def test_conversation_continues_after_a_restart(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    telegram.send_text(BOB, "my name is Bob")
+    await telegram.wait_for_messages(BOB, 1, timeout=30)
+    assert await bot_process.stop() == 0
+
+    bot_process.start()
+    telegram.send_text(BOB, "what is my name?")
+    replies = await telegram.wait_for_messages(BOB, 2, timeout=30)
+    assert replies[1].text == "echo: what is my name?"
+    assert len(replies) == 2, "the first message was not answered again"
+
+    replayed = claude.requests[-1].messages
+    assert [m["role"] for m in replayed] == ["user", "assistant", "user"]
+    assert "my name is Bob" in orjson.dumps(replayed[0]).decode()
+    assert await bot_process.stop() == 0
