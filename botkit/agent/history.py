@@ -35,15 +35,16 @@ def normalize(messages: Sequence[Message]) -> list[Message]:
 
 
 def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
-    """The newest part of a normalized conversation, about ``max_messages`` long, still valid.
+    """The newest part of a normalized conversation, at most ``max_messages`` long, still valid.
 
-    It starts at a user message that answers no tool call; when none lies within the last
-    ``max_messages``, the nearest earlier one is taken, so a long tool chain is never split.
+    It starts at a user message that answers no tool call. When the last ``max_messages``
+    hold none (one tool chain is longer than that), it starts at the nearest earlier one
+    instead, so a tool chain is never split.
     """
-    if not messages:
-        return []
     start = max(len(messages) - max(max_messages, 1), 0)
-    for index in range(start, -1, -1):
+    later = range(start, len(messages))
+    earlier = range(start - 1, -1, -1)
+    for index in (*later, *earlier):
         if _opens_exchange(messages[index]):
             return list(messages[index:])
     return list(messages)  # not normalized: nothing is safe to cut
