@@ -19,10 +19,16 @@ log = structlog.get_logger(__name__)
 GRACE_PERIOD = 25.0
 
 
-async def serve(bot: Bot, stop: asyncio.Event, *, grace_period: float = GRACE_PERIOD) -> None:
+async def serve(
+    bot: Bot,
+    stop: asyncio.Event,
+    *,
+    messenger: TelegramMessenger | None = None,
+    grace_period: float = GRACE_PERIOD,
+) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish."""
     settings = bot.settings
-    messenger = TelegramMessenger(
+    messenger = messenger or TelegramMessenger(
         settings.require_telegram_token(),
         api_base=settings.telegram_api_base,
         poll_timeout=settings.poll_timeout,
