@@ -13,9 +13,9 @@ from botkit import (
     LLMOverloadedError,
     Message,
     PromptTooLongError,
+    TextBlock,
     ToolContext,
     ToolRegistry,
-    TextBlock,
     tool,
 )
 from botkit.agent.loop import LoopTexts
