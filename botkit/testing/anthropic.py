@@ -278,6 +278,14 @@ class FakeRequest:
         max_tokens = self.body.get("max_tokens")
         return max_tokens if isinstance(max_tokens, int) else None
 
+    @property
+    def api_key(self) -> str | None:
+        """The credential sent: ``x-api-key``, or the ``Authorization: Bearer`` token."""
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        return token if scheme.lower() == "bearer" and token else None
+
     def _last_user_blocks(self) -> list[dict[str, Any]] | str | None:
         for message in reversed(self.messages):
             if isinstance(message, dict) and message.get("role") == "user":
@@ -383,14 +391,14 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
     segments: list[_Segment] = []
     chars = 0
     for tag, unit in units:
-        breakpoint = isinstance(unit, dict) and unit.get("cache_control") is not None
+        marked = isinstance(unit, dict) and unit.get("cache_control") is not None
         if isinstance(unit, dict) and "cache_control" in unit:
             unit = {key: value for key, value in unit.items() if key != "cache_control"}
         text = _dumps(unit)
         chars += len(text)
         piece = f"{tag}\0{text}".encode()
         hasher.update(len(piece).to_bytes(8, "big") + piece)
-        segments.append(_Segment(hasher.copy().hexdigest(), chars, breakpoint))
+        segments.append(_Segment(hasher.copy().hexdigest(), chars, marked))
     if segments and body.get("cache_control") is not None:
         # top-level cache_control: a breakpoint on the last cacheable block
         last = segments[-1]
@@ -468,8 +476,8 @@ def _validate(body: dict[str, Any], *, create: bool) -> str | None:
         if not isinstance(message, dict):
             return f"messages.{i}: Input should be a valid dictionary"
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        if role not in ("user", "assistant", "system"):
+            return f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
         final_assistant = role == "assistant" and i == len(messages) - 1
         content = message.get("content")
         if isinstance(content, str):
@@ -483,6 +491,14 @@ def _validate(body: dict[str, Any], *, create: bool) -> str | None:
                 f"messages.{i}: all messages must have non-empty content except for the "
                 "optional final assistant message"
             )
+        if role == "system":  # the SDK's MessageParam allows text-only system messages
+            for j, block in enumerate(blocks):
+                if not isinstance(block, dict) or block.get("type") != "text":
+                    return f"messages.{i}.content.{j}.type: Input should be 'text'"
+                if not isinstance(block.get("text"), str) or not block["text"]:
+                    return "messages: text content blocks must be non-empty"
+                breakpoints += block.get("cache_control") is not None
+            continue
         results: list[str] = []
         uses: list[str] = []
         for j, block in enumerate(blocks):
@@ -620,6 +636,7 @@ class FakeAnthropicServer:
         self._queue: deque[Answer] = deque()
         self._cache: set[str] = set()
         self._runner: web.AppRunner | None = None
+        self._in_flight: set[asyncio.Transport] = set()  # connections of running answers
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -652,8 +669,11 @@ class FakeAnthropicServer:
     async def stop(self) -> None:
         """Stop listening (cutting streams still in flight) and free the port."""
         runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        if runner is None:
+            return
+        for transport in list(self._in_flight):  # hang up, as a crashing server would
+            transport.close()
+        await runner.cleanup()
 
     async def __aenter__(self) -> Self:
         """Start the server."""
@@ -719,6 +739,16 @@ class FakeAnthropicServer:
         return web.json_response({"input_tokens": tokens}, headers=self._headers())
 
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        if transport is None:  # the client already left
+            return web.Response(status=499)
+        self._in_flight.add(transport)
+        try:
+            return await self._answer_messages(request)
+        finally:
+            self._in_flight.discard(transport)
+
+    async def _answer_messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._read_body(request)
         if isinstance(body, web.Response):
             return body
