@@ -243,3 +243,19 @@ async def test_history_is_trimmed_to_max_messages(
     await run(llm, await asked(context, "latest"))
     sent = claude.requests[0].messages
     assert [m["content"][0]["text"] for m in sent] == ["q4", "a4", "latest"]
+
+
+async def test_overload_in_the_middle_of_a_stream_is_an_overload(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    claude.enqueue(FakeError.overloaded(mid_stream=True))
+
+    async def sink(delta: str) -> None:
+        pass
+
+    loop = AgentLoop(llm)
+    context = await asked(ContextManager(1), "x")
+    with pytest.raises(LLMOverloadedError):
+        await loop.run(
+            context, system="s", tools=ToolRegistry(), tool_context=tool_context(), on_text=sink
+        )

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anthropic
+import httpx2
 import structlog
 
 from botkit.errors import LLMError, LLMOverloadedError, PromptTooLongError
@@ -106,11 +107,14 @@ async def _mapped_errors() -> AsyncIterator[None]:
         raise LLMError(f"could not reach the Messages API: {e}") from e
     except anthropic.AnthropicError as e:
         raise LLMError(str(e)) from e
+    except httpx2.TransportError as e:  # a stream cut mid-answer is not wrapped by the SDK
+        raise LLMError(f"the connection to the Messages API broke: {e!r}") from e
 
 
 def _status_error(e: anthropic.APIStatusError) -> LLMError:
     detail = _detail(e)
-    if e.status_code == 529 or "overloaded" in detail.lower():
+    # An overload in the middle of a stream arrives as an error event on a 200 response.
+    if e.status_code == 529 or getattr(e, "type", None) == "overloaded_error":
         return LLMOverloadedError(f"the Messages API is overloaded: {detail}")
     if e.status_code in (400, 413) and "prompt is too long" in detail.lower():
         return PromptTooLongError(detail)
