@@ -1,0 +1,253 @@
+"""Flood control for Telegram sends: pacing to the Bot API limits, 429 waits and retries.
+
+Telegram allows about 30 messages per second across all chats, about one per second in a
+chat (short bursts pass) and 20 per minute in a group. :class:`FloodControl` paces every
+send to those limits with :class:`aiolimiter.AsyncLimiter` buckets and, when Telegram still
+answers 429, waits exactly the ``retry_after`` it asked for and resends the same request.
+
+Sends to one chat are delivered in the order :meth:`FloodControl.send` was called, even
+across a flood wait: each chat has a FIFO lock held for the whole life of one send, retries
+included. Different chats only share the global limiter. Per-chat state is dropped once a
+chat is idle and its buckets have drained, so memory follows the number of active chats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import structlog
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramEntityTooLarge,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiolimiter import AsyncLimiter
+
+from botkit.errors import MessengerError
+
+__all__ = ["FloodControl", "FloodLimits"]
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+_FIRST_BACKOFF = 0.5
+"""Seconds to wait after the first network or server failure; doubled after each one."""
+
+_GLOBAL_FLOOD_WINDOW = 1.0
+"""429s from different chats within this many seconds count as happening "at once"."""
+
+_GLOBAL_FLOOD_CHATS = 3
+"""This many chats flooded at once means the limit hit is the bot-wide one."""
+
+
+@dataclass(frozen=True)
+class FloodLimits:
+    """Telegram's send limits that :class:`FloodControl` paces to."""
+
+    global_per_second: float = 30.0
+    chat_per_second: float = 1.0
+    chat_burst: int = 3
+    group_per_minute: float = 20.0
+
+    def __post_init__(self) -> None:
+        """Reject limits that cannot pace anything."""
+        for name in ("global_per_second", "chat_per_second", "group_per_minute"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"FloodLimits.{name} must be positive, got {getattr(self, name)}")
+        if self.chat_burst < 1:
+            raise ValueError(f"FloodLimits.chat_burst must be at least 1, got {self.chat_burst}")
+
+
+@dataclass(eq=False)
+class _ChatState:
+    """What one chat needs while it is busy or its buckets have not drained yet."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    limiter: AsyncLimiter | None = None
+    group_limiter: AsyncLimiter | None = None
+    users: int = 0  # sends inside send() for this chat, waiting or running
+    expiry: asyncio.TimerHandle | None = None
+
+    def drain_time(self) -> float | None:
+        """Seconds after which full buckets are empty again; ``None`` without buckets."""
+        periods = [b.time_period for b in (self.limiter, self.group_limiter) if b is not None]
+        return max(periods) if periods else None
+
+
+class FloodControl:
+    """Paces sends to Telegram's limits; one instance per bot."""
+
+    def __init__(
+        self,
+        limits: FloodLimits | None = None,
+        *,
+        max_attempts: int = 10,
+        max_backoff: float = 30.0,
+    ) -> None:
+        """Pace to ``limits`` (Telegram's defaults if ``None``), retrying up to ``max_attempts``."""
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if max_backoff < 0:
+            raise ValueError(f"max_backoff must not be negative, got {max_backoff}")
+        self.limits = limits if limits is not None else FloodLimits()
+        self.max_attempts = max_attempts
+        self.max_backoff = max_backoff
+        self._paced = True
+        self._global: AsyncLimiter | None = AsyncLimiter(1, 1 / self.limits.global_per_second)
+        self._chats: dict[int, _ChatState] = {}
+        self._recent_floods: dict[int, float] = {}  # chat_id -> loop time of its last 429
+        self._hold_until = 0.0  # loop time before which nobody sends (bot-wide flood wait)
+
+    @classmethod
+    def unlimited(cls, *, max_attempts: int = 10, max_backoff: float = 30.0) -> FloodControl:
+        """No pacing (for paid broadcasts and benchmarks), still in order and retrying 429s."""
+        control = cls(max_attempts=max_attempts, max_backoff=max_backoff)
+        control._paced = False
+        control._global = None
+        return control
+
+    @property
+    def tracked_chats(self) -> int:
+        """How many chats have state held: busy, or idle with buckets not yet drained."""
+        return len(self._chats)
+
+    async def send(
+        self,
+        chat_id: int,
+        call: Callable[[], Awaitable[T]],
+        *,
+        is_group: bool | None = None,
+    ) -> T:
+        """Run ``call`` (one Bot API request to ``chat_id``) within the limits, retrying it.
+
+        ``is_group`` adds the group limit; ``None`` means "when ``chat_id`` is negative".
+        Waits out 429s and retries network and server failures with exponential backoff;
+        raises :class:`~botkit.errors.MessengerError` on any other API error at once, or
+        when ``max_attempts`` are used up.
+        """
+        group = chat_id < 0 if is_group is None else is_group
+        state = self._enter(chat_id, group)
+        try:
+            async with state.lock:
+                return await self._attempts(chat_id, state, call)
+        finally:
+            self._leave(chat_id, state)
+
+    # ---- per-chat state ---------------------------------------------------------------
+
+    def _enter(self, chat_id: int, group: bool) -> _ChatState:
+        state = self._chats.get(chat_id)
+        if state is None:
+            state = self._chats[chat_id] = _ChatState()
+            if self._paced:
+                burst = self.limits.chat_burst
+                state.limiter = AsyncLimiter(burst, burst / self.limits.chat_per_second)
+        if state.expiry is not None:
+            state.expiry.cancel()
+            state.expiry = None
+        if group and self._paced and state.group_limiter is None:
+            burst = self.limits.chat_burst
+            state.group_limiter = AsyncLimiter(burst, burst * 60 / self.limits.group_per_minute)
+        state.users += 1
+        return state
+
+    def _leave(self, chat_id: int, state: _ChatState) -> None:
+        state.users -= 1
+        if state.users > 0:
+            return
+        drain = state.drain_time()
+        if drain is None:
+            self._forget(chat_id, state)
+        else:  # keep the buckets until they are empty, so the chat's rate carries over
+            loop = asyncio.get_running_loop()
+            state.expiry = loop.call_later(drain, self._forget, chat_id, state)
+
+    def _forget(self, chat_id: int, state: _ChatState) -> None:
+        state.expiry = None
+        if state.users == 0 and self._chats.get(chat_id) is state:
+            del self._chats[chat_id]
+
+    # ---- sending ----------------------------------------------------------------------
+
+    async def _attempts(
+        self, chat_id: int, state: _ChatState, call: Callable[[], Awaitable[T]]
+    ) -> T:
+        failures = 0
+        last: TelegramAPIError | None = None
+        for attempt in range(1, self.max_attempts + 1):
+            await self._pace(state)
+            try:
+                return await call()
+            except TelegramRetryAfter as e:
+                last = e
+                log.warning(
+                    "telegram.flood_wait",
+                    chat_id=chat_id,
+                    retry_after=e.retry_after,
+                    attempt=attempt,
+                )
+                self._note_flood(chat_id, e.retry_after)
+                if attempt < self.max_attempts:
+                    await asyncio.sleep(e.retry_after)
+            except TelegramEntityTooLarge as e:  # a TelegramNetworkError, but permanent
+                raise MessengerError(f"Telegram refused a request to chat {chat_id}: {e}") from e
+            except (TelegramNetworkError, TelegramServerError) as e:
+                last = e
+                delay = min(_FIRST_BACKOFF * 2**failures, self.max_backoff)
+                failures += 1
+                if attempt < self.max_attempts:
+                    log.warning(
+                        "telegram.send_retry",
+                        chat_id=chat_id,
+                        error=str(e),
+                        attempt=attempt,
+                        delay=delay,
+                    )
+                    await asyncio.sleep(delay)
+            except TelegramAPIError as e:
+                raise MessengerError(
+                    f"Telegram refused a request to chat {chat_id}: {e.message}"
+                ) from e
+        if isinstance(last, TelegramRetryAfter):
+            reason = f"still rate limited (retry after {last.retry_after}s)"
+        else:
+            reason = f"Telegram unreachable ({last})"
+        raise MessengerError(
+            f"Could not send to chat {chat_id} after {self.max_attempts} attempts: {reason}"
+        ) from last
+
+    async def _pace(self, state: _ChatState) -> None:
+        """Wait until this chat, its group and the bot may send one more message."""
+        if state.limiter is not None:
+            await state.limiter.acquire()
+        if state.group_limiter is not None:
+            await state.group_limiter.acquire()
+        loop = asyncio.get_running_loop()
+        pause = self._hold_until - loop.time()
+        while pause > 0:  # a bot-wide flood wait, possibly extended while we sleep
+            await asyncio.sleep(pause)
+            pause = self._hold_until - loop.time()
+        if self._global is not None:
+            await self._global.acquire()
+
+    def _note_flood(self, chat_id: int, retry_after: float) -> None:
+        """Hold every chat for ``retry_after`` when several chats got a 429 at once."""
+        if not self._paced:
+            return
+        now = asyncio.get_running_loop().time()
+        horizon = now - _GLOBAL_FLOOD_WINDOW
+        self._recent_floods = {c: t for c, t in self._recent_floods.items() if t >= horizon}
+        self._recent_floods[chat_id] = now
+        if len(self._recent_floods) >= _GLOBAL_FLOOD_CHATS and now + retry_after > self._hold_until:
+            self._hold_until = now + retry_after
+            log.warning(
+                "telegram.global_flood_wait",
+                chats=sorted(self._recent_floods),
+                retry_after=retry_after,
+            )
