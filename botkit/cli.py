@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         help="your bot as 'package.module:name', a Bot or a function returning one",
     )
+    replay = commands.add_parser(
+        "replay", help="print a session as a readable transcript (or JSON)"
+    )
+    replay.add_argument("session", help="a session file, or a user id (looked up in sessions)")
+    replay.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
 
 
@@ -40,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
+        if args.command == "replay":
+            from botkit.replay import replay
+
+            return replay(args.session, as_json=args.json)
     except ConfigError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_CONFIG

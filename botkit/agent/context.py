@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from botkit.agent.history import normalize, trim
-from botkit.sessions import SessionEntry
-from botkit.types import Message
+from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.types import Message, TextBlock, Usage
 
-__all__ = ["ContextManager", "ConvertToLLM", "OnAppend", "TransformContext"]
+__all__ = ["SUMMARY_PREFIX", "ContextManager", "ConvertToLLM", "OnAppend", "TransformContext"]
 
-OnAppend = Callable[[SessionEntry], Awaitable[None]]
-"""Called with the session entry of every append, before it enters the context."""
+SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
+
+Entry = SessionEntry | ResetEntry | CompactionEntry
+OnAppend = Callable[[Entry], Awaitable[None]]
+"""Called with the record of every change (append, reset, compaction) before it happens."""
 TransformContext = Callable[[list[Message]], list[Message]]
 """Rewrites the stored conversation before it is prepared for a call (e.g. to drop images)."""
 ConvertToLLM = Callable[[list[Message]], list[Message]]
@@ -40,6 +44,20 @@ class ContextManager:
         self.lock = asyncio.Lock()
         """Held for the length of a turn, so one user's turns never overlap."""
         self._messages: list[Message] = list(messages)
+        self._turn_starts: dict[int, int] = {}
+
+    @classmethod
+    def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
+        """A context rebuilt from recorded entries (``options`` as for the constructor)."""
+        context = cls(user_id, **options)
+        for entry in entries:
+            if isinstance(entry, SessionEntry):
+                context._add(entry.to_message(), entry.update_id)
+            elif isinstance(entry, ResetEntry):
+                context.clear()
+            else:
+                context._apply_compaction(entry.summary, entry.kept)
+        return context
 
     @property
     def messages(self) -> list[Message]:
@@ -55,10 +73,30 @@ class ContextManager:
         ``meta`` (e.g. ``update_id``, ``model``, ``stop_reason``) goes into the record only.
         """
         entry = SessionEntry.of(self.user_id, message, **meta)
-        for hook in self.on_append:
-            await hook(entry)
-        self._messages.append(message)
+        await self._record(entry)
+        self._add(message, entry.update_id)
         return entry
+
+    def _add(self, message: Message, update_id: int | None) -> None:
+        if update_id is not None:
+            self._turn_starts[update_id] = len(self._messages)
+        self._messages.append(message)
+
+    def has_turn(self, update_id: int) -> bool:
+        """Whether the message of ``update_id`` is already in this context."""
+        return update_id in self._turn_starts
+
+    def answer_to(self, update_id: int) -> str | None:
+        """The final text answer the turn of ``update_id`` recorded, if it got that far."""
+        start = self._turn_starts.get(update_id)
+        if start is None:
+            return None
+        later_starts = [i for i in self._turn_starts.values() if i > start]
+        end = min(later_starts, default=len(self._messages))
+        turn = self._messages[start + 1 : end]
+        if turn and turn[-1].role == "assistant" and not turn[-1].tool_uses and turn[-1].text:
+            return turn[-1].text
+        return None
 
     def prepare(self) -> list[Message]:
         """The messages to send to the model: transformed, made valid, trimmed, converted."""
@@ -70,6 +108,29 @@ class ContextManager:
             messages = self.convert_to_llm(messages)
         return messages
 
+    async def reset(self, reason: str | None = None) -> None:
+        """Start a fresh conversation; the session file records the reset."""
+        await self._record(ResetEntry(user_id=self.user_id, reason=reason))
+        self.clear()
+
+    async def compact(self, summary: str, kept: int, usage: Usage | None = None) -> None:
+        """Replace all but the last ``kept`` messages by ``summary``, and record it."""
+        entry = CompactionEntry(user_id=self.user_id, summary=summary, kept=kept, usage=usage)
+        await self._record(entry)
+        self._apply_compaction(summary, kept)
+
     def clear(self) -> None:
         """Forget the conversation in memory (the session file is not touched)."""
         self._messages.clear()
+        self._turn_starts.clear()
+
+    async def _record(self, entry: Entry) -> None:
+        for hook in self.on_append:
+            await hook(entry)
+
+    def _apply_compaction(self, summary: str, kept: int) -> None:
+        kept_messages = self._messages[len(self._messages) - kept :] if kept else []
+        shift = len(self._messages) - len(kept_messages)
+        self._turn_starts = {u: i - shift + 1 for u, i in self._turn_starts.items() if i >= shift}
+        note = Message(role="user", content=[TextBlock(text=SUMMARY_PREFIX + summary)])
+        self._messages = [note, *kept_messages]

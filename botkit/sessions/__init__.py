@@ -3,17 +3,25 @@
 from botkit.sessions.base import SessionStore
 from botkit.sessions.jsonl import (
     SCHEMA_VERSION,
+    AnyEntry,
+    CompactionEntry,
     JsonlSessionStore,
+    ResetEntry,
     SessionEntry,
     SessionFile,
+    parse_entry,
     read_session_file,
 )
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AnyEntry",
+    "CompactionEntry",
     "JsonlSessionStore",
+    "ResetEntry",
     "SessionEntry",
     "SessionFile",
     "SessionStore",
+    "parse_entry",
     "read_session_file",
 ]

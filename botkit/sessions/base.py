@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from botkit.sessions.jsonl import SessionEntry, SessionFile
+from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, SessionFile
 
 __all__ = ["SessionStore"]
 
@@ -12,7 +12,7 @@ __all__ = ["SessionStore"]
 class SessionStore(Protocol):
     """Records every append to a user's context and reads it back."""
 
-    async def append(self, entry: SessionEntry) -> None:
+    async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
         """Persist one entry, after those before it."""
         ...
 

@@ -6,20 +6,24 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import orjson
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from botkit.errors import SessionError
 from botkit.types import ContentBlock, Message, Role, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AnyEntry",
+    "CompactionEntry",
     "JsonlSessionStore",
+    "ResetEntry",
     "SessionEntry",
     "SessionFile",
+    "parse_entry",
     "read_session_file",
 ]
 
@@ -28,14 +32,22 @@ SCHEMA_VERSION = 1
 log = structlog.get_logger(__name__)
 
 
-class SessionEntry(BaseModel):
-    """One line of a session file: a message appended to a user's context."""
-
+class _Entry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     version: int = SCHEMA_VERSION
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
     user_id: int
+
+    def to_line(self) -> bytes:
+        """The entry as one JSON line, newline included."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        return orjson.dumps(data) + b"\n"
+
+
+class SessionEntry(_Entry):
+    """A message appended to a user's context."""
+
     type: Literal["message"] = "message"
     role: Role
     content: list[ContentBlock]
@@ -63,24 +75,46 @@ class SessionEntry(BaseModel):
         """The conversation message this entry recorded."""
         return Message(role=self.role, content=self.content, usage=self.usage)
 
-    def to_line(self) -> bytes:
-        """The entry as one JSON line, newline included."""
-        data = self.model_dump(mode="json", exclude_none=True)
-        return orjson.dumps(data) + b"\n"
+
+class ResetEntry(_Entry):
+    """The context was cleared (``/clear``): what came before no longer counts."""
+
+    type: Literal["reset"] = "reset"
+    reason: str | None = None
+
+
+class CompactionEntry(_Entry):
+    """Older messages were replaced by a summary; the last ``kept`` messages stayed."""
+
+    type: Literal["compaction"] = "compaction"
+    summary: str
+    kept: int
+    """How many of the messages before this line stay in the context after the summary."""
+    usage: Usage | None = None
+    """What the summarising call cost (absent when it fell back to plain truncation)."""
+
+
+AnyEntry = Annotated[SessionEntry | ResetEntry | CompactionEntry, Field(discriminator="type")]
+_ENTRY: TypeAdapter[SessionEntry | ResetEntry | CompactionEntry] = TypeAdapter(AnyEntry)
+
+
+def parse_entry(line: bytes | str) -> SessionEntry | ResetEntry | CompactionEntry:
+    """One session-file line as an entry (raises on a torn or invalid line)."""
+    return _ENTRY.validate_python(orjson.loads(line))
 
 
 @dataclass(frozen=True, slots=True)
 class SessionFile:
     """What a session file held: its readable entries and the lines that were not."""
 
-    entries: list[SessionEntry]
+    entries: list[SessionEntry | ResetEntry | CompactionEntry]
     problems: list[tuple[int, str]] = field(default_factory=list)
     """(line number, what was wrong) for each line that was skipped."""
 
     @property
     def messages(self) -> list[Message]:
-        """The recorded conversation, in order."""
-        return [e.to_message() for e in self.entries]
+        """Every recorded message, in order (resets and compactions not applied)."""
+        return [e.to_message() for e in self.entries if isinstance(e, SessionEntry)]
 
 
 def read_session_file(path: Path) -> SessionFile:
@@ -91,7 +125,7 @@ def read_session_file(path: Path) -> SessionFile:
         return SessionFile(entries=[])
     except OSError as e:
         raise SessionError(f"cannot read session file {path}: {e}") from e
-    entries: list[SessionEntry] = []
+    entries: list[SessionEntry | ResetEntry | CompactionEntry] = []
     problems: list[tuple[int, str]] = []
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
@@ -99,7 +133,7 @@ def read_session_file(path: Path) -> SessionFile:
             continue
         torn = number == len(lines)  # the last line has no newline: a write was cut off
         try:
-            entries.append(SessionEntry.model_validate(orjson.loads(line)))
+            entries.append(parse_entry(line))
         except (orjson.JSONDecodeError, ValidationError) as e:
             reason = "torn last line (no newline)" if torn else _short(e)
             problems.append((number, reason))
@@ -123,7 +157,7 @@ class JsonlSessionStore:
         """The session file of ``user_id``."""
         return self.directory / f"{user_id}.jsonl"
 
-    async def append(self, entry: SessionEntry) -> None:
+    async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
         """Write ``entry`` as one line at the end of its user's file."""
         path = self.path_for(entry.user_id)
         line = entry.to_line()
