@@ -10,13 +10,28 @@ import structlog
 
 from botkit.bot import Bot
 from botkit.dispatch import TurnDispatcher
+from botkit.inbox import Inbox
+from botkit.messengers.flood import FloodControl, FloodLimits
 from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = ["run_bot", "serve"]
+__all__ = ["messenger_for", "run_bot", "serve"]
 
 log = structlog.get_logger(__name__)
 
-GRACE_PERIOD = 25.0
+INBOX_FILE = "inbox.jsonl"
+
+
+def messenger_for(bot: Bot) -> TelegramMessenger:
+    """A Telegram messenger configured from the bot's settings."""
+    settings = bot.settings
+    return TelegramMessenger(
+        settings.require_telegram_token(),
+        api_base=settings.telegram_api_base,
+        poll_timeout=settings.poll_timeout,
+        flood=FloodControl(FloodLimits(global_per_second=settings.global_rate)),
+        inbox=Inbox(settings.sessions_dir / INBOX_FILE),
+        answer_groups=settings.answer_groups,
+    )
 
 
 async def serve(
@@ -24,25 +39,23 @@ async def serve(
     stop: asyncio.Event,
     *,
     messenger: TelegramMessenger | None = None,
-    grace_period: float = GRACE_PERIOD,
+    grace_period: float | None = None,
 ) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish."""
-    settings = bot.settings
-    messenger = messenger or TelegramMessenger(
-        settings.require_telegram_token(),
-        api_base=settings.telegram_api_base,
-        poll_timeout=settings.poll_timeout,
-    )
+    messenger = messenger or messenger_for(bot)
+    inbox = messenger.inbox
     dispatcher = TurnDispatcher(
         lambda message: bot.handle_safely(message, messenger),
-        max_concurrent=settings.max_concurrent_turns,
+        max_concurrent=bot.settings.max_concurrent_turns,
+        on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
     try:
-        me = await messenger.api.get_me()
-        log.info("bot.started", username=me.username, model=settings.model)
-        await messenger.poll(dispatcher.submit, stop)
+        me = await messenger.start()
+        log.info("bot.started", username=me.username, model=bot.settings.model)
+        await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
         log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
-        if not await dispatcher.drain(grace_period):
+        grace = bot.settings.grace_period if grace_period is None else grace_period
+        if not await dispatcher.drain(grace):
             log.warning("bot.grace_period_over", unfinished=sorted(dispatcher.unfinished))
             await dispatcher.cancel_all()
     finally:
@@ -62,6 +75,7 @@ async def _main(bot: Bot) -> None:
 
     def on_signal() -> None:
         if stop.is_set() and main is not None:
+            log.warning("bot.stopping_now")
             main.cancel()  # second signal: no more waiting
         stop.set()
 

@@ -15,8 +15,8 @@ from botkit.agent.context import ContextManager
 from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
 from botkit.config import Settings
 from botkit.errors import LLMError, LLMOverloadedError
-from botkit.llm.base import LLM
-from botkit.messengers.base import Incoming, Messenger
+from botkit.llm.base import LLM, TextSink
+from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.sessions import JsonlSessionStore, SessionStore
 from botkit.tools import Tool, ToolContext, ToolRegistry
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock
@@ -44,6 +44,8 @@ BuildTools = Callable[[Incoming], Awaitable[ToolRegistry | Sequence[Tool]]]
 BuildPrompt = Callable[[Incoming], Awaitable[str]]
 """The system prompt for this turn."""
 
+ANSWERED_KINDS = frozenset({"text", "photo"})
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant talking with people on Telegram. Answer clearly and "
     "briefly; use tools when they help."
@@ -64,6 +66,12 @@ class BotOptions:
         "I'm overloaded right now and couldn't answer. Please try again in a minute."
     )
     error_text: str = "Sorry, something went wrong on my side. Please try again."
+    unsupported_text: str = (
+        "Sorry, I can only read text and photos. Please write your message as text."
+    )
+    stopped_text: str = "Stopped."
+    max_input_chars: int = 16_000
+    """Longer user messages are cut, with a note telling the model so."""
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
@@ -95,6 +103,7 @@ class Bot:
         self.sessions: SessionStore = sessions or JsonlSessionStore(self.settings.sessions_dir)
         self._llm = llm
         self._contexts: dict[int, asyncio.Task[ContextManager]] = {}
+        self._turns: dict[int, asyncio.Task[str]] = {}
 
     @property
     def llm(self) -> LLM:
@@ -141,23 +150,80 @@ class Bot:
             log.info("turn.rejected", user_id=message.user_id)
             await messenger.send_text(message.chat_id, rejection)
             return
+        if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
+            await messenger.send_text(message.chat_id, self.options.unsupported_text)
+            return
         extra = await self.build_extra(message)
         tools = _as_registry(await self.build_tools(message))
         system = await self.build_prompt(message)
         context = await self.context_for(message.user_id)
         async with context.lock, self._typing(messenger, message.chat_id):
-            await context.append(user_message(message), update_id=message.update_id)
+            if not context.has_turn(message.update_id):
+                user_turn = user_message(message, self.options.max_input_chars)
+                await context.append(user_turn, update_id=message.update_id)
+            elif (answered := context.answer_to(message.update_id)) is not None:
+                # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
+                await messenger.send_text(message.chat_id, answered)
+                return
             tool_context = ToolContext(
                 user_id=message.user_id,
                 chat_id=message.chat_id,
                 timestamp=message.date,
                 extra=extra,
             )
-            reply = await self._run_loop(context, system, tools, tool_context)
+            reply = await self._answer(message, messenger, context, system, tools, tool_context)
             await messenger.send_text(message.chat_id, reply)
 
+    async def _answer(
+        self,
+        message: Incoming,
+        messenger: Messenger,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        tool_context: ToolContext,
+    ) -> str:
+        """Run the loop as its own task, streaming into a draft, so the user can stop it."""
+        draft = messenger.draft(message) if self.settings.stream_replies else None
+        on_text = draft.update if draft is not None else None
+        turn = asyncio.create_task(self._run_loop(context, system, tools, tool_context, on_text))
+        self._turns[message.chat_id] = turn
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if not turn.cancelled() or (this is not None and this.cancelling()):
+                raise
+            return await self._stopped(context, draft)
+        finally:
+            self._turns.pop(message.chat_id, None)
+            if draft is not None:
+                await draft.finish()
+
+    async def _stopped(self, context: ContextManager, draft: Draft | None) -> str:
+        """The user pressed stop: keep what they saw, leave the context valid."""
+        partial = draft.text.strip() if draft is not None else ""
+        log.info("turn.stopped_by_user", user_id=context.user_id, chars=len(partial))
+        if partial:
+            shown = Message(role="assistant", content=[TextBlock(text=partial)])
+            await context.append(shown, stop_reason="stopped_by_user")
+        return partial or self.options.stopped_text
+
+    def stop_turn(self, chat_id: int) -> bool:
+        """Cancel the turn running in ``chat_id`` (the user pressed stop); ``False`` if none."""
+        turn = self._turns.get(chat_id)
+        if turn is None or turn.done():
+            return False
+        turn.cancel()
+        return True
+
     async def _run_loop(
-        self, context: ContextManager, system: str, tools: ToolRegistry, tool_context: ToolContext
+        self,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        tool_context: ToolContext,
+        on_text: TextSink | None = None,
     ) -> str:
         """The loop's reply, or a polite text when the model could not be reached."""
         loop = AgentLoop(
@@ -165,7 +231,7 @@ class Bot:
         )
         try:
             result: TurnResult = await loop.run(
-                context, system=system, tools=tools, tool_context=tool_context
+                context, system=system, tools=tools, tool_context=tool_context, on_text=on_text
             )
         except LLMOverloadedError as e:
             log.warning("turn.llm_overloaded", user_id=context.user_id, error=str(e))
@@ -231,9 +297,9 @@ class Bot:
 
     async def _load_context(self, user_id: int) -> ContextManager:
         recorded = await self.sessions.load(user_id)
-        return ContextManager(
+        return ContextManager.restore(
             user_id,
-            messages=recorded.messages,
+            recorded.entries,
             max_messages=self.options.max_messages,
             on_append=self.sessions.append,
         )
@@ -275,14 +341,18 @@ class Bot:
                 await task
 
 
-def user_message(message: Incoming) -> Message:
-    """The conversation message for an incoming one: its images, then its text."""
+def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
+    """The conversation message for an incoming one: its images, then its text (cut if huge)."""
     content: list[ContentBlock] = [
         ImageBlock(source=ImageSource(media_type=_image_type(data), data=_b64(data)))
         for data in message.images
     ]
-    if message.text:
-        content.append(TextBlock(text=message.text))
+    text = message.text
+    if len(text) > max_chars:
+        omitted = len(text) - max_chars
+        text = f"{text[:max_chars]}\n\n[The message was cut here: {omitted} more characters.]"
+    if text:
+        content.append(TextBlock(text=text))
     return Message(role="user", content=content)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -52,6 +52,22 @@ class Settings(BaseSettings):
         64, validation_alias=AliasChoices("BOTKIT_MAX_CONCURRENT_TURNS", "max_concurrent_turns")
     )
     """BOTKIT_MAX_CONCURRENT_TURNS: turns (and so LLM calls) running at once, across users."""
+    grace_period: float = Field(
+        25.0, validation_alias=AliasChoices("BOTKIT_GRACE_PERIOD", "grace_period")
+    )
+    """BOTKIT_GRACE_PERIOD: seconds running turns may take to finish after SIGTERM."""
+    stream_replies: bool = Field(
+        True, validation_alias=AliasChoices("BOTKIT_STREAM_REPLIES", "stream_replies")
+    )
+    """BOTKIT_STREAM_REPLIES: stream answers as live drafts in private chats."""
+    answer_groups: Literal["mention", "all"] = Field(
+        "mention", validation_alias=AliasChoices("BOTKIT_ANSWER_GROUPS", "answer_groups")
+    )
+    """BOTKIT_ANSWER_GROUPS: ``mention`` (only when mentioned or replied to) or ``all``."""
+    global_rate: float = Field(
+        30.0, validation_alias=AliasChoices("BOTKIT_GLOBAL_RATE", "global_rate")
+    )
+    """BOTKIT_GLOBAL_RATE: messages per second across all chats (Telegram allows ~30)."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
 

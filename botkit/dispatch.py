@@ -15,13 +15,21 @@ __all__ = ["TurnDispatcher"]
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Incoming], Awaitable[None]]
+OnFinished = Callable[[Incoming], None]
 
 
 class TurnDispatcher:
     """Runs a handler per message: FIFO per user, concurrent across users, at most N at once."""
 
-    def __init__(self, handler: Handler, *, max_concurrent: int = 64) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_concurrent: int = 64,
+        on_finished: OnFinished | None = None,
+    ) -> None:
         self.handler = handler
+        self.on_finished = on_finished
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[int, deque[Incoming]] = {}
         self._workers: set[asyncio.Task[None]] = set()
@@ -57,7 +65,7 @@ class TurnDispatcher:
                 async with self._slots:
                     await self._run(message)
                 queue.popleft()
-                self._finish(message.update_id)
+                self._finish(message)
         finally:
             self._queues.pop(user_id, None)
 
@@ -67,8 +75,10 @@ class TurnDispatcher:
         except Exception:
             log.exception("dispatch.handler_failed", update_id=message.update_id)
 
-    def _finish(self, update_id: int) -> None:
-        self._unfinished.discard(update_id)
+    def _finish(self, message: Incoming) -> None:
+        if self.on_finished is not None:
+            self.on_finished(message)
+        self._unfinished.discard(message.update_id)
         if not self._unfinished:
             self._idle.set()
 

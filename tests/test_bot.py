@@ -113,8 +113,8 @@ async def test_subclass_builds_prompt_tools_and_extra_per_user(
         theirs = await telegram.wait_for_messages(OTHER)
     assert mine[0].text == f"user {USER} of team blue"
     assert theirs[0].text == "no tools for you"
-    assert claude.requests[0].system == "You serve Ann."
-    assert claude.requests[-1].system == "You serve Bo."
+    assert claude.requests[0].system_text == "You serve Ann."
+    assert claude.requests[-1].system_text == "You serve Bo."
 
 
 async def test_callbacks_work_without_subclassing(
@@ -134,7 +134,7 @@ async def test_callbacks_work_without_subclassing(
         telegram.send_text(STRANGER, "fine")
         replies = await telegram.wait_for_messages(STRANGER, 2)
     assert [r.text for r in replies] == ["Not that.", "echo: fine"]
-    assert [r.system for r in claude.requests] == ["callback prompt"]
+    assert [r.system_text for r in claude.requests] == ["callback prompt"]
 
 
 async def test_overloaded_model_gets_a_polite_reply_and_the_next_turn_works(
@@ -177,7 +177,7 @@ async def test_photo_reaches_the_model_as_an_image_block(
     content = claude.requests[0].messages[0]["content"]
     assert content[0]["type"] == "image"
     assert content[0]["source"]["media_type"] == "image/png"
-    assert content[1] == {"type": "text", "text": "what is this?"}
+    assert content[1]["type"] == "text" and content[1]["text"] == "what is this?"
 
 
 async def test_long_reply_is_split_into_messages_telegram_accepts(

@@ -77,6 +77,13 @@ class BotProcess:
         self.stderr += err
         return self.process.returncode
 
+    async def kill(self) -> None:
+        """SIGKILL: no goodbye, no cleanup."""
+        assert self.process is not None
+        self.process.kill()
+        _, err = await asyncio.to_thread(self.process.communicate, timeout=30)
+        self.stderr += err
+
     def session(self, user_id: int) -> list[dict[str, object]]:
         path = self.home / "sessions" / f"{user_id}.jsonl"
         return [orjson.loads(line) for line in path.read_bytes().splitlines()]
@@ -90,8 +97,16 @@ async def bot_process(
     bot.start()
     yield bot
     if bot.process is not None and bot.process.poll() is None:
-        bot.process.kill()
-        bot.process.wait()
+        await bot.kill()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds (checked every 50 ms), or fail after 30 s."""
+    async with asyncio.timeout(30):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
 
 
 def texts_from(claude: FakeAnthropicServer, user_text: str) -> Callable[[], int]:
@@ -128,7 +143,7 @@ async def test_two_users_at_once_with_a_tool_and_a_stranger(
     ]
     assert alice_log[0]["update_id"] == alice_update
     assert all(e["user_id"] == ALICE for e in alice_log)
-    assert alice_log[1]["usage"]["input_tokens"] > 0
+    assert sum(alice_log[1]["usage"].values()) > 0
     bob_log = bot_process.session(BOB)
     assert [e["role"] for e in bob_log] == ["user", "assistant"]
     assert bob_log[0]["update_id"] == bob_update
@@ -154,3 +169,67 @@ async def test_conversation_continues_after_a_restart(
     assert [m["role"] for m in replayed] == ["user", "assistant", "user"]
     assert "my name is Bob" in orjson.dumps(replayed[0]).decode()
     assert await bot_process.stop() == 0
+
+
+async def test_no_message_is_lost_or_answered_twice_across_a_sigkill(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    users = list(range(2001, 2011))
+    stalled: set[str] = set()
+
+    async def model(request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if text.endswith("message 1") and text not in stalled:
+            stalled.add(text)
+            await asyncio.sleep(30)  # the first process dies while waiting here
+        return FakeReply.text(f"echo: {text}")
+
+    claude.responder = model
+    bot_process.env["BOTKIT_ALLOWED_USERS"] = ",".join(map(str, users))
+    await bot_process.stop()
+    bot_process.start()
+    for n in range(3):
+        for user in users:
+            telegram.send_text(user, f"{user} message {n}")
+    for user in users:
+        await telegram.wait_for_messages(user, 1, timeout=30)
+    await until(lambda: len(stalled) == len(users))  # every second turn is inside its LLM call
+    await bot_process.kill()
+    for user in users:  # these arrive while the bot is down
+        telegram.send_text(user, f"{user} message 3")
+
+    bot_process.start()
+    for user in users:
+        replies = await telegram.wait_for_messages(user, 4, timeout=60)
+        expected = [f"echo: {user} message {n}" for n in range(4)]
+        assert [r.text for r in replies] == expected, "each message once, in order"
+    await asyncio.sleep(1.0)  # give a duplicate time to show up
+    assert sum(len(telegram.sent_messages(user)) for user in users) == 40
+    assert await bot_process.stop() == 0
+
+
+async def test_sigterm_lets_running_turns_finish(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    claude.latency = 2.0
+    telegram.send_text(ALICE, "slow question")
+    await until(lambda: bool(claude.requests))
+    assert await bot_process.stop() == 0
+    replies = telegram.sent_messages(ALICE)
+    assert [r.text for r in replies] == ["echo: slow question"], "answered before exiting"
+
+
+async def test_a_second_signal_stops_at_once(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    claude.latency = 30.0
+    telegram.send_text(ALICE, "very slow question")
+    await until(lambda: bool(claude.requests))
+    assert bot_process.process is not None
+    bot_process.process.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+    bot_process.process.send_signal(signal.SIGTERM)
+    _, err = await asyncio.to_thread(bot_process.process.communicate, timeout=10)
+    bot_process.stderr += err
+    assert bot_process.process.returncode == 0
+    assert telegram.sent_messages(ALICE) == []

@@ -73,7 +73,7 @@ async def test_tool_result_reaches_the_model_and_the_answer_is_returned(
     context = await asked(ContextManager(1), "2+3?")
     assert await run(llm, context) == "5 it is"
     assert claude.requests[0].tool_names == ["add", "explode"]
-    assert claude.requests[0].system == "sys"
+    assert claude.requests[0].system_text == "sys"
     assert claude.requests[1].tool_results()[0]["content"] == "5"
     assert [m.role for m in context.messages] == ["user", "assistant", "user", "assistant"]
 
@@ -227,7 +227,10 @@ async def test_usage_is_summed_over_the_turn(
         context, system="s", tools=ToolRegistry([add]), tool_context=tool_context()
     )
     per_call = [m.usage for m in context.messages if m.role == "assistant"]
-    assert all(u is not None and u.input_tokens > 0 for u in per_call)
+    assert all(
+        u is not None and u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        for u in per_call
+    )
     assert result.usage.output_tokens == sum(u.output_tokens for u in per_call if u)
     assert result.iterations == 2
 
@@ -259,3 +262,23 @@ async def test_overload_in_the_middle_of_a_stream_is_an_overload(
         await loop.run(
             context, system="s", tools=ToolRegistry(), tool_context=tool_context(), on_text=sink
         )
+
+
+async def test_each_turn_reads_the_previous_prefix_from_the_cache(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    context = ContextManager(1)
+    for n in range(3):
+        claude.enqueue(FakeReply.text(f"answer {n} " + "words " * 50))
+        await run(llm, await asked(context, f"question {n} " + "more " * 50))
+    first, second, third = (r for r in claude.requests)
+    assert first.body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert first.body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    usages = [m.usage for m in context.messages if m.role == "assistant"]
+    assert usages[0] is not None and usages[0].cache_read_input_tokens == 0
+    for later in usages[1:]:
+        assert later is not None
+        fresh = later.input_tokens + later.cache_creation_input_tokens
+        assert later.cache_read_input_tokens > fresh, "most of the prompt was read from cache"
+    assert second.messages[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert third.messages[0]["content"][-1].get("cache_control") is None, "only the tail is marked"

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
+from botkit.errors import PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
 from botkit.types import Message, ToolResultBlock, Usage
@@ -53,10 +55,15 @@ class AgentLoop:
         *,
         max_iterations: int = 10,
         texts: LoopTexts | None = None,
+        compactor: Compactor | None = None,
+        model: str | None = None,
     ) -> None:
         self.llm = llm
         self.max_iterations = max_iterations
         self.texts = texts or LoopTexts()
+        self.compactor = compactor
+        self.model = model
+        """Overrides the LLM's default model (e.g. after an admin's ``/model``)."""
 
     async def run(
         self,
@@ -69,12 +76,13 @@ class AgentLoop:
     ) -> TurnResult:
         """Loop until the model answers in text or ``max_iterations`` calls were made."""
         usage = Usage()
+        streamed_text = False
         for iteration in range(1, self.max_iterations + 1):
-            request = LLMRequest(
-                system=system, messages=context.prepare(), tools=tools.definitions()
-            )
-            response = await self.llm.complete(request, on_text)
+            if on_text is not None and streamed_text:
+                await on_text("\n\n")  # keeps the previous call's streamed text apart
+            response = await self._call(context, system, tools, on_text)
             usage += response.usage
+            streamed_text = bool(response.message.text)
             await context.append(
                 response.message, model=response.model, stop_reason=response.stop_reason
             )
@@ -84,6 +92,31 @@ class AgentLoop:
         log.warning("loop.exhausted", user_id=context.user_id, iterations=self.max_iterations)
         text = self.texts.exhausted.format(n=self.max_iterations)
         return TurnResult(text, usage, self.max_iterations, "max_iterations")
+
+    async def _call(
+        self,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        on_text: TextSink | None,
+    ) -> LLMResponse:
+        """One LLM call; a context too long is compacted, then truncated, and tried again."""
+        if self.compactor is not None and self.compactor.needed(context):
+            await self.compactor.compact(context)
+        shrink = [] if self.compactor is None else [self.compactor.compact, self.compactor.truncate]
+        while True:
+            request = LLMRequest(
+                system=system,
+                messages=context.prepare(),
+                tools=tools.definitions(),
+                model=self.model,
+            )
+            try:
+                return await self.llm.complete(request, on_text)
+            except PromptTooLongError:
+                if not shrink or not await shrink.pop(0)(context):
+                    raise
+                log.warning("loop.prompt_too_long_retry", user_id=context.user_id)
 
     async def _step(
         self,

@@ -42,10 +42,12 @@ class AnthropicLLM:
         base_url: str | None = None,
         max_retries: int = 2,
         max_concurrency: int | None = 64,
+        prompt_caching: bool = True,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.prompt_caching = prompt_caching
         self.client = client or anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries
         )
@@ -83,6 +85,8 @@ class AnthropicLLM:
             params["system"] = request.system
         if request.tools:
             params["tools"] = [t.model_dump() for t in request.tools]
+        if self.prompt_caching:
+            _mark_cache_points(params)
         return params
 
     @asynccontextmanager
@@ -128,6 +132,28 @@ def _detail(e: anthropic.APIStatusError) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
     return str(e)
+
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def _mark_cache_points(params: dict[str, Any]) -> None:
+    """Cache breakpoints after the tools, the system prompt and the conversation so far.
+
+    The next call of the same user starts with this whole prefix, so it is read from the
+    cache (0.1x the price) instead of billed again; only the new messages are full price.
+    """
+    if params.get("tools"):
+        params["tools"][-1] = {**params["tools"][-1], "cache_control": _EPHEMERAL}
+    system = params.get("system")
+    if isinstance(system, str):
+        params["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    elif isinstance(system, list) and system:
+        system[-1] = {**system[-1], "cache_control": _EPHEMERAL}
+    messages = params["messages"]
+    if messages and messages[-1]["content"]:
+        last = messages[-1]["content"]
+        last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
 def _to_response(raw: Any) -> LLMResponse:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-__all__ = ["Incoming", "Messenger"]
+__all__ = ["Draft", "Incoming", "Messenger"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,8 @@ class Incoming:
     first_name: str | None = None
     images: tuple[bytes, ...] = ()
     """Photos attached to the message, as downloaded bytes."""
+    kind: str = "text"
+    """``text`` or ``photo`` (answered), or what else it carried: ``voice``, ``sticker``, …"""
     raw: Any = field(default=None, compare=False, repr=False)
     """The messenger's own update object, for bots that need more."""
 
@@ -42,6 +44,21 @@ class Incoming:
         return parts[1].strip() if len(parts) > 1 else ""
 
 
+class Draft(Protocol):
+    """A reply shown to the user while it is being written."""
+
+    text: str
+    """Everything streamed into the draft so far."""
+
+    async def update(self, delta: str) -> None:
+        """Add ``delta`` to the draft (the messenger decides how often to show it)."""
+        ...
+
+    async def finish(self) -> None:
+        """Stop showing updates; after this, the final message may be sent."""
+        ...
+
+
 class Messenger(Protocol):
     """Sends the bot's output to a chat."""
 
@@ -51,4 +68,8 @@ class Messenger(Protocol):
 
     async def send_typing(self, chat_id: int) -> None:
         """Show that the bot is working on an answer."""
+        ...
+
+    def draft(self, message: Incoming) -> Draft | None:
+        """A live draft for the reply to ``message``, or ``None`` where drafts are unavailable."""
         ...

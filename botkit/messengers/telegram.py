@@ -1,12 +1,14 @@
-"""The Telegram messenger on aiogram: long polling in, text out, with retries."""
+"""The Telegram messenger on aiogram: long polling in; formatted, paced replies out."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import html
+import itertools
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from functools import partial
-from typing import TypeVar
 
 import structlog
 from aiogram import Bot as AiogramBot
@@ -14,25 +16,48 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     TelegramAPIError,
+    TelegramBadRequest,
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
     TelegramUnauthorizedError,
 )
+from aiogram.types import BotCommand, Update, User
 from aiogram.types import Message as TgMessage
-from aiogram.types import Update
 
 from botkit.errors import ConfigError, MessengerError
+from botkit.inbox import Inbox
 from botkit.messengers.base import Incoming
+from botkit.messengers.flood import FloodControl
+from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 
-__all__ = ["TelegramMessenger", "split_text"]
+__all__ = ["TelegramDraft", "TelegramMessenger"]
 
 log = structlog.get_logger(__name__)
 
-T = TypeVar("T")
-
 MAX_MESSAGE_LENGTH = 4096
-ALLOWED_UPDATES = ["message"]
+ALLOWED_UPDATES = ["message", "stopped_message_generation"]
+GROUP_CHATS = frozenset({"group", "supergroup"})
+OTHER_KINDS = (
+    "voice",
+    "audio",
+    "video",
+    "video_note",
+    "sticker",
+    "animation",
+    "document",
+    "contact",
+    "location",
+    "venue",
+    "poll",
+    "dice",
+)
+
+OnMessage = Callable[[Incoming], None]
+OnStop = Callable[[int], object]
+"""Called with the chat id when the user presses a draft's stop button."""
+
+_draft_ids = itertools.count(1)
 
 
 class TelegramMessenger:
@@ -44,12 +69,30 @@ class TelegramMessenger:
         *,
         api_base: str | None = None,
         poll_timeout: int = 30,
-        max_send_attempts: int = 8,
+        flood: FloodControl | None = None,
+        inbox: Inbox | None = None,
+        answer_groups: str = "mention",
+        draft_interval: float = 0.3,
     ) -> None:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_base)) if api_base else None
         self.api = AiogramBot(token, session=session)
         self.poll_timeout = poll_timeout
-        self.max_send_attempts = max_send_attempts
+        self.flood = flood or FloodControl()
+        self.inbox = inbox
+        self.answer_groups = answer_groups
+        """``mention``: in groups, answer only when mentioned or replied to; ``all``: always."""
+        self.draft_interval = draft_interval
+        self.me: User | None = None
+
+    async def start(self) -> User:
+        """Check the token and learn the bot's own name."""
+        try:
+            self.me = await self.api.get_me()
+        except TelegramUnauthorizedError as e:
+            raise ConfigError(
+                "Telegram rejected TELEGRAM_BOT_TOKEN: check the token from @BotFather."
+            ) from e
+        return self.me
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -58,47 +101,56 @@ class TelegramMessenger:
     # ---- output -----------------------------------------------------------------------
 
     async def send_text(self, chat_id: int, text: str) -> None:
-        """Send ``text``, split into parts Telegram accepts, each retried until delivered."""
-        for part in split_text(text):
-            await self._retrying(partial(self.api.send_message, chat_id, part))
+        """Send Markdown ``text`` as formatted messages, split where Telegram needs it."""
+        for chunk in render_chunks(text, MAX_MESSAGE_LENGTH) or [text.strip() or "…"]:
+            await self._send_chunk(chat_id, chunk)
+
+    async def _send_chunk(self, chat_id: int, chunk: str) -> None:
+        try:
+            await self.flood.send(
+                chat_id, partial(self.api.send_message, chat_id, chunk, parse_mode="HTML")
+            )
+        except MessengerError as e:
+            if not _is_entity_error(e):
+                raise
+            log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
+            plain = html_to_plain(chunk)
+            await self.flood.send(chat_id, partial(self.api.send_message, chat_id, plain))
 
     async def send_typing(self, chat_id: int) -> None:
         """Show "typing…" in the chat (best effort, never retried)."""
         await self.api.send_chat_action(chat_id, "typing")
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run ``call``; wait out flood control and retry network failures with backoff."""
-        delay = 0.5
-        for attempt in range(1, self.max_send_attempts + 1):
-            try:
-                return await call()
-            except TelegramRetryAfter as e:
-                log.warning("telegram.flood_wait", retry_after=e.retry_after, attempt=attempt)
-                await asyncio.sleep(e.retry_after)
-            except (TelegramNetworkError, TelegramServerError) as e:
-                if attempt == self.max_send_attempts:
-                    raise MessengerError(f"Telegram unreachable: {e}") from e
-                log.warning("telegram.send_retry", error=str(e), attempt=attempt, delay=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-            except TelegramAPIError as e:
-                raise MessengerError(f"Telegram refused the message: {e.message}") from e
-        raise MessengerError(f"Telegram still rate limited after {self.max_send_attempts} tries")
+    def draft(self, message: Incoming) -> TelegramDraft | None:
+        """A streamed draft for private chats; groups get the final message only."""
+        if message.chat_type != "private":
+            return None
+        return TelegramDraft(self.api, message.chat_id, interval=self.draft_interval)
+
+    async def sync_commands(self, commands: Sequence[tuple[str, str]]) -> bool:
+        """Set the bot's command menu, only if it differs (setMyCommands is rate limited)."""
+        wanted = [(name, description) for name, description in commands]
+        current = await self.api.get_my_commands()
+        if [(c.command, c.description) for c in current] == wanted:
+            return False
+        await self.api.set_my_commands([BotCommand(command=n, description=d) for n, d in wanted])
+        return True
 
     # ---- input ------------------------------------------------------------------------
 
-    async def poll(self, on_message: Callable[[Incoming], None], stop: asyncio.Event) -> None:
-        """Long-poll until ``stop`` is set, passing each usable message to ``on_message``."""
-        await self._retrying(lambda: self.api.delete_webhook(drop_pending_updates=False))
+    async def poll(self, on_message: OnMessage, on_stop: OnStop, stop: asyncio.Event) -> None:
+        """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on."""
+        if self.me is None:
+            await self.start()
+        await self.flood.send(0, partial(self.api.delete_webhook, drop_pending_updates=False))
+        await self._replay_inbox(on_message)
         offset: int | None = None
         backoff = 1.0
         while not stop.is_set():
             try:
                 updates = await self._get_updates(offset, stop)
             except TelegramUnauthorizedError as e:
-                raise ConfigError(
-                    "Telegram rejected TELEGRAM_BOT_TOKEN: check the token from @BotFather."
-                ) from e
+                raise ConfigError("Telegram rejected TELEGRAM_BOT_TOKEN.") from e
             except (TelegramNetworkError, TelegramServerError, TelegramRetryAfter) as e:
                 log.warning("telegram.poll_failed", error=str(e), retry_in=backoff)
                 await asyncio.sleep(backoff)
@@ -107,11 +159,34 @@ class TelegramMessenger:
             backoff = 1.0
             for update in updates:
                 offset = update.update_id + 1
-                message = await self._incoming(update)
-                if message is not None:
-                    on_message(message)
-        if offset is not None:  # confirm what was taken, so a restart does not re-read it
+                await self._take(update, on_message, on_stop)
+        if offset is not None:  # confirm what was journaled, so a restart does not re-read it
             await self.api.get_updates(offset=offset, timeout=0, limit=1)
+
+    async def _replay_inbox(self, on_message: OnMessage) -> None:
+        """Hand on the updates accepted before a crash whose turns never finished."""
+        if self.inbox is None:
+            return
+        for item in self.inbox.pending():
+            update = Update.model_validate(item.payload, context={"bot": self.api})
+            message = await self._incoming(update)
+            if message is not None:
+                log.info("telegram.replayed", update_id=item.update_id)
+                on_message(message)
+
+    async def _take(self, update: Update, on_message: OnMessage, on_stop: OnStop) -> None:
+        if update.stopped_message_generation is not None:
+            on_stop(update.stopped_message_generation.chat.id)
+            return
+        if self.inbox is not None and self.inbox.seen(update.update_id):
+            return  # delivered again after a restart: already accepted
+        message = await self._incoming(update)
+        if message is None:
+            return
+        if self.inbox is not None:
+            payload = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+            self.inbox.accept(update.update_id, payload)
+        on_message(message)
 
     async def _get_updates(self, offset: int | None, stop: asyncio.Event) -> list[Update]:
         """One long poll, abandoned as soon as ``stop`` is set."""
@@ -132,16 +207,18 @@ class TelegramMessenger:
         return poll.result()
 
     async def _incoming(self, update: Update) -> Incoming | None:
-        """The update as an ``Incoming`` message, or ``None`` when it is not one we answer."""
+        """The update as an ``Incoming`` message, or ``None`` when it is not for us."""
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
+        if message.chat.type in GROUP_CHATS:
+            addressed = self._addressed_text(message, text)
+            if addressed is None:
+                return None
+            text = addressed
         images = await self._photos(message)
-        if not text and not images:
-            log.debug("telegram.message_skipped", update_id=update.update_id)
-            return None
         return Incoming(
             update_id=update.update_id,
             user_id=message.from_user.id,
@@ -152,8 +229,23 @@ class TelegramMessenger:
             username=message.from_user.username,
             first_name=message.from_user.first_name,
             images=images,
+            kind=_kind(message),
             raw=update,
         )
+
+    def _addressed_text(self, message: TgMessage, text: str) -> str | None:
+        """In a group: the text without the mention if the bot was addressed, else ``None``."""
+        if self.answer_groups == "all" or self.me is None:
+            return text
+        mention = f"@{self.me.username}".lower()
+        replied = message.reply_to_message
+        if replied is not None and replied.from_user is not None:
+            if replied.from_user.id == self.me.id:
+                return text
+        if mention in text.lower():
+            start = text.lower().index(mention)
+            return (text[:start] + text[start + len(mention) :]).strip()
+        return None
 
     async def _photos(self, message: TgMessage) -> tuple[bytes, ...]:
         if not message.photo:
@@ -167,21 +259,83 @@ class TelegramMessenger:
         return (data.read(),) if data is not None else ()
 
 
-def split_text(text: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]:
-    """``text`` in parts of at most ``limit`` characters, cut at paragraph or line ends."""
-    parts: list[str] = []
-    rest = text.strip() or "…"
-    while len(rest) > limit:
-        cut = _cut_point(rest, limit)
-        parts.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip("\n")
-    parts.append(rest)
-    return [p for p in parts if p]
+class TelegramDraft:
+    """A reply streamed into Telegram's ``sendMessageDraft``, at most one update per interval."""
+
+    def __init__(self, api: AiogramBot, chat_id: int, *, interval: float = 0.3) -> None:
+        self.api = api
+        self.chat_id = chat_id
+        self.draft_id = next(_draft_ids)
+        self.interval = interval
+        self.text = ""
+        self._shown = ""
+        self._last_sent = 0.0
+        self._sender: asyncio.Task[None] | None = None
+        self._sending = False
+        self._finished = False
+
+    async def update(self, delta: str) -> None:
+        """Add ``delta``; the draft is refreshed now or at the end of the interval."""
+        self.text += delta
+        if self._finished or (self._sender is not None and not self._sender.done()):
+            return
+        self._sender = asyncio.create_task(self._show_soon())
+
+    async def finish(self) -> None:
+        """Send no more updates; wait for one in flight, so none can land after the reply."""
+        self._finished = True
+        if self._sender is None or self._sender.done():
+            return
+        if not self._sending:
+            self._sender.cancel()
+        await asyncio.gather(self._sender, return_exceptions=True)
+
+    async def _show_soon(self) -> None:
+        delay = self._last_sent + self.interval - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        html = draft_html(self.text)
+        if self._finished or not html or html == self._shown:
+            return
+        self._sending = True
+        self._last_sent = time.monotonic()
+        try:
+            await self.api.send_message_draft(
+                self.chat_id, self.draft_id, text=html, parse_mode="HTML", can_stop=True
+            )
+            self._shown = html
+        except TelegramAPIError as e:  # a draft is a courtesy: the final message still comes
+            log.debug("telegram.draft_failed", chat_id=self.chat_id, error=str(e))
+        finally:
+            self._sending = False
 
 
-def _cut_point(text: str, limit: int) -> int:
-    for separator in ("\n\n", "\n", " "):
-        cut = text.rfind(separator, 0, limit)
-        if cut > limit // 2:
-            return cut
-    return limit
+def draft_html(text: str) -> str:
+    """A growing answer as draft HTML: finished lines formatted, the last line plain.
+
+    Formatting only the finished lines keeps half-typed markup (an unclosed ``**``) from
+    showing up and then vanishing, the flicker users of other bots complain about.
+    """
+    cut = text.rfind("\n")
+    head, tail = (text[:cut], text[cut + 1 :]) if cut >= 0 else ("", text)
+    parts = [markdown_to_html(head) if head.strip() else ""]
+    parts.append(html.escape(tail.translate(_MARKUP)).strip())
+    rendered = "\n".join(p for p in parts if p)
+    return rendered if len(html_to_plain(rendered)) <= MAX_MESSAGE_LENGTH else ""
+
+
+_MARKUP = str.maketrans("", "", "*_`~#>")
+
+
+def _kind(message: TgMessage) -> str:
+    if message.photo:
+        return "photo"
+    for kind in OTHER_KINDS:
+        if getattr(message, kind, None) is not None:
+            return kind
+    return "text" if message.text else "other"
+
+
+def _is_entity_error(error: MessengerError) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, TelegramBadRequest) and "can't parse entities" in cause.message

@@ -1,0 +1,130 @@
+"""The inbox journal: updates are written down before Telegram is told they were received.
+
+Telegram forgets an update once ``getUpdates`` is called with a higher offset, and one call
+returns at most 100 updates, so holding the offset back until turns finish would cap a bot
+at 100 turns in flight. Instead every accepted update is appended here first; the offset is
+confirmed after that; a finished turn appends ``done``. After a crash the updates accepted
+but not done are read back and handled again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from botkit.errors import SessionError
+
+__all__ = ["Inbox", "InboxItem"]
+
+log = structlog.get_logger(__name__)
+
+COMPACT_AFTER = 10_000
+"""Lines written since the last compaction before the journal is rewritten."""
+REMEMBERED = 1_000
+"""Accepted ids kept across compactions: Telegram re-delivers at most one batch of 100."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """An accepted update: its id and its raw payload as the messenger received it."""
+
+    update_id: int
+    payload: dict[str, Any]
+
+
+class Inbox:
+    """An append-only journal of accepted and finished updates in one JSONL file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._open: dict[int, InboxItem] = {}
+        self._recent: deque[int] = deque(maxlen=REMEMBERED)
+        self._seen: set[int] = set()
+        self._lines = 0
+        self._load()
+
+    def pending(self) -> list[InboxItem]:
+        """Accepted updates whose turn has not finished, oldest first."""
+        return sorted(self._open.values(), key=lambda item: item.update_id)
+
+    def seen(self, update_id: int) -> bool:
+        """Whether ``update_id`` was accepted before (finished or not)."""
+        return update_id in self._seen
+
+    def accept(self, update_id: int, payload: dict[str, Any]) -> bool:
+        """Journal an update; ``False`` if it was accepted before (a re-delivery)."""
+        if update_id in self._seen:
+            return False
+        self._write({"accepted": update_id, "update": payload})
+        self._open[update_id] = InboxItem(update_id, payload)
+        self._remember(update_id)
+        return True
+
+    def _remember(self, update_id: int) -> None:
+        if len(self._recent) == self._recent.maxlen:
+            self._seen.discard(self._recent[0])
+        self._recent.append(update_id)
+        self._seen.add(update_id)
+
+    def done(self, update_id: int) -> None:
+        """Mark the turn of ``update_id`` finished: its reply was sent."""
+        if self._open.pop(update_id, None) is None:
+            return
+        self._write({"done": update_id})
+        if self._lines >= COMPACT_AFTER:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the journal with only the unfinished updates."""
+        temporary = self.path.with_suffix(".tmp")
+        lines = [_line({"recent": list(self._recent)})]
+        lines += [_line({"accepted": i.update_id, "update": i.payload}) for i in self.pending()]
+        temporary.write_bytes(b"".join(lines))
+        os.replace(temporary, self.path)
+        self._lines = len(lines)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, _line(record))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise SessionError(f"cannot write the inbox journal {self.path}: {e}") from e
+        self._lines += 1
+
+    def _load(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        for number, line in enumerate(raw.splitlines(), start=1):
+            self._apply(number, line)
+        self.compact()  # also ends a torn last line
+
+    def _apply(self, number: int, line: bytes) -> None:
+        try:
+            record = orjson.loads(line)
+            if "accepted" in record:
+                item = InboxItem(int(record["accepted"]), dict(record["update"]))
+                self._open[item.update_id] = item
+                self._remember(item.update_id)
+            elif "recent" in record:
+                for update_id in record["recent"]:
+                    self._remember(int(update_id))
+            else:
+                self._open.pop(int(record["done"]), None)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("inbox.line_skipped", path=str(self.path), line=number)
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return orjson.dumps(record) + b"\n"

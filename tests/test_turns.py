@@ -1,0 +1,314 @@
+"""Turn handling under real traffic: concurrency, order, drafts, stop, groups, odd inputs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from botkit import Bot, Message, Settings, tool
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.messengers.flood import FloodControl, FloodLimits
+from botkit.sessions import JsonlSessionStore, SessionEntry
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+
+USERS = list(range(701, 711))
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as server:
+        yield server
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "allowed_users": frozenset(USERS),
+        "sessions_dir": tmp_path / "sessions",
+        "stream_replies": False,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)
+
+
+def make_bot(claude: FakeAnthropicServer, settings: Settings, **options: Any) -> Bot:
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    return Bot(settings=settings, llm=llm, **options)
+
+
+async def test_concurrent_turns_are_bounded(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    in_flight, peak = 0, 0
+
+    async def slow_model(request: FakeRequest) -> FakeReply:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.2)
+        in_flight -= 1
+        return FakeReply.text("ok")
+
+    claude.responder = slow_model
+    bot = make_bot(claude, make_settings(tmp_path, max_concurrent_turns=3))
+    async with running(bot, telegram):
+        for user in USERS:
+            telegram.send_text(user, "hi")
+        for user in USERS:
+            await telegram.wait_for_messages(user)
+    assert peak == 3, "all slots used, never more"
+
+
+async def test_a_slow_user_does_not_block_others(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+
+    @tool
+    async def wait_for_it() -> str:
+        """Blocks until released."""
+        await release.wait()
+        return "released"
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.tool_results():
+            return FakeReply.text("slow done")
+        if request.last_user_text() == "slow":
+            return FakeReply.tool_use("wait_for_it", {})
+        return FakeReply.text("fast done")
+
+    claude.responder = model
+    bot = make_bot(claude, make_settings(tmp_path), tools=[wait_for_it])
+    slow, fast = USERS[0], USERS[1]
+    async with running(bot, telegram):
+        telegram.send_text(slow, "slow")
+        await telegram.wait_for_requests("sendChatAction", 1)
+        telegram.send_text(fast, "fast")
+        assert (await telegram.wait_for_messages(fast))[0].text == "fast done"
+        assert telegram.sent_messages(slow) == []
+        release.set()
+        assert (await telegram.wait_for_messages(slow))[0].text == "slow done"
+
+
+async def test_drafts_stream_then_exactly_one_final_message(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    answer = "First line of the answer.\nSecond line with **bold** text.\nThird and last line."
+    claude.enqueue(FakeReply.text(answer))
+    claude.chunk_delay = 0.05
+    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True))
+    async with running(bot, telegram):
+        telegram.send_text(USERS[0], "stream please")
+        await telegram.wait_for_messages(USERS[0])
+        await asyncio.sleep(0.5)  # a late draft would show up here
+    drafts = telegram.drafts(USERS[0])
+    assert drafts, "the answer was streamed"
+    assert all(d.params.get("can_stop") is True for d in drafts), "with a stop button"
+    assert all("**" not in d.params["text"] for d in drafts), "no half-formatted markup"
+    final = telegram.sent_messages(USERS[0])
+    assert len(final) == 1 and "<b>bold</b>" in final[0].text
+    methods = [
+        r.method for r in telegram.requests if r.method in ("sendMessageDraft", "sendMessage")
+    ]
+    assert methods[-1] == "sendMessage", "no draft after the final message"
+
+
+async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def long_job() -> str:
+        """Takes forever."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.last_user_text() == "work":
+            return FakeReply.tool_use("long_job", {}, text="Working on it.\n")
+        return FakeReply.text("fresh answer")
+
+    claude.responder = model
+    user = USERS[0]
+    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True), tools=[long_job])
+    async with running(bot, telegram):
+        telegram.send_text(user, "work")
+        await asyncio.wait_for(started.wait(), 10)
+        draft_id = telegram.drafts(user)[-1].params["draft_id"] if telegram.drafts(user) else 1
+        telegram.inject_update(
+            {
+                "stopped_message_generation": {
+                    "chat": {"id": user, "type": "private", "first_name": "U"},
+                    "draft_id": draft_id,
+                }
+            }
+        )
+        stopped = await telegram.wait_for_messages(user)
+        telegram.send_text(user, "next")
+        replies = await telegram.wait_for_messages(user, 2)
+    assert stopped[0].text in ("Working on it.", bot.options.stopped_text)
+    assert replies[1].text == "fresh answer", (
+        "the fake API accepted the history: no dangling tool_use"
+    )
+
+
+async def test_group_messages_are_answered_only_when_addressed(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True))
+    user, group = USERS[0], -4242
+    async with running(bot, telegram):
+        telegram.send_text(user, "chatting among humans", chat_id=group, chat_type="group")
+        telegram.send_text(
+            user, f"@{telegram.bot_username} what now?", chat_id=group, chat_type="group"
+        )
+        replies = await telegram.wait_for_messages(group)
+        reply_to = replies[0].message_id
+        telegram.send_text(
+            user, "and then?", chat_id=group, chat_type="group", reply_to_message_id=reply_to
+        )
+        replies = await telegram.wait_for_messages(group, 2)
+    assert [r.text for r in replies] == ["echo: what now?", "echo: and then?"]
+    assert len(claude.requests) == 2, "the unaddressed message cost nothing"
+    assert telegram.drafts(group) == [], "no drafts in groups"
+
+
+async def test_other_inputs_get_a_polite_reply_or_are_ignored_safely(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    user = USERS[0]
+    bot = make_bot(claude, make_settings(tmp_path))
+    sticker = {
+        "file_id": "s1",
+        "file_unique_id": "u1",
+        "type": "regular",
+        "width": 1,
+        "height": 1,
+        "is_animated": False,
+        "is_video": False,
+    }
+    chat = {"id": user, "type": "private", "first_name": "U"}
+    sender = {"id": user, "is_bot": False, "first_name": "U"}
+    async with running(bot, telegram):
+        telegram.inject_update(
+            {
+                "message": {
+                    "message_id": 1,
+                    "date": 0,
+                    "chat": chat,
+                    "from": sender,
+                    "sticker": sticker,
+                }
+            }
+        )
+        polite = await telegram.wait_for_messages(user)
+        telegram.inject_update(
+            {
+                "edited_message": {
+                    "message_id": 1,
+                    "date": 0,
+                    "chat": chat,
+                    "from": sender,
+                    "text": "edited",
+                    "edit_date": 1,
+                }
+            }
+        )
+        telegram.inject_update(
+            {"callback_query": {"id": "c", "from": sender, "chat_instance": "i", "data": "x"}}
+        )
+        telegram.inject_update({"some_future_update": {"anything": True}})
+        telegram.send_text(user, "still there?")
+        replies = await telegram.wait_for_messages(user, 2)
+    assert polite[0].text == bot.options.unsupported_text
+    assert replies[1].text == "echo: still there?"
+    assert len(claude.requests) == 1
+
+
+async def test_over_long_input_is_cut_with_a_note(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, make_settings(tmp_path), max_input_chars=100)
+    async with running(bot, telegram):
+        telegram.send_text(USERS[0], "x" * 300)
+        await telegram.wait_for_messages(USERS[0])
+    sent = claude.requests[0].last_user_text()
+    assert sent.startswith("x" * 100) and "x" * 101 not in sent
+    assert "200 more characters" in sent
+
+
+async def test_every_reply_arrives_in_order_through_a_429_storm(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    telegram.flood_ratio = 0.3
+    telegram.flood_retry_after = 1
+    limits = FloodLimits(global_per_second=1000, chat_per_second=100, chat_burst=100)
+    bot = make_bot(claude, make_settings(tmp_path))
+    users = USERS[:4]
+    async with running(bot, telegram, flood=FloodControl(limits)):
+        for n in range(5):
+            for user in users:
+                telegram.send_text(user, f"{user}-{n}")
+        for user in users:
+            replies = await telegram.wait_for_messages(user, 5, timeout=60)
+            assert [r.text for r in replies] == [f"echo: {user}-{n}" for n in range(5)]
+    refused = [r for r in telegram.requests_for("sendMessage") if r.error_code == 429]
+    assert refused, "the storm really hit"
+
+
+async def test_telegram_rejecting_html_falls_back_to_plain_text(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.enqueue(FakeReply.text("Some **bold** claim"))
+    telegram.fail_next(
+        "sendMessage", error_code=400, description="Bad Request: can't parse entities: oops"
+    )
+    bot = make_bot(claude, make_settings(tmp_path))
+    async with running(bot, telegram):
+        telegram.send_text(USERS[0], "hi")
+        replies = await telegram.wait_for_messages(USERS[0])
+    assert replies[0].text == "Some bold claim"
+    assert replies[0].parse_mode is None
+
+
+async def test_commands_are_set_only_when_they_differ(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, make_settings(tmp_path))
+    commands = [("help", "What I can do"), ("clear", "Start over")]
+    async with running(bot, telegram) as messenger:
+        assert await messenger.sync_commands(commands) is True
+        assert await messenger.sync_commands(commands) is False
+        assert await messenger.sync_commands([*commands, ("usage", "Tokens")]) is True
+    assert len(telegram.requests_for("setMyCommands")) == 2
+
+
+async def test_an_answered_but_unconfirmed_update_is_resent_without_a_new_llm_call(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path)
+    user = USERS[0]
+    update_id = telegram.send_text(user, "what is 2+2?")
+    # What a crash right after the answer was recorded, before it was sent, leaves behind:
+    store = JsonlSessionStore(settings.sessions_dir)
+    await store.append(
+        SessionEntry.of(user, Message.user_text("what is 2+2?"), update_id=update_id)
+    )
+    answer = Message(role="assistant", content=[*Message.user_text("4").content])
+    await store.append(SessionEntry.of(user, answer, stop_reason="end_turn"))
+    bot = make_bot(claude, settings)
+    async with running(bot, telegram):
+        replies = await telegram.wait_for_messages(user)
+    assert [r.text for r in replies] == ["4"]
+    assert claude.requests == []
