@@ -10,6 +10,7 @@ import structlog
 
 from botkit.bot import Bot
 from botkit.dispatch import TurnDispatcher
+from botkit.errors import MessengerError
 from botkit.inbox import Inbox
 from botkit.messengers.flood import FloodControl, FloodLimits
 from botkit.messengers.telegram import TelegramMessenger
@@ -52,6 +53,7 @@ async def serve(
     try:
         me = await messenger.start()
         log.info("bot.started", username=me.username, model=bot.settings.model)
+        await _publish_commands(bot, messenger)
         await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
         log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
         grace = bot.settings.grace_period if grace_period is None else grace_period
@@ -61,6 +63,16 @@ async def serve(
     finally:
         await messenger.close()
         await bot.aclose()
+
+
+async def _publish_commands(bot: Bot, messenger: TelegramMessenger) -> None:
+    """Show the bot's commands in Telegram's menu; a failure here is not fatal."""
+    try:
+        changed = await messenger.sync_commands(bot.command_menu())
+    except MessengerError as e:
+        log.warning("bot.commands_not_set", error=str(e))
+        return
+    log.info("bot.commands", changed=changed, count=len(bot.commands))
 
 
 def run_bot(bot: Bot) -> None:

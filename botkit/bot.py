@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -11,15 +12,17 @@ from typing import Any
 
 import structlog
 
+from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
 from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
 from botkit.config import Settings
 from botkit.errors import LLMError, LLMOverloadedError
 from botkit.llm.base import LLM, TextSink
 from botkit.messengers.base import Draft, Incoming, Messenger
+from botkit.pricing import estimate
 from botkit.sessions import JsonlSessionStore, SessionStore
 from botkit.tools import Tool, ToolContext, ToolRegistry
-from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock
+from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
 
 __all__ = [
     "Authorize",
@@ -28,6 +31,8 @@ __all__ = [
     "BuildExtra",
     "BuildPrompt",
     "BuildTools",
+    "Command",
+    "CommandHandler",
     "HandleStart",
 ]
 
@@ -43,6 +48,20 @@ BuildTools = Callable[[Incoming], Awaitable[ToolRegistry | Sequence[Tool]]]
 """The tools offered to the model for this turn."""
 BuildPrompt = Callable[[Incoming], Awaitable[str]]
 """The system prompt for this turn."""
+
+CommandHandler = Callable[[Incoming, str], Awaitable[str]]
+"""A slash command: gets the message and the text after the command, returns the reply."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A slash command; it answers without calling the LLM."""
+
+    name: str
+    description: str
+    handler: CommandHandler
+    admin_only: bool = False
+
 
 ANSWERED_KINDS = frozenset({"text", "photo"})
 
@@ -72,6 +91,12 @@ class BotOptions:
     stopped_text: str = "Stopped."
     max_input_chars: int = 16_000
     """Longer user messages are cut, with a note telling the model so."""
+    max_contexts: int = 1_000
+    """Contexts kept in memory; the least recently used are dropped and rebuilt on demand."""
+    max_context_chars: int = 200_000
+    """A context past 80 % of this is compacted: older messages become a summary."""
+    admin_only_text: str = "Only admins can do that."
+    help_text: str = "Just write to me; I can also use tools when they help. Commands:"
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
@@ -102,8 +127,14 @@ class Bot:
             self.tools.register(item)
         self.sessions: SessionStore = sessions or JsonlSessionStore(self.settings.sessions_dir)
         self._llm = llm
-        self._contexts: dict[int, asyncio.Task[ContextManager]] = {}
+        self._contexts: OrderedDict[int, asyncio.Task[ContextManager]] = OrderedDict()
         self._turns: dict[int, asyncio.Task[str]] = {}
+        self.model_override: str | None = None
+        """Set by an admin's ``/model``: the model every turn uses from then on."""
+        self.usage_by_model: dict[str, Usage] = {}
+        """What this process's turns cost, per model."""
+        self.commands: dict[str, Command] = {}
+        self._register_builtin_commands()
 
     @property
     def llm(self) -> LLM:
@@ -124,6 +155,21 @@ class Bot:
         """Decorator: register a typed function as a tool of this bot."""
         self.tools.register(fn)
         return fn
+
+    def command(
+        self, name: str, description: str, *, admin_only: bool = False
+    ) -> Callable[[CommandHandler], CommandHandler]:
+        """Decorator: register ``async def handler(message, args) -> str`` as ``/name``."""
+
+        def register(handler: CommandHandler) -> CommandHandler:
+            self.commands[name] = Command(name, description, handler, admin_only)
+            return handler
+
+        return register
+
+    def command_menu(self) -> list[tuple[str, str]]:
+        """The commands as Telegram's menu shows them."""
+        return [(c.name, c.description) for c in self.commands.values()]
 
     # ---- the turn cycle -------------------------------------------------------------
 
@@ -152,6 +198,10 @@ class Bot:
             return
         if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
             await messenger.send_text(message.chat_id, self.options.unsupported_text)
+            return
+        command = self.commands.get(message.command or "")
+        if command is not None:
+            await messenger.send_text(message.chat_id, await self._run_command(command, message))
             return
         extra = await self.build_extra(message)
         tools = _as_registry(await self.build_tools(message))
@@ -227,7 +277,11 @@ class Bot:
     ) -> str:
         """The loop's reply, or a polite text when the model could not be reached."""
         loop = AgentLoop(
-            self.llm, max_iterations=self.options.max_iterations, texts=self.options.loop_texts
+            self.llm,
+            max_iterations=self.options.max_iterations,
+            texts=self.options.loop_texts,
+            compactor=Compactor(self.llm, max_context_chars=self.options.max_context_chars),
+            model=self.model_override,
         )
         try:
             result: TurnResult = await loop.run(
@@ -239,6 +293,8 @@ class Bot:
         except LLMError as e:
             log.error("turn.llm_failed", user_id=context.user_id, error=str(e))
             return self.options.error_text
+        model = self.model_override or self.settings.model
+        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + result.usage
         log.info(
             "turn.done",
             user_id=context.user_id,
@@ -288,12 +344,30 @@ class Bot:
         if task is None:
             task = asyncio.ensure_future(self._load_context(user_id))
             self._contexts[user_id] = task
+            self._evict_idle_contexts()
+        else:
+            self._contexts.move_to_end(user_id)
         try:
             return await asyncio.shield(task)
         except Exception:
             if self._contexts.get(user_id) is task:
                 del self._contexts[user_id]
             raise
+
+    def _evict_idle_contexts(self) -> None:
+        """Drop the least recently used contexts beyond ``max_contexts`` that are not in use."""
+        excess = len(self._contexts) - self.options.max_contexts
+        for user_id, task in list(self._contexts.items()):
+            if excess <= 0:
+                return
+            if task.done() and not task.exception() and not task.result().lock.locked():
+                del self._contexts[user_id]
+                excess -= 1
+
+    @property
+    def resident_contexts(self) -> int:
+        """How many user contexts are in memory now."""
+        return len(self._contexts)
 
     async def _load_context(self, user_id: int) -> ContextManager:
         recorded = await self.sessions.load(user_id)
@@ -313,6 +387,52 @@ class Bot:
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""
         return user_id in self.settings.admins
+
+    # ---- slash commands -------------------------------------------------------------
+
+    async def _run_command(self, command: Command, message: Incoming) -> str:
+        if command.admin_only and not self.is_admin(message.user_id):
+            return self.options.admin_only_text
+        log.info("command", name=command.name, user_id=message.user_id)
+        return await command.handler(message, message.command_args)
+
+    def _register_builtin_commands(self) -> None:
+        self.command("help", "What this bot can do")(self._help)
+        self.command("clear", "Start a fresh conversation")(self._clear)
+        self.command("usage", "Tokens used and their estimated cost")(self._usage)
+        self.command("model", "Show the model (admins: /model NAME switches)")(self._model)
+
+    async def _help(self, message: Incoming, args: str) -> str:
+        lines = [f"/{c.name} — {c.description}" for c in self.commands.values()]
+        return "\n".join([self.options.help_text, *lines])
+
+    async def _clear(self, message: Incoming, args: str) -> str:
+        context = await self.context_for(message.user_id)
+        async with context.lock:
+            await context.reset("/clear")
+        return "Done: I've forgotten our conversation. What's next?"
+
+    async def _usage(self, message: Incoming, args: str) -> str:
+        context = await self.context_for(message.user_id)
+        total = sum(context.usage_by_model.values(), Usage())
+        dollars, known = estimate(context.usage_by_model)
+        cost = f"about ${dollars:.4f}" + ("" if known else " (some prices unknown)")
+        return (
+            f"Your usage: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
+            f"tokens, {total.cache_creation_input_tokens:,} written to and "
+            f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
+        )
+
+    async def _model(self, message: Incoming, args: str) -> str:
+        current = self.model_override or self.settings.model
+        wanted = args.strip()
+        if not wanted:
+            return f"Model: {current}"
+        if not self.is_admin(message.user_id):
+            return self.options.admin_only_text
+        self.model_override = wanted
+        log.info("model.switched", model=wanted, by=message.user_id)
+        return f"Switched from {current} to {wanted}."
 
     # ---- running ----------------------------------------------------------------------
 

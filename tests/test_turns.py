@@ -288,10 +288,11 @@ async def test_commands_are_set_only_when_they_differ(
     bot = make_bot(claude, make_settings(tmp_path))
     commands = [("help", "What I can do"), ("clear", "Start over")]
     async with running(bot, telegram) as messenger:
+        await telegram.wait_for_requests("setMyCommands", 1)  # the bot's own menu, at start
         assert await messenger.sync_commands(commands) is True
         assert await messenger.sync_commands(commands) is False
         assert await messenger.sync_commands([*commands, ("usage", "Tokens")]) is True
-    assert len(telegram.requests_for("setMyCommands")) == 2
+    assert len(telegram.requests_for("setMyCommands")) == 3
 
 
 async def test_an_answered_but_unconfirmed_update_is_resent_without_a_new_llm_call(

@@ -49,8 +49,8 @@ class Compactor:
 
     llm: LLM
     max_context_chars: int = 200_000
-    keep_chars: int = 80_000
-    """About this much of the newest conversation stays word for word."""
+    keep_share: float = 0.4
+    """About this share of the budget (80,000 of 200,000 chars) stays word for word."""
     min_keep_messages: int = 10
     trigger: float = 0.8
     """Compact once the context passes this share of ``max_context_chars``."""
@@ -60,10 +60,18 @@ class Compactor:
         size = sum(message_chars(m) for m in context.messages)
         return size > self.trigger * self.max_context_chars
 
-    async def compact(self, context: ContextManager, *, keep_chars: int | None = None) -> bool:
+    async def compact(self, context: ContextManager) -> bool:
         """Summarise all but the newest part of ``context``; ``False`` if nothing could go."""
+        keep = int(self.keep_share * self.max_context_chars)
+        return await self._summarise(context, self._keep_from(context.messages, keep))
+
+    async def shrink(self, context: ContextManager) -> bool:
+        """After "prompt is too long": summarise all but the newest quarter of it."""
+        size = sum(message_chars(m) for m in context.messages)
+        return await self._summarise(context, self._keep_from(context.messages, size // 4, 2))
+
+    async def _summarise(self, context: ContextManager, start: int) -> bool:
         messages = context.messages
-        start = self._keep_from(messages, keep_chars or self.keep_chars)
         if start == 0:
             return False
         old = messages[:start]
@@ -71,11 +79,11 @@ class Compactor:
             response = await self.llm.complete(
                 LLMRequest(system=SUMMARY_PROMPT, messages=[_as_transcript(old)])
             )
-            summary, usage = response.message.text.strip(), response.usage
+            summary, usage, model = response.message.text.strip(), response.usage, response.model
         except LLMError as e:
             log.warning("compaction.summary_failed", user_id=context.user_id, error=str(e))
-            summary, usage = "", None
-        await context.compact(summary or TRUNCATED_NOTE, len(messages) - start, usage)
+            summary, usage, model = "", None, None
+        await context.compact(summary or TRUNCATED_NOTE, len(messages) - start, usage, model)
         log.info(
             "compaction.done",
             user_id=context.user_id,
@@ -94,12 +102,13 @@ class Compactor:
         await context.compact(TRUNCATED_NOTE, len(messages) - start)
         return True
 
-    def _keep_from(self, messages: Sequence[Message], keep_chars: int) -> int:
+    def _keep_from(
+        self, messages: Sequence[Message], keep_chars: int, min_messages: int | None = None
+    ) -> int:
         """Where the kept part starts: enough chars and messages, at a clean turn boundary."""
+        least = self.min_keep_messages if min_messages is None else min_messages
         kept_chars, index = 0, len(messages)
-        while index > 0 and (
-            kept_chars < keep_chars or len(messages) - index < self.min_keep_messages
-        ):
+        while index > 0 and (kept_chars < keep_chars or len(messages) - index < least):
             index -= 1
             kept_chars += message_chars(messages[index])
         return _opening_at_or_before(messages, index)

@@ -45,12 +45,15 @@ class ContextManager:
         """Held for the length of a turn, so one user's turns never overlap."""
         self._messages: list[Message] = list(messages)
         self._turn_starts: dict[int, int] = {}
+        self.usage_by_model: dict[str, Usage] = {}
+        """Everything this user's calls cost, per model, resets and compactions included."""
 
     @classmethod
     def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
         """A context rebuilt from recorded entries (``options`` as for the constructor)."""
         context = cls(user_id, **options)
         for entry in entries:
+            context._count(entry)
             if isinstance(entry, SessionEntry):
                 context._add(entry.to_message(), entry.update_id)
             elif isinstance(entry, ResetEntry):
@@ -113,9 +116,13 @@ class ContextManager:
         await self._record(ResetEntry(user_id=self.user_id, reason=reason))
         self.clear()
 
-    async def compact(self, summary: str, kept: int, usage: Usage | None = None) -> None:
+    async def compact(
+        self, summary: str, kept: int, usage: Usage | None = None, model: str | None = None
+    ) -> None:
         """Replace all but the last ``kept`` messages by ``summary``, and record it."""
-        entry = CompactionEntry(user_id=self.user_id, summary=summary, kept=kept, usage=usage)
+        entry = CompactionEntry(
+            user_id=self.user_id, summary=summary, kept=kept, usage=usage, model=model
+        )
         await self._record(entry)
         self._apply_compaction(summary, kept)
 
@@ -127,6 +134,13 @@ class ContextManager:
     async def _record(self, entry: Entry) -> None:
         for hook in self.on_append:
             await hook(entry)
+        self._count(entry)
+
+    def _count(self, entry: Entry) -> None:
+        usage = getattr(entry, "usage", None)
+        if usage is not None:
+            model = getattr(entry, "model", None) or "unknown"
+            self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
 
     def _apply_compaction(self, summary: str, kept: int) -> None:
         kept_messages = self._messages[len(self._messages) - kept :] if kept else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -16,6 +17,8 @@ from botkit.types import Message, ToolResultBlock, Usage
 __all__ = ["AgentLoop", "LoopTexts", "TurnResult"]
 
 log = structlog.get_logger(__name__)
+
+Shrinker = Callable[[ContextManager], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +106,9 @@ class AgentLoop:
         """One LLM call; a context too long is compacted, then truncated, and tried again."""
         if self.compactor is not None and self.compactor.needed(context):
             await self.compactor.compact(context)
-        shrink = [] if self.compactor is None else [self.compactor.compact, self.compactor.truncate]
+        shrinkers: list[Shrinker] = []
+        if self.compactor is not None:
+            shrinkers = [self.compactor.shrink, self.compactor.truncate]
         while True:
             request = LLMRequest(
                 system=system,
@@ -114,7 +119,7 @@ class AgentLoop:
             try:
                 return await self.llm.complete(request, on_text)
             except PromptTooLongError:
-                if not shrink or not await shrink.pop(0)(context):
+                if not await _first_that_works(shrinkers, context):
                     raise
                 log.warning("loop.prompt_too_long_retry", user_id=context.user_id)
 
@@ -146,3 +151,11 @@ class AgentLoop:
         if reason == "refusal":
             return message.text or self.texts.refused
         return message.text or self.texts.empty
+
+
+async def _first_that_works(shrinkers: list[Shrinker], context: ContextManager) -> bool:
+    """Use up shrinkers in order until one makes the context smaller."""
+    while shrinkers:
+        if await shrinkers.pop(0)(context):
+            return True
+    return False

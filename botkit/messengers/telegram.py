@@ -130,10 +130,11 @@ class TelegramMessenger:
     async def sync_commands(self, commands: Sequence[tuple[str, str]]) -> bool:
         """Set the bot's command menu, only if it differs (setMyCommands is rate limited)."""
         wanted = [(name, description) for name, description in commands]
-        current = await self.api.get_my_commands()
+        current = await self.flood.send(0, self.api.get_my_commands)
         if [(c.command, c.description) for c in current] == wanted:
             return False
-        await self.api.set_my_commands([BotCommand(command=n, description=d) for n, d in wanted])
+        menu = [BotCommand(command=n, description=d) for n, d in wanted]
+        await self.flood.send(0, partial(self.api.set_my_commands, menu))
         return True
 
     # ---- input ------------------------------------------------------------------------

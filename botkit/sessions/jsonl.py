@@ -92,6 +92,7 @@ class CompactionEntry(_Entry):
     """How many of the messages before this line stay in the context after the summary."""
     usage: Usage | None = None
     """What the summarising call cost (absent when it fell back to plain truncation)."""
+    model: str | None = None
 
 
 AnyEntry = Annotated[SessionEntry | ResetEntry | CompactionEntry, Field(discriminator="type")]

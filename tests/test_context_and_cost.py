@@ -1,0 +1,239 @@
+"""Long conversations: commands, usage, compaction, eviction and rebuilding from session files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from botkit import Bot, Incoming, Message, Settings, read_session_file
+from botkit.agent.compaction import SUMMARY_PROMPT
+from botkit.agent.context import SUMMARY_PREFIX, ContextManager
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.pricing import PRICES, estimate
+from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeError,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    running,
+)
+from botkit.types import Usage
+
+USER, ADMIN = 801, 802
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as server:
+        yield server
+
+
+def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **options: Any) -> Bot:
+    settings = Settings(
+        _env_file=None,
+        allowed_users=frozenset({USER}),
+        admins=frozenset({ADMIN}),
+        sessions_dir=tmp_path / "sessions",
+        stream_replies=False,
+        model="claude-sonnet-5-test",
+    )
+    llm = AnthropicLLM(api_key="k", model=settings.model, base_url=claude.base_url, max_retries=0)
+    return Bot(settings=settings, llm=llm, **options)
+
+
+async def ask(telegram: FakeTelegramServer, user: int, text: str) -> str:
+    before = len(telegram.sent_messages(user))
+    telegram.send_text(user, text)
+    replies = await telegram.wait_for_messages(user, before + 1)
+    return replies[before].text
+
+
+async def test_commands_answer_without_the_llm_and_fill_the_menu(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path)
+
+    @bot.command("ping", "Check that I'm alive")
+    async def ping(message: Incoming, args: str) -> str:
+        return f"pong {args}".strip()
+
+    async with running(bot, telegram):
+        help_text = await ask(telegram, USER, "/help")
+        assert await ask(telegram, USER, "/ping loud") == "pong loud"
+    assert "/clear" in help_text and "/usage" in help_text and "/ping" in help_text
+    assert claude.requests == []
+    menu = [c["command"] for c in telegram.commands()]
+    assert menu == ["help", "clear", "usage", "model", "ping"]
+
+    async with running(make_bot(claude, tmp_path), telegram):
+        await ask(telegram, USER, "/help")
+    assert len(telegram.requests_for("setMyCommands")) == 2, "changed menu set; same menu not"
+    async with running(make_bot(claude, tmp_path), telegram):
+        await ask(telegram, USER, "/help")
+    assert len(telegram.requests_for("setMyCommands")) == 2
+
+
+async def test_clear_starts_fresh_and_is_recorded(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        await ask(telegram, USER, "remember pineapples")
+        await ask(telegram, USER, "/clear")
+        await ask(telegram, USER, "what did I say?")
+    assert [m["role"] for m in claude.requests[-1].messages] == ["user"]
+    recorded = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
+    assert [e.type for e in recorded] == ["message", "message", "reset", "message", "message"]
+
+    restarted = make_bot(claude, tmp_path)
+    context = await restarted.context_for(USER)
+    assert [m.text for m in context.messages] == ["what did I say?", "echo: what did I say?"]
+
+
+async def test_usage_reports_this_users_tokens_and_cost(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        await ask(telegram, USER, "hello")
+        await ask(telegram, USER, "hello again")
+        report = await ask(telegram, USER, "/usage")
+    entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
+    used = sum((e.usage for e in entries if isinstance(e, SessionEntry) and e.usage), Usage())
+    assert f"{used.input_tokens:,} input tokens" in report
+    assert f"{used.output_tokens:,} output tokens" in report
+    assert f"{used.cache_read_input_tokens:,} read from" in report
+    dollars = PRICES["claude-sonnet-5"].cost(used)
+    assert f"${dollars:.4f}" in report
+    assert len(claude.requests) == 2, "/usage cost nothing"
+
+
+def test_cost_estimate_prices_cache_reads_and_writes() -> None:
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=1_000_000,
+        cache_creation_input_tokens=1_000_000,
+        cache_read_input_tokens=1_000_000,
+    )
+    dollars, known = estimate({"claude-sonnet-5": usage})
+    assert known
+    assert dollars == pytest.approx(3.0 + 15.0 + 3.0 * 1.25 + 3.0 * 0.1)
+    assert estimate({"mystery-model": usage})[1] is False
+
+
+async def test_only_admins_switch_the_model(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path)
+    bot.settings.allowed_users = frozenset({USER, ADMIN})
+    async with running(bot, telegram):
+        assert await ask(telegram, USER, "/model") == "Model: claude-sonnet-5-test"
+        assert await ask(telegram, USER, "/model claude-other") == bot.options.admin_only_text
+        switched = await ask(telegram, ADMIN, "/model claude-opus-test")
+        await ask(telegram, USER, "hi")
+    assert switched == "Switched from claude-sonnet-5-test to claude-opus-test."
+    assert [r.model for r in claude.requests] == ["claude-opus-test"]
+
+
+def long_text(n: int) -> str:
+    return f"message {n}: " + "lorem ipsum " * 40
+
+
+async def test_long_context_is_compacted_into_a_summary_and_replays_the_same(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    def model(request: FakeRequest) -> FakeReply:
+        if request.system_text == SUMMARY_PROMPT:
+            return FakeReply.text("The user sent numbered lorem ipsum messages.")
+        return FakeReply.text("ok " + "dolor " * 40)
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path, max_context_chars=6_000)
+    async with running(bot, telegram):
+        for n in range(12):
+            await ask(telegram, USER, long_text(n))
+    summaries = [r for r in claude.requests if r.system_text == SUMMARY_PROMPT]
+    assert summaries, "a summary was written"
+    last = claude.requests[-1].messages
+    assert last[0]["content"][0]["text"].startswith(SUMMARY_PREFIX)
+    assert sum(len(str(m)) for m in last) < 6_000 * 1.5
+    entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
+    assert any(isinstance(e, CompactionEntry) for e in entries)
+
+    live = await bot.context_for(USER)
+    rebuilt = await make_bot(claude, tmp_path, max_context_chars=6_000).context_for(USER)
+    assert rebuilt.messages == live.messages, "a replay rebuilds the same context"
+    assert rebuilt.usage_by_model == live.usage_by_model
+
+
+async def test_failed_summary_falls_back_to_truncation(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    def model(request: FakeRequest) -> FakeReply | FakeError:
+        if request.system_text == SUMMARY_PROMPT:
+            return FakeError.server_error()
+        return FakeReply.text("fine")
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path, max_context_chars=4_000)
+    async with running(bot, telegram):
+        replies = [await ask(telegram, USER, long_text(n)) for n in range(10)]
+    assert set(replies) == {"fine"}, "the user never noticed"
+    entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
+    compactions = [e for e in entries if isinstance(e, CompactionEntry)]
+    assert compactions and all("no summary" in c.summary for c in compactions)
+
+
+async def test_prompt_too_long_compacts_and_retries(
+    telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    async with FakeAnthropicServer(context_window=1_500) as claude:
+        bot = make_bot(claude, tmp_path, max_context_chars=10_000_000)
+        async with running(bot, telegram):
+            replies = [await ask(telegram, USER, long_text(n)) for n in range(12)]
+    assert replies[-1].startswith("echo: ") and long_text(11).strip() in replies[-1]
+    too_long = [r for r in claude.requests if r.system_text != SUMMARY_PROMPT]
+    assert len(too_long) > 12, "some calls were refused as too long and retried"
+
+
+async def test_idle_contexts_are_evicted_and_rebuilt_from_the_file(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    users = [901, 902, 903, 904]
+    bot = make_bot(claude, tmp_path, max_contexts=2)
+    bot.settings.allowed_users = frozenset(users)
+    async with running(bot, telegram):
+        for user in users:
+            await ask(telegram, user, f"I am {user}")
+        assert bot.resident_contexts <= 2
+        await ask(telegram, users[0], "who am I?")
+    history = claude.requests[-1].messages
+    assert f"I am {users[0]}" in str(history[0]), "rebuilt from the session file"
+
+
+async def test_restore_applies_resets_and_compactions_in_order() -> None:
+    def message(text: str) -> SessionEntry:
+        return SessionEntry.of(1, Message.user_text(text))
+
+    entries = [
+        message("old"),
+        ResetEntry(user_id=1),
+        message("a"),
+        message("b"),
+        message("c"),
+        CompactionEntry(user_id=1, summary="a and b happened", kept=1),
+        message("d"),
+    ]
+    context = ContextManager.restore(1, entries)
+    assert [m.text for m in context.messages] == [SUMMARY_PREFIX + "a and b happened", "c", "d"]
