@@ -240,9 +240,8 @@ class TelegramMessenger:
             return text
         mention = f"@{self.me.username}".lower()
         replied = message.reply_to_message
-        if replied is not None and replied.from_user is not None:
-            if replied.from_user.id == self.me.id:
-                return text
+        if replied and replied.from_user and replied.from_user.id == self.me.id:
+            return text
         if mention in text.lower():
             start = text.lower().index(mention)
             return (text[:start] + text[start + len(mention) :]).strip()

@@ -624,6 +624,10 @@ class FakeAnthropicServer:
         ``latency`` is waited before any answer starts; ``chunk_delay`` between two deltas of
         a streamed answer (a non-streamed answer waits as long as its stream would have
         taken, like the real API which answers once generation ends).
+
+        ``first_delta_at`` maps the index of a streamed request in :attr:`requests` to the
+        ``time.monotonic()`` at which the first text delta of its answer was written (for
+        measuring time to first token downstream, e.g. in benchmarks).
         """
         self.responder: Responder = responder or echo_responder
         self.latency = latency
@@ -633,6 +637,7 @@ class FakeAnthropicServer:
         self.requests: list[FakeRequest] = []
         self.count_token_requests: list[FakeRequest] = []
         self.responder_errors: list[Exception] = []
+        self.first_delta_at: dict[int, float] = {}
         self._queue: deque[Answer] = deque()
         self._cache: set[str] = set()
         self._runner: web.AppRunner | None = None
@@ -754,6 +759,7 @@ class FakeAnthropicServer:
             return body
         headers = {key.lower(): value for key, value in request.headers.items()}
         recorded = FakeRequest(body, headers, time.monotonic())
+        index = len(self.requests)
         self.requests.append(recorded)
         if self.latency > 0:
             await asyncio.sleep(self.latency)
@@ -777,7 +783,7 @@ class FakeAnthropicServer:
         usage = _account(segments, self._cache)
         self._cache.update(usage.new_entries)
         if recorded.stream:
-            return await self._stream_reply(request, recorded, usage, answer)
+            return await self._stream_reply(request, recorded, usage, answer, index)
         plan = _stream_plan(answer.content)
         deltas = sum(len(deltas) for _, deltas in plan)
         if self.chunk_delay > 0 and deltas > 1:
@@ -844,7 +850,12 @@ class FakeAnthropicServer:
         return response
 
     async def _stream_reply(
-        self, request: web.Request, recorded: FakeRequest, usage: _Usage, reply: FakeReply
+        self,
+        request: web.Request,
+        recorded: FakeRequest,
+        usage: _Usage,
+        reply: FakeReply,
+        request_index: int,
     ) -> web.StreamResponse:
         response = await self._start_stream(request)
         try:
@@ -871,6 +882,8 @@ class FakeAnthropicServer:
                             {"type": "content_block_delta", "index": index, "delta": delta},
                         )
                     )
+                    if delta["type"] == "text_delta":
+                        self.first_delta_at.setdefault(request_index, time.monotonic())
                 await response.write(
                     _sse("content_block_stop", {"type": "content_block_stop", "index": index})
                 )
