@@ -44,6 +44,7 @@ async def serve(
 ) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish."""
     messenger = messenger or messenger_for(bot)
+    bot.messenger = messenger
     inbox = messenger.inbox
     dispatcher = TurnDispatcher(
         lambda message: bot.handle_safely(message, messenger),

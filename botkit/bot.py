@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
+from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
 from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
 from botkit.config import Settings
-from botkit.errors import LLMError, LLMOverloadedError
-from botkit.llm.base import LLM, TextSink
+from botkit.errors import LLMError, LLMOverloadedError, ToolError
+from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.pricing import estimate
 from botkit.sessions import JsonlSessionStore, SessionStore
-from botkit.tools import Tool, ToolContext, ToolRegistry
+from botkit.plugins import Plugin
+from botkit.tools import Tool, ToolContext, ToolRegistry, tool
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
 
 __all__ = [
@@ -117,10 +122,17 @@ class Bot:
         llm: LLM | None = None,
         sessions: SessionStore | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
+        plugins: Iterable[Plugin] = (),
         options: BotOptions | None = None,
         **overrides: Any,
     ) -> None:
         self.settings = settings or Settings()
+        self.plugins: list[Plugin] = list(plugins)
+        """Composed in order: their prompt parts follow the system prompt, their tools join."""
+        self.hooks = Hooks()
+        """Lifecycle hooks: ``bot.hooks.on("tool_start", fn)``; see ``botkit.agent.events``."""
+        self.messenger: Messenger | None = None
+        """Where replies and relayed messages go; set when the bot starts serving."""
         self.options = replace(options or BotOptions(), **overrides)
         self.tools = ToolRegistry()
         for item in tools:
@@ -208,6 +220,7 @@ class Bot:
         system = await self.build_prompt(message)
         context = await self.context_for(message.user_id)
         async with context.lock, self._typing(messenger, message.chat_id):
+            await context.flush_pending()
             if not context.has_turn(message.update_id):
                 user_turn = user_message(message, self.options.max_input_chars)
                 await context.append(user_turn, update_id=message.update_id)
@@ -235,8 +248,11 @@ class Bot:
     ) -> str:
         """Run the loop as its own task, streaming into a draft, so the user can stop it."""
         draft = messenger.draft(message) if self.settings.stream_replies else None
-        on_text = draft.update if draft is not None else None
-        turn = asyncio.create_task(self._run_loop(context, system, tools, tool_context, on_text))
+        emit = _draft_sink(draft) if draft is not None else None
+        task_id = f"{message.user_id}:{message.update_id}"
+        turn = asyncio.create_task(
+            self._run_loop(context, system, tools, tool_context, emit=emit, task_id=task_id)
+        )
         self._turns[message.chat_id] = turn
         try:
             return await turn
@@ -273,7 +289,9 @@ class Bot:
         system: str,
         tools: ToolRegistry,
         tool_context: ToolContext,
-        on_text: TextSink | None = None,
+        *,
+        emit: EventSink | None = None,
+        task_id: str | None = None,
     ) -> str:
         """The loop's reply, or a polite text when the model could not be reached."""
         loop = AgentLoop(
@@ -282,17 +300,36 @@ class Bot:
             texts=self.options.loop_texts,
             compactor=Compactor(self.llm, max_context_chars=self.options.max_context_chars),
             model=self.model_override,
+            hooks=self.hooks,
         )
         try:
             result: TurnResult = await loop.run(
-                context, system=system, tools=tools, tool_context=tool_context, on_text=on_text
+                context,
+                system=system,
+                tools=tools,
+                tool_context=tool_context,
+                emit=emit,
+                task_id=task_id,
             )
-        except LLMOverloadedError as e:
-            log.warning("turn.llm_overloaded", user_id=context.user_id, error=str(e))
-            return self.options.overloaded_text
         except LLMError as e:
-            log.error("turn.llm_failed", user_id=context.user_id, error=str(e))
-            return self.options.error_text
+            overloaded = isinstance(e, LLMOverloadedError)
+            log.log(
+                logging.WARNING if overloaded else logging.ERROR,
+                "turn.llm_failed",
+                user_id=context.user_id,
+                error=str(e),
+            )
+            text = self.options.overloaded_text if overloaded else self.options.error_text
+            if emit is not None:
+                await emit(
+                    ErrorEvent(
+                        context_id=context.user_id,
+                        task_id=task_id or "",
+                        error=str(e),
+                        message=text,
+                    )
+                )
+            return text
         model = self.model_override or self.settings.model
         self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + result.usage
         log.info(
@@ -330,13 +367,17 @@ class Bot:
         """The tools the model may call this turn; all registered tools by default."""
         if self.options.build_tools is not None:
             return await self.options.build_tools(message)
-        return self.tools
+        if not self.plugins:
+            return self.tools
+        return [*self.tools, *(t for p in self.plugins for t in p.tools(message))]
 
     async def build_prompt(self, message: Incoming) -> str:
         """The system prompt for this turn."""
         if self.options.build_prompt is not None:
             return await self.options.build_prompt(message)
-        return self.options.system_prompt
+        parts = [self.options.system_prompt]
+        parts += [part for p in self.plugins if (part := await p.prompt(message))]
+        return "\n\n".join(parts)
 
     async def context_for(self, user_id: int) -> ContextManager:
         """The user's context, created on first use from what their session file recorded."""
@@ -387,6 +428,103 @@ class Bot:
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""
         return user_id in self.settings.admins
+
+    # ---- events, injection, relaying ------------------------------------------------
+
+    async def stream(
+        self, user_id: int, text: str, *, chat_id: int | None = None
+    ) -> AsyncIterator[Event]:
+        """Run one turn for ``user_id`` outside any messenger, yielding its events as they come.
+
+        No gates or commands: this is the agent itself, for consoles, tests and other hosts.
+        """
+        message = Incoming(
+            update_id=0, user_id=user_id, chat_id=chat_id or user_id, text=text, date=_now()
+        )
+        events: asyncio.Queue[Event | None] = asyncio.Queue()
+        worker = asyncio.create_task(self._stream_turn(message, events))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            await worker
+        finally:
+            worker.cancel()
+            with suppress(asyncio.CancelledError):
+                await worker
+
+    async def _stream_turn(self, message: Incoming, events: asyncio.Queue[Event | None]) -> None:
+        try:
+            extra = await self.build_extra(message)
+            tools = _as_registry(await self.build_tools(message))
+            system = await self.build_prompt(message)
+            context = await self.context_for(message.user_id)
+            async with context.lock:
+                await context.flush_pending()
+                await context.append(user_message(message, self.options.max_input_chars))
+                tool_context = self._tool_context(message, extra)
+                task_id = f"{message.user_id}:{uuid.uuid4().hex[:8]}"
+                await self._run_loop(
+                    context, system, tools, tool_context, emit=events.put, task_id=task_id
+                )
+        finally:
+            await events.put(None)
+
+    async def inject(self, user_id: int, message: Message) -> None:
+        """Add ``message`` to another user's context (now, or right after their running turn)."""
+        context = await self.context_for(user_id)
+        if context.lock.locked():
+            context.pending.append(message)
+            return
+        async with context.lock:
+            await context.append(message)
+
+    async def relay(self, sender_id: int, recipient_id: int, text: str) -> str:
+        """Send ``text`` from ``sender_id``'s assistant to another user, and tell their context."""
+        if self.messenger is None:
+            raise ToolError("this bot is not connected to a messenger")
+        if recipient_id == sender_id:
+            raise ToolError("that is the user you are talking to; just answer them")
+        if not await self.can_receive(recipient_id):
+            raise ToolError(f"user {recipient_id} is not a user of this bot")
+        shown = f"Message from {await self.display_name(sender_id)}:\n{text}"
+        await self.messenger.send_text(recipient_id, shown)
+        await self.inject(recipient_id, Message(role="assistant", content=[TextBlock(text=shown)]))
+        log.info("relay.sent", sender=sender_id, recipient=recipient_id)
+        return f"Delivered to user {recipient_id}."
+
+    async def can_receive(self, user_id: int) -> bool:
+        """Whether ``user_id`` may be sent relayed messages: by default, if authorized."""
+        probe = Incoming(update_id=0, user_id=user_id, chat_id=user_id, text="", date=_now())
+        return not await self.authorize(probe)
+
+    async def display_name(self, user_id: int) -> str:
+        """How a user is named to others (override, e.g. with names from a user store)."""
+        return f"user {user_id}"
+
+    def send_user_message_tool(self) -> Tool:
+        """A ``send_user_message`` tool: message another user; their assistant will know."""
+        bot = self
+
+        @tool(name="send_user_message")
+        async def send_user_message(ctx: ToolContext, user_id: int, text: str) -> str:
+            """Send a Telegram message to another user of this bot and note it in their chat.
+
+            Args:
+                user_id: The Telegram user id of the recipient.
+                text: The message, written to them directly.
+            """
+            return await bot.relay(ctx.user_id, user_id, text)
+
+        return send_user_message
+
+    def _tool_context(self, message: Incoming, extra: Any) -> ToolContext:
+        return ToolContext(
+            user_id=message.user_id,
+            chat_id=message.chat_id,
+            timestamp=message.date,
+            extra=extra,
+            injector=self,
+        )
 
     # ---- slash commands -------------------------------------------------------------
 
@@ -497,3 +635,17 @@ def _as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
     for item in tools:
         registry.register_tool(item)
     return registry
+
+
+def _draft_sink(draft: Draft) -> EventSink:
+    """Streams the text deltas of a turn into a messenger's draft."""
+
+    async def sink(event: Event) -> None:
+        if isinstance(event, TextDelta):
+            await draft.update(event.text)
+
+    return sink
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

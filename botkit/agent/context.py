@@ -45,6 +45,8 @@ class ContextManager:
         """Held for the length of a turn, so one user's turns never overlap."""
         self._messages: list[Message] = list(messages)
         self._turn_starts: dict[int, int] = {}
+        self.pending: list[Message] = []
+        """Messages injected while a turn ran; appended before the next one."""
         self.usage_by_model: dict[str, Usage] = {}
         """Everything this user's calls cost, per model, resets and compactions included."""
 
@@ -84,6 +86,11 @@ class ContextManager:
         if update_id is not None:
             self._turn_starts[update_id] = len(self._messages)
         self._messages.append(message)
+
+    async def flush_pending(self) -> None:
+        """Append the messages injected while the context was busy (hold ``lock``)."""
+        while self.pending:
+            await self.append(self.pending.pop(0))
 
     def has_turn(self, update_id: int) -> bool:
         """Whether the message of ``update_id`` is already in this context."""

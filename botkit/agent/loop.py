@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
+from botkit.agent.events import (
+    AgentEnd,
+    AgentStart,
+    Event,
+    EventSink,
+    Hooks,
+    TextDelta,
+    ToolCall,
+    ToolEnd,
+    ToolResult,
+    ToolStart,
+    TurnEnd,
+    TurnStart,
+    UsageEvent,
+)
 from botkit.errors import PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
-from botkit.types import Message, ToolResultBlock, Usage
+from botkit.types import Message, ToolResultBlock, ToolUseBlock, Usage
 
 __all__ = ["AgentLoop", "LoopTexts", "TurnResult"]
 
@@ -60,6 +78,7 @@ class AgentLoop:
         texts: LoopTexts | None = None,
         compactor: Compactor | None = None,
         model: str | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.llm = llm
         self.max_iterations = max_iterations
@@ -67,6 +86,7 @@ class AgentLoop:
         self.compactor = compactor
         self.model = model
         """Overrides the LLM's default model (e.g. after an admin's ``/model``)."""
+        self.hooks = hooks or Hooks()
 
     async def run(
         self,
@@ -76,27 +96,21 @@ class AgentLoop:
         tools: ToolRegistry,
         tool_context: ToolContext,
         on_text: TextSink | None = None,
+        emit: EventSink | None = None,
+        task_id: str | None = None,
     ) -> TurnResult:
         """Loop until the model answers in text or ``max_iterations`` calls were made."""
-        usage = Usage()
-        streamed_text = False
-        for iteration in range(1, self.max_iterations + 1):
-            if on_text is not None and streamed_text:
-                await on_text("\n\n")  # keeps the previous call's streamed text apart
-            response = await self._call(context, system, tools, on_text)
-            usage += response.usage
-            streamed_text = bool(response.message.text)
-            await context.append(
-                response.message, model=response.model, stop_reason=response.stop_reason
+        turn = _Turn(self, context, tools, tool_context, on_text, emit, task_id)
+        await turn.notify(AgentStart(**turn.stamp))
+        result = await turn.run(system)
+        await turn.notify(
+            AgentEnd(
+                text=result.text, usage=result.usage, stop_reason=result.stop_reason, **turn.stamp
             )
-            reply = await self._step(response, context, tools, tool_context)
-            if reply is not None:
-                return TurnResult(reply, usage, iteration, response.stop_reason)
-        log.warning("loop.exhausted", user_id=context.user_id, iterations=self.max_iterations)
-        text = self.texts.exhausted.format(n=self.max_iterations)
-        return TurnResult(text, usage, self.max_iterations, "max_iterations")
+        )
+        return result
 
-    async def _call(
+    async def call(
         self,
         context: ContextManager,
         system: str,
@@ -123,34 +137,106 @@ class AgentLoop:
                     raise
                 log.warning("loop.prompt_too_long_retry", user_id=context.user_id)
 
-    async def _step(
+
+class _Turn:
+    """The state of one run of the loop: who, which tools, where events go."""
+
+    def __init__(
         self,
-        response: LLMResponse,
+        loop: AgentLoop,
         context: ContextManager,
         tools: ToolRegistry,
         tool_context: ToolContext,
-    ) -> str | None:
+        on_text: TextSink | None,
+        emit: EventSink | None,
+        task_id: str | None,
+    ) -> None:
+        self.loop, self.texts, self.context = loop, loop.texts, context
+        self.tools, self.tool_context = tools, tool_context
+        self.on_text, self.emit = on_text, emit
+        self.stamp: dict[str, Any] = {
+            "context_id": context.user_id,
+            "task_id": task_id or uuid.uuid4().hex[:12],
+        }
+        self.streamed_text = False
+
+    async def notify(self, event: Event) -> None:
+        """Send ``event`` to the sink and to the hooks of its kind."""
+        if self.emit is not None:
+            await self.emit(event)
+        if event.kind != "tool_start":  # tool_start hooks run in block_reason, once
+            await self.loop.hooks.run(event)
+
+    async def text(self, delta: str) -> None:
+        """A streamed piece of text: to ``on_text`` and as an event."""
+        if self.on_text is not None:
+            await self.on_text(delta)
+        await self.notify(TextDelta(text=delta, **self.stamp))
+
+    async def run(self, system: str) -> TurnResult:
+        listening = self.on_text is not None or self.emit is not None
+        usage = Usage()
+        for iteration in range(1, self.loop.max_iterations + 1):
+            await self.notify(TurnStart(iteration=iteration, **self.stamp))
+            if listening and self.streamed_text:
+                await self.text("\n\n")  # keeps the previous call's streamed text apart
+            sink = self.text if listening else None
+            response = await self.loop.call(self.context, system, self.tools, sink)
+            usage += response.usage
+            self.streamed_text = bool(response.message.text)
+            await self.notify(UsageEvent(usage=response.usage, model=response.model, **self.stamp))
+            await self.context.append(
+                response.message, model=response.model, stop_reason=response.stop_reason
+            )
+            reply = await self.step(response)
+            await self.notify(
+                TurnEnd(iteration=iteration, stop_reason=response.stop_reason, **self.stamp)
+            )
+            if reply is not None:
+                return TurnResult(reply, usage, iteration, response.stop_reason)
+        log.warning("loop.exhausted", user_id=self.context.user_id)
+        text = self.texts.exhausted.format(n=self.loop.max_iterations)
+        return TurnResult(text, usage, self.loop.max_iterations, "max_iterations")
+
+    async def step(self, response: LLMResponse) -> str | None:
         """Act on one answer; the reply text when the turn is over, else ``None``."""
         message, reason = response.message, response.stop_reason
         calls = message.tool_uses
         if reason == "pause_turn":
             return None  # the server paused a long turn; sending it back resumes it
         if calls and reason == "tool_use":
-            results = await tools.execute_all(calls, tool_context)
-            await context.append(Message(role="user", content=list(results)))
+            results = await asyncio.gather(*(self.run_tool(call) for call in calls))
+            await self.context.append(Message(role="user", content=list(results)))
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them
             cut = [
                 ToolResultBlock(tool_use_id=c.id, content=self.texts.cut_tool_call, is_error=True)
                 for c in calls
             ]
-            await context.append(Message(role="user", content=list(cut)))
+            await self.context.append(Message(role="user", content=list(cut)))
             return None
         if reason in ("max_tokens", "model_context_window_exceeded"):
             return (message.text + self.texts.cut_short) if message.text else self.texts.cut_short
         if reason == "refusal":
             return message.text or self.texts.refused
         return message.text or self.texts.empty
+
+    async def run_tool(self, call: ToolUseBlock) -> ToolResultBlock:
+        """One tool call, unless a ``tool_start`` hook blocks it; events on both sides."""
+        await self.notify(ToolCall(call=call, **self.stamp))
+        start = ToolStart(call=call, **self.stamp)
+        await self.notify(start)
+        reason = await self.loop.hooks.block_reason(start)
+        if reason:
+            log.info("tool.blocked", tool=call.name, reason=reason)
+            result = ToolResultBlock(
+                tool_use_id=call.id, content=f"Blocked: {reason}", is_error=True
+            )
+        else:
+            result = await self.tools.execute(call, self.tool_context)
+        await self.notify(ToolEnd(call=call, result=result, **self.stamp))
+        await self.notify(ToolResult(call=call, result=result, **self.stamp))
+        return result
 
 
 async def _first_that_works(shrinkers: list[Shrinker], context: ContextManager) -> bool:

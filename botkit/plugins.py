@@ -1,0 +1,55 @@
+"""Plugins: objects that add system-prompt parts and tools to every turn, composed in order."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from botkit.messengers.base import Incoming
+from botkit.tools import Tool, ToolRegistry, ToolSet
+
+__all__ = ["Plugin", "PromptPlugin", "ToolPlugin"]
+
+PromptSource = str | Callable[[Incoming], Awaitable[str | None]]
+
+
+class Plugin:
+    """Contributes a part of the system prompt and/or tools; override what you need."""
+
+    async def prompt(self, message: Incoming) -> str | None:
+        """A part of the system prompt for this turn, or ``None``."""
+        return None
+
+    def tools(self, message: Incoming) -> Sequence[Tool]:
+        """Tools to offer the model this turn."""
+        return ()
+
+
+class PromptPlugin(Plugin):
+    """A prompt part from a plain string or an async callable of the message."""
+
+    def __init__(self, source: PromptSource) -> None:
+        self.source = source
+
+    async def prompt(self, message: Incoming) -> str | None:
+        """The string, or what the callable returns for ``message``."""
+        if isinstance(self.source, str):
+            return self.source
+        return await self.source(message)
+
+
+class ToolPlugin(Plugin):
+    """Tools from a list, a ``ToolSet`` or a ``ToolRegistry``."""
+
+    def __init__(self, *sources: Tool | ToolSet | ToolRegistry) -> None:
+        self._tools: list[Tool] = []
+        for source in sources:
+            if isinstance(source, ToolRegistry):
+                self._tools.extend(source)
+            elif isinstance(source, ToolSet):
+                self._tools.extend(source.tools())
+            else:
+                self._tools.append(source)
+
+    def tools(self, message: Incoming) -> Sequence[Tool]:
+        """The same tools every turn."""
+        return self._tools
