@@ -486,9 +486,11 @@ class Bot:
             raise ToolError("that is the user you are talking to; just answer them")
         if not await self.can_receive(recipient_id):
             raise ToolError(f"user {recipient_id} is not a user of this bot")
-        shown = f"Message from {await self.display_name(sender_id)}:\n{text}"
-        await self.messenger.send_text(recipient_id, shown)
-        await self.inject(recipient_id, Message(role="assistant", content=[TextBlock(text=shown)]))
+        sender = await self.display_name(sender_id)
+        await self.messenger.send_text(recipient_id, f"Message from {sender}:\n{text}")
+        # A user-role note, so it also opens a conversation that has no messages yet.
+        note = f"[You sent this user a message on behalf of {sender}: {text}]"
+        await self.inject(recipient_id, Message.user_text(note))
         log.info("relay.sent", sender=sender_id, recipient=recipient_id)
         return f"Delivered to user {recipient_id}."
 

@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         help="your bot as 'package.module:name', a Bot or a function returning one",
     )
+    console = commands.add_parser("console", help="chat with a bot in this terminal")
+    console.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
+    console.add_argument(
+        "--user-id", type=int, default=1, help="who you are in the sessions (default 1)"
+    )
     replay = commands.add_parser(
         "replay", help="print a session as a readable transcript (or JSON)"
     )
@@ -45,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
+        if args.command == "console":
+            return _console(args.target, args.user_id)
         if args.command == "replay":
             from botkit.replay import replay
 
@@ -67,6 +74,21 @@ def _run(target: str | None) -> int:
     from botkit.app import run_bot  # aiogram takes seconds to import: only once we will run
 
     run_bot(bot)
+    return 0
+
+
+def _console(target: str | None, user_id: int) -> int:
+    import asyncio
+
+    from botkit.console import run_console
+    from botkit.log import configure_logging
+
+    bot = _load_bot(target)
+    bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
+    configure_logging("WARNING")
+    # The person at the terminal is the operator: admitted, and an admin.
+    bot.settings.admins = bot.settings.admins | {user_id}
+    asyncio.run(run_console(bot, user_id=user_id))
     return 0
 
 

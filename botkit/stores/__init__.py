@@ -1,0 +1,29 @@
+"""Users, invites and daily token usage: SQLite by default, PostgreSQL for many processes.
+
+The PostgreSQL schema is applied by :func:`botkit.stores.migrate.migrate` (``python -m botkit
+migrate``); it is not re-exported here, so that the name stays the module's.
+"""
+
+from botkit.stores.base import (
+    INVITE_CODE_PATTERN,
+    Invite,
+    RedeemFailure,
+    RedeemResult,
+    UserRecord,
+    UserStore,
+    new_invite_code,
+)
+from botkit.stores.postgres import PostgresUserStore
+from botkit.stores.sqlite import SqliteUserStore
+
+__all__ = [
+    "INVITE_CODE_PATTERN",
+    "Invite",
+    "PostgresUserStore",
+    "RedeemFailure",
+    "RedeemResult",
+    "SqliteUserStore",
+    "UserRecord",
+    "UserStore",
+    "new_invite_code",
+]

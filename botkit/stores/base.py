@@ -1,0 +1,205 @@
+"""Users, invites and token usage: the records and the seam a store implements."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from enum import StrEnum
+from typing import Protocol
+
+__all__ = [
+    "INVITE_CODE_PATTERN",
+    "Invite",
+    "RedeemFailure",
+    "RedeemResult",
+    "UserRecord",
+    "UserStore",
+    "check_tokens",
+    "new_invite",
+    "new_invite_code",
+    "utc",
+]
+
+INVITE_CODE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What Telegram accepts as a ``/start`` parameter, so an invite fits a ``t.me`` link."""
+
+
+def new_invite_code() -> str:
+    """A fresh, unguessable invite code: 22 URL-safe characters (128 random bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; naive datetimes are refused, as their zone is a guess."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"expected a timezone-aware datetime, got {moment!r}")
+    return moment.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    """A registered user."""
+
+    user_id: int
+    """The Telegram user id."""
+    role: str
+    """What the bot lets them do, e.g. ``"user"`` or ``"admin"``; botkit gives it no meaning."""
+    display_name: str | None
+    """A name to show to admins, if known."""
+    joined_at: datetime
+    """When they were first registered, in UTC."""
+    blocked: bool
+    """Blocked users stay registered but should be refused service."""
+
+
+@dataclass(frozen=True, slots=True)
+class Invite:
+    """A code that registers whoever redeems it, with a role."""
+
+    code: str
+    """The secret, usable as ``https://t.me/<bot>?start=<code>``."""
+    role: str
+    """The role given to users who redeem it."""
+    uses_left: int
+    """How many more users can redeem it."""
+    expires_at: datetime | None
+    """After this moment (UTC) it can no longer be redeemed; ``None``: never expires."""
+    created_by: int | None
+    """The user id of whoever made it, if a user did."""
+    created_at: datetime
+    """When it was made, in UTC."""
+
+    def refusal(self, now: datetime) -> RedeemFailure | None:
+        """Why the invite cannot be redeemed at ``now``, or ``None`` if it can."""
+        if self.expires_at is not None and self.expires_at <= now:
+            return RedeemFailure.EXPIRED
+        if self.uses_left < 1:
+            return RedeemFailure.USED_UP
+        return None
+
+
+def new_invite(role: str, uses: int, expires_at: datetime | None, created_by: int | None) -> Invite:
+    """The record of a new invite, with a fresh code, made now; checks the arguments."""
+    if uses < 1:
+        raise ValueError(f"an invite needs at least one use, got {uses}")
+    return Invite(
+        code=new_invite_code(),
+        role=role,
+        uses_left=uses,
+        expires_at=None if expires_at is None else utc(expires_at),
+        created_by=created_by,
+        created_at=datetime.now(UTC),
+    )
+
+
+def check_tokens(tokens: int) -> int:
+    """``tokens``, if it is a count that can be added to usage."""
+    if tokens < 0:
+        raise ValueError(f"token usage cannot be negative, got {tokens}")
+    return tokens
+
+
+class RedeemFailure(StrEnum):
+    """Why an invite could not be redeemed."""
+
+    UNKNOWN = "unknown"
+    """No invite has this code."""
+    EXPIRED = "expired"
+    """The invite's ``expires_at`` has passed."""
+    USED_UP = "used_up"
+    """Every use of the invite has been taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedeemResult:
+    """The outcome of redeeming an invite: the registered user, or why not."""
+
+    user: UserRecord | None = None
+    """The user, as registered now, when it worked."""
+    failure: RedeemFailure | None = None
+    """Why it did not work."""
+    already_registered: bool = False
+    """The user existed before: nothing changed and no use of the invite was taken."""
+
+    def __post_init__(self) -> None:
+        if (self.user is None) == (self.failure is None):
+            raise ValueError("a RedeemResult has either a user or a failure")
+
+    @property
+    def ok(self) -> bool:
+        """Whether the user is registered now."""
+        return self.user is not None
+
+    @classmethod
+    def success(cls, user: UserRecord, *, already_registered: bool = False) -> RedeemResult:
+        """The user is registered."""
+        return cls(user=user, already_registered=already_registered)
+
+    @classmethod
+    def failed(cls, failure: RedeemFailure) -> RedeemResult:
+        """Nobody was registered, because of ``failure``."""
+        return cls(failure=failure)
+
+
+class UserStore(Protocol):
+    """Where a bot keeps its users, their invites and their daily token usage."""
+
+    async def get_user(self, user_id: int) -> UserRecord | None:
+        """The user, or ``None`` if they are not registered."""
+        ...
+
+    async def upsert_user(
+        self, user_id: int, role: str, display_name: str | None = None
+    ) -> UserRecord:
+        """Register the user, or set their role (and their name, if given) if registered."""
+        ...
+
+    async def set_blocked(self, user_id: int, blocked: bool) -> bool:
+        """Block or unblock a user; ``False`` if there is no such user."""
+        ...
+
+    async def set_role(self, user_id: int, role: str) -> bool:
+        """Change a user's role; ``False`` if there is no such user."""
+        ...
+
+    async def list_users(self, role: str | None = None) -> list[UserRecord]:
+        """Every user (or those with ``role``), in the order they joined."""
+        ...
+
+    async def create_invite(
+        self,
+        role: str,
+        uses: int = 1,
+        expires_at: datetime | None = None,
+        created_by: int | None = None,
+    ) -> Invite:
+        """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
+        ...
+
+    async def get_invite(self, code: str) -> Invite | None:
+        """The invite with this code, or ``None``."""
+        ...
+
+    async def redeem_invite(
+        self, code: str, user_id: int, display_name: str | None = None
+    ) -> RedeemResult:
+        """Atomically take one use of the invite and register the user with its role.
+
+        A user who is already registered keeps their record and role, takes no use of
+        the invite, and gets a success with ``already_registered`` set, whatever the code.
+        """
+        ...
+
+    async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
+        """Add ``tokens`` to what the user spent on ``day``."""
+        ...
+
+    async def usage_on(self, user_id: int, day: date) -> int:
+        """The tokens the user spent on ``day`` (0 if none)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the store's connections; calling it again does nothing."""
+        ...

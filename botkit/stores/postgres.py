@@ -1,0 +1,232 @@
+"""The user store on PostgreSQL, over an asyncpg pool; the tables come from migrations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+from botkit.errors import ConfigError
+from botkit.stores.base import (
+    Invite,
+    RedeemFailure,
+    RedeemResult,
+    UserRecord,
+    check_tokens,
+    new_invite,
+)
+from botkit.stores.migrate import pending_migrations
+
+__all__ = ["PostgresUserStore"]
+
+_RUN_MIGRATE = "run `python -m botkit migrate`"
+
+_USER = "user_id, role, display_name, joined_at, blocked"
+_INVITE = "code, role, uses_left, expires_at, created_by, created_at"
+
+_GET_USER = f"SELECT {_USER} FROM botkit_users WHERE user_id = $1"
+_UPSERT_USER = f"""
+    INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (user_id) DO UPDATE SET
+        role = excluded.role,
+        display_name = coalesce(excluded.display_name, botkit_users.display_name)
+    RETURNING {_USER}"""
+_REGISTER = f"""
+    INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (user_id) DO NOTHING
+    RETURNING {_USER}"""
+_TAKE_USE = """
+    UPDATE botkit_invites SET uses_left = uses_left - 1
+    WHERE code = $1 AND uses_left > 0 AND (expires_at IS NULL OR expires_at > $2)
+    RETURNING role"""
+_GET_INVITE = f"SELECT {_INVITE} FROM botkit_invites WHERE code = $1"
+_ADD_USAGE = """
+    INSERT INTO botkit_usage (user_id, day, tokens) VALUES ($1, $2, $3)
+    ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
+
+
+class _RegisteredMeanwhile(Exception):
+    """Another transaction registered the user first: undo the use taken of the invite."""
+
+
+def _user(row: Any) -> UserRecord:
+    return UserRecord(
+        user_id=row["user_id"],
+        role=row["role"],
+        display_name=row["display_name"],
+        joined_at=row["joined_at"],
+        blocked=row["blocked"],
+    )
+
+
+def _invite(row: Any) -> Invite:
+    return Invite(
+        code=row["code"],
+        role=row["role"],
+        uses_left=row["uses_left"],
+        expires_at=row["expires_at"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )
+
+
+class PostgresUserStore:
+    """A :class:`~botkit.stores.UserStore` in PostgreSQL, over an asyncpg pool.
+
+    It never creates tables: ``python -m botkit migrate`` does. Before its first query it
+    checks that every migration has been applied, and raises :class:`ConfigError` if not.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool: Any = pool
+        """The ``asyncpg.Pool``, which the bot may hand to its tools too."""
+        self._owns_pool = False
+        self._schema_ok = False
+
+    @classmethod
+    async def connect(cls, dsn: str, **pool_options: Any) -> PostgresUserStore:
+        """A store on a new pool (``asyncpg.create_pool(dsn, **pool_options)``), schema checked.
+
+        Its :meth:`close` closes the pool.
+        """
+        pool = await asyncpg.create_pool(dsn, **pool_options)
+        store = cls(pool)
+        store._owns_pool = True
+        try:
+            await store.check_schema()
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def check_schema(self) -> None:
+        """Raise :class:`ConfigError` unless every botkit migration has been applied."""
+        async with self.pool.acquire() as conn:
+            missing = await pending_migrations(conn)
+        if missing:
+            raise ConfigError(
+                f"the database lacks botkit's tables (migrations not applied: "
+                f"{', '.join(missing)}): {_RUN_MIGRATE}"
+            )
+        self._schema_ok = True
+
+    async def close(self) -> None:
+        """Close the pool if :meth:`connect` made it; a pool passed in is left to its owner."""
+        if self._owns_pool:
+            await self.pool.close()
+
+    async def get_user(self, user_id: int) -> UserRecord | None:
+        """The user, or ``None`` if they are not registered."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(_GET_USER, user_id)
+        return None if row is None else _user(row)
+
+    async def upsert_user(
+        self, user_id: int, role: str, display_name: str | None = None
+    ) -> UserRecord:
+        """Register the user, or set their role (and their name, if given) if registered."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(_UPSERT_USER, user_id, role, display_name, datetime.now(UTC))
+        return _user(row)
+
+    async def set_blocked(self, user_id: int, blocked: bool) -> bool:
+        """Block or unblock a user; ``False`` if there is no such user."""
+        sql = "UPDATE botkit_users SET blocked = $2 WHERE user_id = $1 RETURNING user_id"
+        async with self._connection() as conn:
+            return await conn.fetchrow(sql, user_id, blocked) is not None
+
+    async def set_role(self, user_id: int, role: str) -> bool:
+        """Change a user's role; ``False`` if there is no such user."""
+        sql = "UPDATE botkit_users SET role = $2 WHERE user_id = $1 RETURNING user_id"
+        async with self._connection() as conn:
+            return await conn.fetchrow(sql, user_id, role) is not None
+
+    async def list_users(self, role: str | None = None) -> list[UserRecord]:
+        """Every user (or those with ``role``), in the order they joined."""
+        sql = f"""SELECT {_USER} FROM botkit_users
+                  WHERE $1::text IS NULL OR role = $1 ORDER BY joined_at, user_id"""
+        async with self._connection() as conn:
+            rows = await conn.fetch(sql, role)
+        return [_user(row) for row in rows]
+
+    async def create_invite(
+        self,
+        role: str,
+        uses: int = 1,
+        expires_at: datetime | None = None,
+        created_by: int | None = None,
+    ) -> Invite:
+        """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
+        i = new_invite(role, uses, expires_at, created_by)
+        sql = f"INSERT INTO botkit_invites ({_INVITE}) VALUES ($1, $2, $3, $4, $5, $6)"
+        async with self._connection() as conn:
+            await conn.execute(
+                sql, i.code, i.role, i.uses_left, i.expires_at, i.created_by, i.created_at
+            )
+        return i
+
+    async def get_invite(self, code: str) -> Invite | None:
+        """The invite with this code, or ``None``."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(_GET_INVITE, code)
+        return None if row is None else _invite(row)
+
+    async def redeem_invite(
+        self, code: str, user_id: int, display_name: str | None = None
+    ) -> RedeemResult:
+        """Atomically take one use of the invite and register the user with its role.
+
+        A user who is already registered keeps their record and role, takes no use of
+        the invite, and gets a success with ``already_registered`` set, whatever the code.
+        """
+        async with self._connection() as conn:
+            try:
+                async with conn.transaction():
+                    return await _redeem(conn, code, user_id, display_name)
+            except _RegisteredMeanwhile:
+                row = await conn.fetchrow(_GET_USER, user_id)
+                return RedeemResult.success(_user(row), already_registered=True)
+
+    async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
+        """Add ``tokens`` to what the user spent on ``day``."""
+        async with self._connection() as conn:
+            await conn.execute(_ADD_USAGE, user_id, day, check_tokens(tokens))
+
+    async def usage_on(self, user_id: int, day: date) -> int:
+        """The tokens the user spent on ``day`` (0 if none)."""
+        sql = "SELECT tokens FROM botkit_usage WHERE user_id = $1 AND day = $2"
+        async with self._connection() as conn:
+            tokens = await conn.fetchval(sql, user_id, day)
+        return 0 if tokens is None else int(tokens)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A pooled connection, once the schema is known to be there."""
+        if not self._schema_ok:
+            await self.check_schema()
+        async with self.pool.acquire() as conn:
+            try:
+                yield conn
+            except asyncpg.UndefinedTableError as e:
+                raise ConfigError(f"{e}: {_RUN_MIGRATE}") from e
+
+
+async def _redeem(conn: Any, code: str, user_id: int, display_name: str | None) -> RedeemResult:
+    """The redemption, inside the caller's transaction."""
+    existing = await conn.fetchrow(_GET_USER, user_id)
+    if existing is not None:
+        return RedeemResult.success(_user(existing), already_registered=True)
+    now = datetime.now(UTC)
+    role = await conn.fetchval(_TAKE_USE, code, now)
+    if role is None:
+        row = await conn.fetchrow(_GET_INVITE, code)
+        if row is None:
+            return RedeemResult.failed(RedeemFailure.UNKNOWN)
+        return RedeemResult.failed(_invite(row).refusal(now) or RedeemFailure.USED_UP)
+    registered = await conn.fetchrow(_REGISTER, user_id, role, display_name, now)
+    if registered is None:
+        raise _RegisteredMeanwhile
+    return RedeemResult.success(_user(registered))

@@ -1,0 +1,317 @@
+"""The default user store: one SQLite file, no server, the schema made on first use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, date, datetime
+from typing import Any
+
+import aiosqlite
+
+from botkit.errors import ConfigError
+from botkit.stores.base import (
+    Invite,
+    RedeemFailure,
+    RedeemResult,
+    UserRecord,
+    check_tokens,
+    new_invite,
+    utc,
+)
+
+__all__ = ["SCHEMA_VERSION", "SqliteUserStore"]
+
+SCHEMA_VERSION = 1
+"""Kept in the file's ``PRAGMA user_version``; a newer file is refused."""
+
+_MIN_SQLITE = (3, 35, 0)  # RETURNING
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS botkit_users (
+        user_id      INTEGER PRIMARY KEY,
+        role         TEXT    NOT NULL,
+        display_name TEXT,
+        joined_at    TEXT    NOT NULL,
+        blocked      INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX IF NOT EXISTS botkit_users_role_idx ON botkit_users (role)",
+    """CREATE TABLE IF NOT EXISTS botkit_invites (
+        code       TEXT    PRIMARY KEY,
+        role       TEXT    NOT NULL,
+        uses_left  INTEGER NOT NULL CHECK (uses_left >= 0),
+        expires_at TEXT,
+        created_by INTEGER,
+        created_at TEXT    NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS botkit_usage (
+        user_id INTEGER NOT NULL,
+        day     TEXT    NOT NULL,
+        tokens  INTEGER NOT NULL DEFAULT 0 CHECK (tokens >= 0),
+        PRIMARY KEY (user_id, day)
+    )""",
+)
+
+_USER = "user_id, role, display_name, joined_at, blocked"
+_INVITE = "code, role, uses_left, expires_at, created_by, created_at"
+
+_UPSERT_USER = f"""
+    INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES (?, ?, ?, ?)
+    ON CONFLICT (user_id) DO UPDATE SET
+        role = excluded.role,
+        display_name = coalesce(excluded.display_name, botkit_users.display_name)
+    RETURNING {_USER}"""
+_INSERT_USER = f"""
+    INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES (?, ?, ?, ?)
+    RETURNING {_USER}"""
+_TAKE_USE = """
+    UPDATE botkit_invites SET uses_left = uses_left - 1
+    WHERE code = ? AND uses_left > 0 AND (expires_at IS NULL OR expires_at > ?)
+    RETURNING role"""
+_ADD_USAGE = """
+    INSERT INTO botkit_usage (user_id, day, tokens) VALUES (?, ?, ?)
+    ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
+
+
+def _to_db(moment: datetime) -> str:
+    return utc(moment).strftime(_TIME_FORMAT)
+
+
+def _from_db(text: str) -> datetime:
+    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def _user(row: Sequence[Any]) -> UserRecord:
+    user_id, role, display_name, joined_at, blocked = row
+    return UserRecord(user_id, role, display_name, _from_db(joined_at), bool(blocked))
+
+
+def _invite(row: Sequence[Any]) -> Invite:
+    code, role, uses_left, expires_at, created_by, created_at = row
+    expires = None if expires_at is None else _from_db(expires_at)
+    return Invite(code, role, uses_left, expires, created_by, _from_db(created_at))
+
+
+def _first(rows: Iterable[Sequence[Any]]) -> Sequence[Any] | None:
+    return next(iter(rows), None)
+
+
+def _one(rows: Iterable[Sequence[Any]]) -> Sequence[Any]:
+    return next(iter(rows))
+
+
+class SqliteUserStore:
+    """A :class:`~botkit.stores.UserStore` in one SQLite file.
+
+    The file and its tables are made on first use. One store holds one connection and runs
+    one operation at a time on it; several stores (or processes) may share a file, as every
+    write is a ``BEGIN IMMEDIATE`` transaction, waiting up to ``busy_timeout`` seconds for
+    another's to finish.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = os.fspath(path)
+        """The database file (or ``":memory:"``)."""
+        self._busy_timeout = busy_timeout
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0
+    ) -> SqliteUserStore:
+        """A store on ``path``, opened now and its schema made, rather than on first use."""
+        store = cls(path, busy_timeout=busy_timeout)
+        async with store._lock:
+            await store._connection()
+        return store
+
+    async def close(self) -> None:
+        """Close the connection; the store cannot be used afterwards."""
+        async with self._lock:
+            self._closed = True
+            if self._db is not None:
+                db, self._db = self._db, None
+                await db.close()
+
+    async def get_user(self, user_id: int) -> UserRecord | None:
+        """The user, or ``None`` if they are not registered."""
+        async with self._read() as db:
+            rows = await db.execute_fetchall(
+                f"SELECT {_USER} FROM botkit_users WHERE user_id = ?", (user_id,)
+            )
+        row = _first(rows)
+        return None if row is None else _user(row)
+
+    async def upsert_user(
+        self, user_id: int, role: str, display_name: str | None = None
+    ) -> UserRecord:
+        """Register the user, or set their role (and their name, if given) if registered."""
+        now = _to_db(datetime.now(UTC))
+        async with self._transaction() as db:
+            rows = await db.execute_fetchall(_UPSERT_USER, (user_id, role, display_name, now))
+        return _user(_one(rows))
+
+    async def set_blocked(self, user_id: int, blocked: bool) -> bool:
+        """Block or unblock a user; ``False`` if there is no such user."""
+        sql = "UPDATE botkit_users SET blocked = ? WHERE user_id = ? RETURNING user_id"
+        async with self._transaction() as db:
+            rows = await db.execute_fetchall(sql, (int(blocked), user_id))
+        return _first(rows) is not None
+
+    async def set_role(self, user_id: int, role: str) -> bool:
+        """Change a user's role; ``False`` if there is no such user."""
+        sql = "UPDATE botkit_users SET role = ? WHERE user_id = ? RETURNING user_id"
+        async with self._transaction() as db:
+            rows = await db.execute_fetchall(sql, (role, user_id))
+        return _first(rows) is not None
+
+    async def list_users(self, role: str | None = None) -> list[UserRecord]:
+        """Every user (or those with ``role``), in the order they joined."""
+        where, params = ("", ()) if role is None else ("WHERE role = ?", (role,))
+        sql = f"SELECT {_USER} FROM botkit_users {where} ORDER BY joined_at, user_id"
+        async with self._read() as db:
+            rows = await db.execute_fetchall(sql, params)
+        return [_user(row) for row in rows]
+
+    async def create_invite(
+        self,
+        role: str,
+        uses: int = 1,
+        expires_at: datetime | None = None,
+        created_by: int | None = None,
+    ) -> Invite:
+        """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
+        invite = new_invite(role, uses, expires_at, created_by)
+        expires = None if invite.expires_at is None else _to_db(invite.expires_at)
+        values = (invite.code, role, uses, expires, created_by, _to_db(invite.created_at))
+        async with self._transaction() as db:
+            await db.execute_fetchall(
+                f"INSERT INTO botkit_invites ({_INVITE}) VALUES (?, ?, ?, ?, ?, ?)", values
+            )
+        return invite
+
+    async def get_invite(self, code: str) -> Invite | None:
+        """The invite with this code, or ``None``."""
+        async with self._read() as db:
+            return await self._get_invite(db, code)
+
+    async def redeem_invite(
+        self, code: str, user_id: int, display_name: str | None = None
+    ) -> RedeemResult:
+        """Atomically take one use of the invite and register the user with its role.
+
+        A user who is already registered keeps their record and role, takes no use of
+        the invite, and gets a success with ``already_registered`` set, whatever the code.
+        """
+        now = datetime.now(UTC)
+        async with self._transaction() as db:
+            rows = await db.execute_fetchall(
+                f"SELECT {_USER} FROM botkit_users WHERE user_id = ?", (user_id,)
+            )
+            if (existing := _first(rows)) is not None:
+                return RedeemResult.success(_user(existing), already_registered=True)
+            taken = _first(await db.execute_fetchall(_TAKE_USE, (code, _to_db(now))))
+            if taken is None:
+                invite = await self._get_invite(db, code)
+                if invite is None:
+                    return RedeemResult.failed(RedeemFailure.UNKNOWN)
+                return RedeemResult.failed(invite.refusal(now) or RedeemFailure.USED_UP)
+            values = (user_id, taken[0], display_name, _to_db(now))
+            rows = await db.execute_fetchall(_INSERT_USER, values)
+        return RedeemResult.success(_user(_one(rows)))
+
+    async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
+        """Add ``tokens`` to what the user spent on ``day``."""
+        values = (user_id, day.isoformat(), check_tokens(tokens))
+        async with self._transaction() as db:
+            await db.execute_fetchall(_ADD_USAGE, values)
+
+    async def usage_on(self, user_id: int, day: date) -> int:
+        """The tokens the user spent on ``day`` (0 if none)."""
+        sql = "SELECT tokens FROM botkit_usage WHERE user_id = ? AND day = ?"
+        async with self._read() as db:
+            row = _first(await db.execute_fetchall(sql, (user_id, day.isoformat())))
+        return 0 if row is None else int(row[0])
+
+    @staticmethod
+    async def _get_invite(db: aiosqlite.Connection, code: str) -> Invite | None:
+        sql = f"SELECT {_INVITE} FROM botkit_invites WHERE code = ?"
+        row = _first(await db.execute_fetchall(sql, (code,)))
+        return None if row is None else _invite(row)
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, for one statement (a transaction of its own)."""
+        async with self._lock:
+            yield await self._connection()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection inside ``BEGIN IMMEDIATE``: committed if the block succeeds."""
+        async with self._lock:
+            db = await self._connection()
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                await db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    await db.rollback()
+                raise
+
+    async def _connection(self) -> aiosqlite.Connection:
+        """The open connection, opened and the schema made if need be; call under the lock."""
+        if self._closed:
+            raise RuntimeError("this SqliteUserStore is closed")
+        if self._db is None:
+            if sqlite3.sqlite_version_info < _MIN_SQLITE:
+                raise ConfigError(
+                    f"SQLite {sqlite3.sqlite_version} is too old for the user store: "
+                    "it needs 3.35 or newer"
+                )
+            # A failed aiosqlite connect leaves its thread to finish later, perhaps after the
+            # event loop has closed (an error in that thread): so first see that it can open.
+            try:
+                await asyncio.to_thread(_try_open, self.path)
+            except sqlite3.Error as e:
+                raise ConfigError(f"cannot open {self.path} as the user store: {e}") from e
+            db = await aiosqlite.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None
+            )
+            try:
+                await _prepare(db, self.path)
+            except BaseException:
+                await db.close()
+                raise
+            self._db = db
+        return self._db
+
+
+def _try_open(path: str) -> None:
+    sqlite3.connect(path).close()
+
+
+async def _prepare(db: aiosqlite.Connection, path: str) -> None:
+    """Set the connection up and make the tables, unless the file is from a newer botkit."""
+    try:
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute("BEGIN IMMEDIATE")
+        version = int(_one(await db.execute_fetchall("PRAGMA user_version"))[0])
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{path} holds user store schema {version}, newer than this botkit "
+                f"understands ({SCHEMA_VERSION}): upgrade botkit"
+            )
+        for statement in _SCHEMA:
+            await db.execute(statement)
+        await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        await db.execute("COMMIT")
+    except sqlite3.Error as e:
+        raise ConfigError(f"cannot use {path} as the user store: {e}") from e

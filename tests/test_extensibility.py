@@ -1,0 +1,276 @@
+"""Hooks, the event stream, plugins, injection between users, sub-agents and the console."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from structlog.testing import capture_logs
+
+from botkit import Bot, Incoming, Settings, tool
+from botkit.agent.events import (
+    AgentEnd,
+    ErrorEvent,
+    Event,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    ToolStart,
+    UsageEvent,
+)
+from botkit.agent.subagent import AgentTool
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.plugins import PromptPlugin, ToolPlugin
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeError,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    running,
+)
+
+ANN, BO, EVE = 1101, 1102, 1666
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+async def close_bots() -> AsyncIterator[None]:
+    yield
+    for bot in made:
+        await bot.aclose()
+    made.clear()
+
+
+made: list[Bot] = []
+
+
+def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **kwargs: Any) -> Bot:
+    settings = Settings(
+        _env_file=None,
+        allowed_users=frozenset({ANN, BO}),
+        sessions_dir=tmp_path / "sessions",
+        stream_replies=False,
+    )
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    bot = Bot(settings=settings, llm=llm, **kwargs)
+    made.append(bot)
+    return bot
+
+
+ran: list[str] = []
+
+
+@tool
+async def delete_everything(what: str) -> str:
+    """Deletes things."""
+    ran.append(what)
+    return "deleted"
+
+
+def calls_then_answers(request: FakeRequest) -> FakeReply:
+    if request.tool_results():
+        return FakeReply.text("result: " + request.tool_results()[0]["content"])
+    return FakeReply.tool_use("delete_everything", {"what": "all"})
+
+
+async def test_hooks_fire_in_order_and_tool_start_can_block(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.responder = calls_then_answers
+    bot = make_bot(claude, tmp_path, tools=[delete_everything])
+    seen: list[str] = []
+
+    for name in ("agent_start", "turn_start", "tool_end", "turn_end", "agent_end"):
+
+        async def record(event: Any, name: str = name) -> None:
+            seen.append(name)
+
+        bot.hooks.on(name, record)
+
+    @bot.hooks.on("tool_start")
+    async def guard(event: ToolStart) -> str | None:
+        seen.append("tool_start")
+        return "deleting is not allowed" if event.call.name == "delete_everything" else None
+
+    @bot.hooks.on("turn_start")
+    async def broken(event: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    ran.clear()
+    with capture_logs() as logs:
+        events = [e async for e in bot.stream(ANN, "clean up")]
+    assert ran == [], "the blocked tool never ran"
+    final = events[-1]
+    assert isinstance(final, AgentEnd)
+    assert final.text == "result: Blocked: deleting is not allowed"
+    assert claude.requests[1].tool_results()[0]["is_error"] is True
+    assert seen == [
+        "agent_start",
+        "turn_start",
+        "tool_start",
+        "tool_end",
+        "turn_end",
+        "turn_start",
+        "turn_end",
+        "agent_end",
+    ]
+    assert [log["event"] for log in logs if log["log_level"] == "error"] == ["hook.failed"] * 2
+
+
+async def test_stream_yields_typed_stamped_events(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.responder = calls_then_answers
+    bot = make_bot(claude, tmp_path, tools=[delete_everything])
+    events: list[Event] = [e async for e in bot.stream(ANN, "go")]
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "agent_start" and kinds[-1] == "agent_end"
+    assert {e.context_id for e in events} == {ANN}
+    assert len({e.task_id for e in events}) == 1
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert calls[0].call.name == "delete_everything" and results[0].result.content == "deleted"
+    assert sum(isinstance(e, UsageEvent) for e in events) == 2
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text.strip() == "result: deleted"
+    assert kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("agent_end")
+
+
+async def test_stream_reports_an_overloaded_model_as_an_error_event(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.enqueue(FakeError.overloaded())
+    bot = make_bot(claude, tmp_path)
+    events = [e async for e in bot.stream(ANN, "hello")]
+    errors = [e for e in events if isinstance(e, ErrorEvent)]
+    assert errors and errors[0].message == bot.options.overloaded_text
+
+
+async def test_plugins_add_prompt_parts_and_tools_in_order(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async def today(message: Incoming) -> str:
+        return f"The user is {message.user_id}."
+
+    bot = make_bot(
+        claude,
+        tmp_path,
+        plugins=[PromptPlugin("Be terse."), PromptPlugin(today), ToolPlugin(delete_everything)],
+        system_prompt="Base.",
+    )
+    _ = [e async for e in bot.stream(ANN, "hi")]
+    assert claude.requests[0].system_text == f"Base.\n\nBe terse.\n\nThe user is {ANN}."
+    assert claude.requests[0].tool_names == ["delete_everything"]
+
+
+async def test_send_user_message_reaches_the_other_user_and_their_context(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    def model(request: FakeRequest) -> FakeReply:
+        if request.tool_results():
+            return FakeReply.text(request.tool_results()[0]["content"])
+        text = request.last_user_text()
+        if text.startswith("ask "):
+            target, question = text[4:].split(" ", 1)
+            return FakeReply.tool_use(
+                "send_user_message", {"user_id": int(target), "text": question}
+            )
+        return FakeReply.text(f"echo: {text}")
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path)
+    bot.tools.register(bot.send_user_message_tool())
+    async with running(bot, telegram):
+        telegram.send_text(ANN, f"ask {BO} Is room 12 clean?")
+        confirmation = await telegram.wait_for_messages(ANN)
+        relayed = await telegram.wait_for_messages(BO)
+        telegram.send_text(ANN, f"ask {EVE} hello stranger")
+        refused = await telegram.wait_for_messages(ANN, 2)
+        telegram.send_text(BO, "yes, it is")
+        await telegram.wait_for_messages(BO, 2)
+    assert confirmation[0].text == f"Delivered to user {BO}."
+    assert relayed[0].text == f"Message from user {ANN}:\nIs room 12 clean?"
+    assert "not a user of this bot" in refused[1].text
+    bo_turn = claude.requests[-1]
+    assert bo_turn.last_user_text().endswith("yes, it is")
+    assert f"on behalf of user {ANN}: Is room 12 clean?" in bo_turn.last_user_text(), (
+        "Bo's assistant knows what Bo was asked"
+    )
+
+
+async def test_an_agent_can_be_a_tool(claude: FakeAnthropicServer, tmp_path: Path) -> None:
+    def model(request: FakeRequest) -> FakeReply:
+        if request.system_text == "You research.":
+            return FakeReply.text(f"findings on {request.last_user_text()}")
+        if request.tool_results():
+            return FakeReply.text("main: " + request.tool_results()[0]["content"])
+        return FakeReply.tool_use("researcher", {"task": "otters"})
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path)
+    bot.tools.register(
+        AgentTool("researcher", "Researches a topic.", llm=bot.llm, system_prompt="You research.")
+    )
+    events = [e async for e in bot.stream(ANN, "tell me about otters")]
+    final = events[-1]
+    assert isinstance(final, AgentEnd) and final.text == "main: findings on otters"
+    assert [r.system_text for r in claude.requests][1] == "You research."
+
+
+def test_console_chats_in_the_terminal(tmp_path: Path) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "from botkit.testing import FakeAnthropicServer\n"
+        "async def main():\n"
+        "    async with FakeAnthropicServer() as s:\n"
+        "        print(s.base_url, flush=True)\n"
+        "        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n"
+        "asyncio.run(main())\n"
+    )
+    fake = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert fake.stdout is not None
+        base_url = fake.stdout.readline().strip()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+        env.update(
+            ANTHROPIC_API_KEY="k",
+            ANTHROPIC_BASE_URL=base_url,
+            BOTKIT_SESSIONS_DIR=str(tmp_path),
+            BOTKIT_MODEL="claude-test",
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "botkit", "console", "--user-id", "42"],
+            input="hello there\n/model\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
+        )
+    finally:
+        fake.communicate("", timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("echo: hello there") == 1, result.stdout
+    assert "bot> Model: claude-test" in result.stdout
+    lines = (tmp_path / "42.jsonl").read_bytes().splitlines()
+    assert [orjson.loads(line)["role"] for line in lines] == ["user", "assistant"]

@@ -1,0 +1,556 @@
+"""User stores: one contract, run against SQLite and PostgreSQL; and the migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from botkit.errors import ConfigError
+from botkit.stores import (
+    INVITE_CODE_PATTERN,
+    PostgresUserStore,
+    RedeemFailure,
+    RedeemResult,
+    SqliteUserStore,
+    UserRecord,
+    UserStore,
+    new_invite_code,
+)
+from botkit.stores.migrate import MIGRATIONS, load_migrations, migrate, pending_migrations
+
+CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
+FIRST = "001_users_and_invites"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a store lives, and how to open another store on the same data."""
+
+    kind: str
+    location: str
+
+    async def open(self) -> UserStore:
+        if self.kind == "sqlite":
+            return await SqliteUserStore.connect(self.location)
+        return await PostgresUserStore.connect(self.location, min_size=1, max_size=10)
+
+
+@pytest.fixture
+async def migrated_db(postgres_db: str) -> str:
+    """A fresh PostgreSQL database with botkit's migrations applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "users.db"))
+    return Backend("postgres", request.getfixturevalue("migrated_db"))
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[UserStore]:
+    opened = await backend.open()
+    yield opened
+    await opened.close()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def uses_left(store: UserStore, code: str) -> int:
+    invite = await store.get_invite(code)
+    assert invite is not None
+    return invite.uses_left
+
+
+async def registered(store: UserStore, user_id: int) -> UserRecord:
+    user = await store.get_user(user_id)
+    assert user is not None
+    return user
+
+
+def assert_failed(result: RedeemResult, failure: RedeemFailure) -> None:
+    assert not result.ok
+    assert result.user is None
+    assert result.failure is failure
+
+
+# --- users ---------------------------------------------------------------------------------
+
+
+async def test_a_new_user_is_registered_and_read_back(store: UserStore) -> None:
+    assert await store.get_user(1) is None
+    before = now()
+    user = await store.upsert_user(1, "user", "Ann")
+    after = now()
+
+    assert (user.user_id, user.role, user.display_name, user.blocked) == (1, "user", "Ann", False)
+    assert user.joined_at.utcoffset() == timedelta(0)
+    assert before <= user.joined_at <= after
+    assert await store.get_user(1) == user
+    assert await store.get_user(2) is None
+
+
+async def test_upsert_changes_the_role_and_keeps_the_rest(store: UserStore) -> None:
+    first = await store.upsert_user(1, "user", "Ann")
+    await store.set_blocked(1, True)
+
+    again = await store.upsert_user(1, "admin")
+
+    assert again.role == "admin"
+    assert again.display_name == "Ann"
+    assert again.joined_at == first.joined_at
+    assert again.blocked is True
+    renamed = await store.upsert_user(1, "admin", "Annie")
+    assert renamed.display_name == "Annie"
+    assert await store.get_user(1) == renamed
+
+
+async def test_users_can_be_blocked_and_unblocked(store: UserStore) -> None:
+    await store.upsert_user(1, "user")
+
+    assert await store.set_blocked(1, True) is True
+    assert (await registered(store, 1)).blocked is True
+    assert await store.set_blocked(1, False) is True
+    assert (await registered(store, 1)).blocked is False
+    assert await store.set_blocked(404, True) is False
+    assert await store.get_user(404) is None
+
+
+async def test_roles_can_be_changed(store: UserStore) -> None:
+    await store.upsert_user(1, "user", "Ann")
+
+    assert await store.set_role(1, "admin") is True
+    user = await store.get_user(1)
+    assert user is not None
+    assert (user.role, user.display_name) == ("admin", "Ann")
+    assert await store.set_role(404, "admin") is False
+    assert await store.get_user(404) is None
+
+
+async def test_users_are_listed_in_join_order_and_by_role(store: UserStore) -> None:
+    for user_id, role in [(30, "user"), (10, "admin"), (20, "user"), (40, "guest")]:
+        await store.upsert_user(user_id, role)
+        await asyncio.sleep(0.002)  # distinct join times
+
+    assert [u.user_id for u in await store.list_users()] == [30, 10, 20, 40]
+    assert [u.user_id for u in await store.list_users("user")] == [30, 20]
+    assert [u.role for u in await store.list_users("admin")] == ["admin"]
+    assert await store.list_users("nobody") == []
+
+
+async def test_another_store_on_the_same_data_sees_the_same_users(
+    store: UserStore, backend: Backend
+) -> None:
+    user = await store.upsert_user(1, "admin", "Ann")
+    invite = await store.create_invite("user")
+    await store.add_usage(1, date(2025, 1, 2), 5)
+
+    other = await backend.open()
+    try:
+        assert await other.get_user(1) == user
+        assert await other.get_invite(invite.code) == invite
+        assert await other.usage_on(1, date(2025, 1, 2)) == 5
+    finally:
+        await other.close()
+
+
+# --- invites -------------------------------------------------------------------------------
+
+
+async def test_an_invite_is_created_and_read_back(store: UserStore) -> None:
+    expires = now() + timedelta(days=1)
+    before = now()
+    invite = await store.create_invite("user", uses=3, expires_at=expires, created_by=42)
+
+    assert CODE.match(invite.code)
+    assert (invite.role, invite.uses_left, invite.created_by) == ("user", 3, 42)
+    assert invite.expires_at == expires
+    assert before <= invite.created_at <= now()
+    assert await store.get_invite(invite.code) == invite
+    assert await store.get_invite("no-such-code") is None
+
+
+async def test_invite_defaults_are_one_use_forever(store: UserStore) -> None:
+    invite = await store.create_invite("user")
+
+    assert (invite.uses_left, invite.expires_at, invite.created_by) == (1, None, None)
+    assert await store.get_invite(invite.code) == invite
+
+
+async def test_expiry_in_another_timezone_is_kept_as_the_same_moment(store: UserStore) -> None:
+    berlin = timezone(timedelta(hours=2))
+    expires = datetime(2030, 6, 1, 12, 0, 0, 123456, tzinfo=berlin)
+
+    invite = await store.create_invite("user", expires_at=expires)
+    stored = await store.get_invite(invite.code)
+
+    assert stored is not None
+    assert stored.expires_at == expires
+    assert stored.expires_at is not None
+    assert stored.expires_at.utcoffset() == timedelta(0)
+    assert stored.expires_at.hour == 10
+
+
+async def test_bad_invite_arguments_are_refused(store: UserStore) -> None:
+    with pytest.raises(ValueError, match="at least one use"):
+        await store.create_invite("user", uses=0)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        await store.create_invite("user", expires_at=datetime(2030, 1, 1))
+    assert await store.list_users() == []
+
+
+async def test_invite_codes_are_unique_and_fit_a_start_link(store: UserStore) -> None:
+    codes = [(await store.create_invite("user")).code for _ in range(200)]
+
+    assert len(set(codes)) == len(codes)
+    assert all(CODE.match(code) for code in codes)
+    fresh = {new_invite_code() for _ in range(10_000)}
+    assert len(fresh) == 10_000
+    assert all(CODE.match(code) and len(code) == 22 for code in fresh)
+    assert INVITE_CODE_PATTERN.fullmatch(new_invite_code())
+
+
+# --- redeeming -----------------------------------------------------------------------------
+
+
+async def test_redeeming_registers_the_user_with_the_invites_role(store: UserStore) -> None:
+    invite = await store.create_invite("admin", uses=2)
+
+    result = await store.redeem_invite(invite.code, 7, "Bob")
+
+    assert result.ok
+    assert result.failure is None
+    assert result.already_registered is False
+    assert result.user is not None
+    assert (result.user.user_id, result.user.role, result.user.display_name) == (7, "admin", "Bob")
+    assert await store.get_user(7) == result.user
+    assert await uses_left(store, invite.code) == 1
+
+
+async def test_an_unknown_code_registers_nobody(store: UserStore) -> None:
+    assert_failed(await store.redeem_invite("not-a-code", 7), RedeemFailure.UNKNOWN)
+    assert await store.get_user(7) is None
+
+
+async def test_an_expired_invite_registers_nobody(store: UserStore) -> None:
+    invite = await store.create_invite("user", uses=5, expires_at=now() - timedelta(seconds=1))
+
+    result = await store.redeem_invite(invite.code, 7)
+
+    assert_failed(result, RedeemFailure.EXPIRED)
+    assert result.failure == "expired"
+    assert await store.get_user(7) is None
+    assert await uses_left(store, invite.code) == 5
+
+
+async def test_an_invite_that_expires_later_works_now(store: UserStore) -> None:
+    invite = await store.create_invite("user", expires_at=now() + timedelta(minutes=1))
+
+    assert (await store.redeem_invite(invite.code, 7)).ok
+
+
+async def test_a_used_up_invite_registers_nobody(store: UserStore) -> None:
+    invite = await store.create_invite("user")
+    assert (await store.redeem_invite(invite.code, 1)).ok
+
+    result = await store.redeem_invite(invite.code, 2)
+
+    assert_failed(result, RedeemFailure.USED_UP)
+    assert result.failure == "used_up"
+    assert await store.get_user(2) is None
+    assert await uses_left(store, invite.code) == 0
+
+
+async def test_a_multi_use_invite_counts_down(store: UserStore) -> None:
+    invite = await store.create_invite("user", uses=3)
+
+    for user_id, left in [(1, 2), (2, 1), (3, 0)]:
+        assert (await store.redeem_invite(invite.code, user_id)).ok
+        assert await uses_left(store, invite.code) == left
+
+    assert_failed(await store.redeem_invite(invite.code, 4), RedeemFailure.USED_UP)
+    assert [u.user_id for u in await store.list_users()] == [1, 2, 3]
+
+
+async def test_a_registered_user_keeps_their_role_and_takes_no_use(store: UserStore) -> None:
+    admin = await store.upsert_user(1, "admin", "Ann")
+    invite = await store.create_invite("user")
+
+    result = await store.redeem_invite(invite.code, 1, "Someone else")
+
+    assert result.ok
+    assert result.already_registered is True
+    assert result.user == admin
+    assert await store.get_user(1) == admin
+    assert await uses_left(store, invite.code) == 1
+    assert (await store.redeem_invite(invite.code, 2)).ok  # the use is still there
+
+
+async def test_a_registered_user_redeeming_a_dead_code_stays_registered(store: UserStore) -> None:
+    user = await store.upsert_user(1, "user")
+    expired = await store.create_invite("admin", expires_at=now() - timedelta(seconds=1))
+
+    for code in ["not-a-code", expired.code]:
+        result = await store.redeem_invite(code, 1)
+        assert result.ok
+        assert result.already_registered
+        assert result.user == user
+
+
+async def test_fifty_racing_redemptions_of_a_single_use_code_admit_one(
+    store: UserStore,
+) -> None:
+    invite = await store.create_invite("user")
+
+    results = await asyncio.gather(
+        *(store.redeem_invite(invite.code, user_id) for user_id in range(1, 51))
+    )
+
+    assert_one_admitted(results)
+    assert len(await store.list_users()) == 1
+    assert await uses_left(store, invite.code) == 0
+
+
+async def test_racing_redemptions_through_several_stores_admit_as_many_as_uses(
+    store: UserStore, backend: Backend
+) -> None:
+    single = await store.create_invite("user")
+    triple = await store.create_invite("user", uses=3)
+    others = await asyncio.gather(*(backend.open() for _ in range(5)))
+    stores = [store, *others]
+    try:
+        results = await asyncio.gather(
+            *(stores[i % 6].redeem_invite(single.code, 1000 + i) for i in range(50)),
+            *(stores[i % 6].redeem_invite(triple.code, 2000 + i) for i in range(50)),
+        )
+    finally:
+        await asyncio.gather(*(other.close() for other in others))
+
+    assert_one_admitted(results[:50])
+    assert sum(r.ok for r in results[50:]) == 3
+    assert all(r.failure is RedeemFailure.USED_UP for r in results[50:] if not r.ok)
+    admitted = {r.user.user_id for r in results if r.user is not None}
+    assert {u.user_id for u in await store.list_users()} == admitted
+    assert await uses_left(store, triple.code) == 0
+
+
+async def test_one_user_redeeming_many_times_at_once_takes_one_use(store: UserStore) -> None:
+    invite = await store.create_invite("user", uses=5)
+
+    results = await asyncio.gather(*(store.redeem_invite(invite.code, 7) for _ in range(20)))
+
+    assert all(r.ok and r.user is not None and r.user.user_id == 7 for r in results)
+    assert sum(not r.already_registered for r in results) == 1
+    assert await uses_left(store, invite.code) == 4
+
+
+def assert_one_admitted(results: list[RedeemResult]) -> None:
+    winners = [r for r in results if r.ok]
+    assert len(winners) == 1, [r.failure for r in results]
+    assert winners[0].already_registered is False
+    assert [r.failure for r in results if not r.ok] == [RedeemFailure.USED_UP] * 49
+
+
+# --- usage ---------------------------------------------------------------------------------
+
+
+async def test_usage_adds_up_per_user_per_day(store: UserStore) -> None:
+    monday, tuesday = date(2025, 3, 3), date(2025, 3, 4)
+    assert await store.usage_on(1, monday) == 0
+
+    await store.add_usage(1, monday, 100)
+    await store.add_usage(1, monday, 50)
+    await store.add_usage(1, tuesday, 7)
+    await store.add_usage(2, monday, 1)
+    await store.add_usage(2, monday, 0)
+
+    assert await store.usage_on(1, monday) == 150
+    assert await store.usage_on(1, tuesday) == 7
+    assert await store.usage_on(2, monday) == 1
+    assert await store.usage_on(2, tuesday) == 0
+    with pytest.raises(ValueError, match="negative"):
+        await store.add_usage(1, monday, -1)
+    assert await store.usage_on(1, monday) == 150
+
+
+async def test_concurrent_usage_is_not_lost(store: UserStore) -> None:
+    day = date(2025, 3, 3)
+
+    await asyncio.gather(*(store.add_usage(1, day, 10) for _ in range(40)))
+
+    assert await store.usage_on(1, day) == 400
+
+
+# --- SQLite only ---------------------------------------------------------------------------
+
+
+async def test_sqlite_makes_its_file_and_tables_on_first_use(tmp_path: Path) -> None:
+    path = tmp_path / "lazy.db"
+    store = SqliteUserStore(path)
+    assert not path.exists()
+    try:
+        assert await store.get_user(1) is None
+        assert path.exists()
+        await store.upsert_user(1, "user")
+    finally:
+        await store.close()
+
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert {"botkit_users", "botkit_invites", "botkit_usage"} <= tables
+
+
+async def test_sqlite_works_in_memory() -> None:
+    store = await SqliteUserStore.connect(":memory:")
+    try:
+        invite = await store.create_invite("user")
+        assert (await store.redeem_invite(invite.code, 1)).ok
+        assert [u.user_id for u in await store.list_users("user")] == [1]
+    finally:
+        await store.close()
+
+
+async def test_sqlite_refuses_a_file_from_a_newer_botkit(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+
+    with pytest.raises(ConfigError, match="upgrade botkit"):
+        await SqliteUserStore.connect(path)
+
+
+async def test_sqlite_reports_a_file_it_cannot_open(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot open"):
+        await SqliteUserStore.connect(tmp_path / "no" / "such" / "dir.db")
+
+
+async def test_a_closed_sqlite_store_cannot_be_used(tmp_path: Path) -> None:
+    store = await SqliteUserStore.connect(tmp_path / "users.db")
+    await store.close()
+    await store.close()
+
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get_user(1)
+
+
+# --- PostgreSQL and migrations -------------------------------------------------------------
+
+
+async def test_migrate_applies_each_migration_once(postgres_db: str) -> None:
+    assert await migrate(postgres_db) == [FIRST]
+    assert await migrate(postgres_db) == []
+
+    conn = await asyncpg.connect(postgres_db)
+    try:
+        assert await conn.fetchval("SELECT array_agg(name) FROM botkit_migrations") == [FIRST]
+        for table in ["botkit_users", "botkit_invites", "botkit_usage"]:
+            assert await conn.fetchval("SELECT to_regclass($1)::text", table) == table
+        assert await pending_migrations(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_migrations_do_not_collide(postgres_db: str) -> None:
+    runs = await asyncio.gather(*(migrate(postgres_db) for _ in range(4)))
+
+    assert sorted(runs) == [[], [], [], [FIRST]]
+
+
+async def test_new_migrations_are_applied_in_number_order(postgres_db: str, tmp_path: Path) -> None:
+    (tmp_path / "1_make.sql").write_text("CREATE TABLE steps (n int, at serial);")
+    (tmp_path / "10_third.sql").write_text("INSERT INTO steps (n) VALUES (10);")
+    (tmp_path / "2_second.sql").write_text("INSERT INTO steps (n) VALUES (2);")
+    (tmp_path / "README.md").write_text("not a migration")
+
+    assert await migrate(postgres_db, directory=tmp_path) == ["1_make", "2_second", "10_third"]
+    (tmp_path / "11_fourth.sql").write_text("INSERT INTO steps (n) VALUES (11);")
+    assert await migrate(postgres_db, directory=tmp_path) == ["11_fourth"]
+
+    conn = await asyncpg.connect(postgres_db)
+    try:
+        assert await conn.fetchval("SELECT array_agg(n ORDER BY at) FROM steps") == [2, 10, 11]
+    finally:
+        await conn.close()
+
+
+async def test_a_failing_migration_leaves_no_trace(postgres_db: str, tmp_path: Path) -> None:
+    (tmp_path / "001_ok.sql").write_text("CREATE TABLE ok (n int);")
+    (tmp_path / "002_bad.sql").write_text("CREATE TABLE half (n int); SELECT no_such_function();")
+
+    with pytest.raises(asyncpg.PostgresError) as raised:
+        await migrate(postgres_db, directory=tmp_path)
+
+    assert "while applying migration 002_bad" in raised.value.__notes__
+    conn = await asyncpg.connect(postgres_db)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('ok')::text") == "ok"
+        assert await conn.fetchval("SELECT to_regclass('half')") is None
+        assert await conn.fetchval("SELECT array_agg(name) FROM botkit_migrations") == ["001_ok"]
+    finally:
+        await conn.close()
+
+
+def test_the_packaged_migrations_are_found() -> None:
+    migrations = load_migrations()
+
+    assert [m.name for m in migrations][:1] == [FIRST]
+    assert [m.number for m in migrations] == sorted({m.number for m in migrations})
+    assert "CREATE TABLE IF NOT EXISTS botkit_users" in migrations[0].sql
+    assert (MIGRATIONS / f"{FIRST}.sql").is_file()
+
+
+def test_badly_named_or_duplicate_migrations_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "first.sql").write_text("SELECT 1;")
+    with pytest.raises(ConfigError, match=re.escape("001_what_it_does.sql")):
+        load_migrations(tmp_path)
+
+    (tmp_path / "first.sql").unlink()
+    (tmp_path / "001_a.sql").write_text("SELECT 1;")
+    (tmp_path / "01_b.sql").write_text("SELECT 1;")
+    with pytest.raises(ConfigError, match="share number 1"):
+        load_migrations(tmp_path)
+
+
+async def test_postgres_store_on_an_unmigrated_database_says_to_migrate(
+    postgres_db: str,
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape("python -m botkit migrate")):
+        await PostgresUserStore.connect(postgres_db, min_size=1, max_size=2)
+
+    pool = await asyncpg.create_pool(postgres_db, min_size=1, max_size=2)
+    try:
+        store = PostgresUserStore(pool)
+        with pytest.raises(ConfigError, match=re.escape("python -m botkit migrate")):
+            await store.get_user(1)
+        conn = await asyncpg.connect(postgres_db)
+        try:
+            assert await conn.fetchval("SELECT to_regclass('botkit_users')") is None
+        finally:
+            await conn.close()
+    finally:
+        await pool.close()
+
+
+async def test_postgres_store_leaves_a_pool_it_was_given_open(migrated_db: str) -> None:
+    pool = await asyncpg.create_pool(migrated_db, min_size=1, max_size=2)
+    try:
+        store = PostgresUserStore(pool)
+        assert store.pool is pool
+        await store.upsert_user(1, "user")
+        await store.close()
+
+        assert await pool.fetchval("SELECT count(*) FROM botkit_users") == 1
+    finally:
+        await pool.close()
