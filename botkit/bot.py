@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import structlog
@@ -25,6 +25,7 @@ from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.pricing import estimate
 from botkit.sessions import JsonlSessionStore, SessionStore
+from botkit.stores.base import RedeemFailure, UserRecord, UserStore
 from botkit.plugins import Plugin
 from botkit.tools import Tool, ToolContext, ToolRegistry, tool
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
@@ -101,6 +102,12 @@ class BotOptions:
     max_context_chars: int = 200_000
     """A context past 80 % of this is compacted: older messages become a summary."""
     admin_only_text: str = "Only admins can do that."
+    welcome_text: str = "Welcome! You're in. Just write to me."
+    already_registered_text: str = "You're already registered. Just write to me."
+    invite_unknown_text: str = "This invite link is not valid. Ask for a new one."
+    invite_expired_text: str = "This invite link has expired. Ask for a new one."
+    invite_used_up_text: str = "This invite link has already been used. Ask for a new one."
+    budget_text: str = "You've used today's allowance of tokens. Please come back tomorrow."
     help_text: str = "Just write to me; I can also use tools when they help. Commands:"
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
@@ -121,6 +128,7 @@ class Bot:
         settings: Settings | None = None,
         llm: LLM | None = None,
         sessions: SessionStore | None = None,
+        users: UserStore | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         plugins: Iterable[Plugin] = (),
         options: BotOptions | None = None,
@@ -139,6 +147,8 @@ class Bot:
             self.tools.register(item)
         self.sessions: SessionStore = sessions or JsonlSessionStore(self.settings.sessions_dir)
         self._llm = llm
+        self._users = users
+        self._users_lock = asyncio.Lock()
         self._contexts: OrderedDict[int, asyncio.Task[ContextManager]] = OrderedDict()
         self._turns: dict[int, asyncio.Task[str]] = {}
         self.model_override: str | None = None
@@ -208,12 +218,16 @@ class Bot:
             log.info("turn.rejected", user_id=message.user_id)
             await messenger.send_text(message.chat_id, rejection)
             return
+        message = replace(message, user=await self.user_record(message))
         if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
             await messenger.send_text(message.chat_id, self.options.unsupported_text)
             return
         command = self.commands.get(message.command or "")
         if command is not None:
             await messenger.send_text(message.chat_id, await self._run_command(command, message))
+            return
+        if await self.over_budget(message.user_id):
+            await messenger.send_text(message.chat_id, self.options.budget_text)
             return
         extra = await self.build_extra(message)
         tools = _as_registry(await self.build_tools(message))
@@ -332,6 +346,10 @@ class Bot:
             return text
         model = self.model_override or self.settings.model
         self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + result.usage
+        if self.settings.daily_token_budget is not None:
+            spent = result.usage.input_tokens + result.usage.output_tokens
+            spent += result.usage.cache_creation_input_tokens
+            await (await self.user_store()).add_usage(context.user_id, _today(), spent)
         log.info(
             "turn.done",
             user_id=context.user_id,
@@ -348,14 +366,38 @@ class Bot:
         """Answer ``/start <payload>``; a non-empty reply ends the update before authorize."""
         if self.options.handle_start is not None:
             return await self.options.handle_start(message, payload)
-        return None
+        if not payload:
+            return None
+        users = await self.user_store()
+        result = await users.redeem_invite(payload, message.user_id, _name_of(message))
+        if result.ok:
+            log.info(
+                "invite.redeemed", user_id=message.user_id, fresh=not result.already_registered
+            )
+            if result.already_registered:
+                return self.options.already_registered_text
+            return self.options.welcome_text
+        log.info("invite.refused", user_id=message.user_id, why=str(result.failure))
+        return {
+            RedeemFailure.EXPIRED: self.options.invite_expired_text,
+            RedeemFailure.USED_UP: self.options.invite_used_up_text,
+        }.get(result.failure or RedeemFailure.UNKNOWN, self.options.invite_unknown_text)
 
     async def authorize(self, message: Incoming) -> str | None:
         """``None`` admits the message; a text rejects it (sent as is, no LLM call)."""
         if self.options.authorize is not None:
             return await self.options.authorize(message)
-        admitted = self.settings.allowed_users | self.settings.admins
-        return None if message.user_id in admitted else self.options.rejection_text
+        user_id, settings = message.user_id, self.settings
+        if user_id in settings.admins:
+            return None
+        if settings.access == "allowlist":
+            return None if user_id in settings.allowed_users else self.options.rejection_text
+        record = await (await self.user_store()).get_user(user_id)
+        if record is not None and record.blocked:
+            return self.options.rejection_text
+        if settings.access == "open" or record is not None or user_id in settings.allowed_users:
+            return None
+        return self.options.rejection_text
 
     async def build_extra(self, message: Incoming) -> Any:
         """What tools get as ``ToolContext.extra`` this turn."""
@@ -424,6 +466,33 @@ class Bot:
         close = getattr(self._llm, "close", None)
         if close is not None:
             await close()
+        if self._users is not None:
+            await self._users.close()
+            self._users = None
+
+    async def user_store(self) -> UserStore:
+        """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
+        async with self._users_lock:
+            if self._users is None:
+                self._users = await _open_user_store(self.settings)
+            return self._users
+
+    async def user_record(self, message: Incoming) -> UserRecord:
+        """The sender's record, registered on first sight (admins as ``admin``)."""
+        users = await self.user_store()
+        record = await users.get_user(message.user_id)
+        if record is None:
+            role = "admin" if self.is_admin(message.user_id) else "user"
+            record = await users.upsert_user(message.user_id, role, _name_of(message))
+        return record
+
+    async def over_budget(self, user_id: int) -> bool:
+        """Whether the user has used up today's token budget (if one is set)."""
+        budget = self.settings.daily_token_budget
+        if budget is None:
+            return False
+        used = await (await self.user_store()).usage_on(user_id, _today())
+        return used >= budget
 
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""
@@ -651,3 +720,23 @@ def _draft_sink(draft: Draft) -> EventSink:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _name_of(message: Incoming) -> str | None:
+    return message.first_name or message.username
+
+
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
+async def _open_user_store(settings: Settings) -> UserStore:
+    if settings.database_url is not None:
+        from botkit.stores.postgres import PostgresUserStore
+
+        return await PostgresUserStore.connect(settings.database_url.get_secret_value())
+    from botkit.stores.sqlite import SqliteUserStore
+
+    path = settings.database_path or settings.sessions_dir / "botkit.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteUserStore(path)

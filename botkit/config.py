@@ -68,6 +68,23 @@ class Settings(BaseSettings):
         30.0, validation_alias=AliasChoices("BOTKIT_GLOBAL_RATE", "global_rate")
     )
     """BOTKIT_GLOBAL_RATE: messages per second across all chats (Telegram allows ~30)."""
+    access: Literal["invite", "allowlist", "open"] = Field(
+        "invite", validation_alias=AliasChoices("BOTKIT_ACCESS", "access")
+    )
+    """BOTKIT_ACCESS: ``invite`` (registered users, plus the allowlist), ``allowlist`` (only
+    BOTKIT_ALLOWED_USERS) or ``open`` (anyone not blocked). Admins are always admitted."""
+    database_url: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_DATABASE_URL", "database_url")
+    )
+    """BOTKIT_DATABASE_URL: PostgreSQL for users and invites; unset: an SQLite file."""
+    database_path: Path | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_DATABASE_PATH", "database_path")
+    )
+    """BOTKIT_DATABASE_PATH: the SQLite file (default ``<sessions_dir>/botkit.db``)."""
+    daily_token_budget: int | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_DAILY_TOKEN_BUDGET", "daily_token_budget")
+    )
+    """BOTKIT_DAILY_TOKEN_BUDGET: tokens one user may use per UTC day; unset: no limit."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
 

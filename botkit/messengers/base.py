@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from botkit.stores.base import UserRecord
 
 __all__ = ["Draft", "Incoming", "Messenger"]
 
@@ -28,6 +31,8 @@ class Incoming:
     """``text`` or ``photo`` (answered), or what else it carried: ``voice``, ``sticker``, …"""
     raw: Any = field(default=None, compare=False, repr=False)
     """The messenger's own update object, for bots that need more."""
+    user: UserRecord | None = field(default=None, compare=False)
+    """Who sent it, as the user store knows them; filled in once ``authorize`` admitted it."""
 
     @property
     def command(self) -> str | None:
