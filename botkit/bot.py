@@ -409,9 +409,12 @@ class Bot:
         """The tools the model may call this turn; all registered tools by default."""
         if self.options.build_tools is not None:
             return await self.options.build_tools(message)
-        if not self.plugins:
-            return self.tools
-        return [*self.tools, *(t for p in self.plugins for t in p.tools(message))]
+        extra = [t for p in self.plugins for t in p.tools(message)]
+        if self.is_admin(message.user_id) or (message.user and message.user.role == "admin"):
+            from botkit.invites import invite_tool
+
+            extra.append(invite_tool(self))
+        return [*self.tools, *extra] if extra else self.tools
 
     async def build_prompt(self, message: Incoming) -> str:
         """The system prompt for this turn."""

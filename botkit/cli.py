@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from botkit.bot import Bot
+    from botkit.config import Settings
 
 __all__ = ["main"]
 
@@ -34,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--user-id", type=int, default=1, help="who you are in the sessions (default 1)"
     )
+    migrate = commands.add_parser("migrate", help="apply the PostgreSQL migrations, in order")
+    migrate.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
+    invite = commands.add_parser("invite", help="create an invite link for new users")
+    invite.add_argument("--role", required=True, help="the role new users get")
+    invite.add_argument("--uses", type=int, default=1, help="how many may use it (default 1)")
+    invite.add_argument("--expires", default="7d", help="lifetime: 30m, 12h, 7d, 2w (default 7d)")
+    invite.add_argument("--bot-username", help="skip asking Telegram for the bot's username")
     replay = commands.add_parser(
         "replay", help="print a session as a readable transcript (or JSON)"
     )
@@ -52,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(getattr(args, "target", None))
         if args.command == "console":
             return _console(args.target, args.user_id)
+        if args.command == "migrate":
+            return _migrate(args.dsn)
+        if args.command == "invite":
+            return _invite(args.role, args.uses, args.expires, args.bot_username)
         if args.command == "replay":
             from botkit.replay import replay
 
@@ -90,6 +102,73 @@ def _console(target: str | None, user_id: int) -> int:
     bot.settings.admins = bot.settings.admins | {user_id}
     asyncio.run(run_console(bot, user_id=user_id))
     return 0
+
+
+def _migrate(dsn: str | None) -> int:
+    import asyncio
+
+    from botkit.errors import ConfigError
+    from botkit.stores.migrate import migrate
+
+    url = dsn or _settings().database_url
+    if url is None:
+        raise ConfigError("BOTKIT_DATABASE_URL is not set (the SQLite store needs no migrations)")
+    text = url if isinstance(url, str) else url.get_secret_value()
+    try:
+        applied = asyncio.run(migrate(text))
+    except (OSError, ConnectionError) as e:
+        raise ConfigError(f"cannot reach the database: {e}") from e
+    print("applied: " + ", ".join(applied) if applied else "nothing to apply: up to date")
+    return 0
+
+
+def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from botkit.bot import Bot
+    from botkit.invites import invite_link, parse_duration
+
+    lifetime = parse_duration(expires)
+    bot = Bot(settings=_settings())
+
+    async def create() -> str:
+        try:
+            username = bot_username or await _bot_username(bot)
+            store = await bot.user_store()
+            invite = await store.create_invite(role, uses, datetime.now(UTC) + lifetime, None)
+            return invite_link(username, invite.code)
+        finally:
+            await bot.aclose()
+
+    print(asyncio.run(create()))
+    return 0
+
+
+async def _bot_username(bot: Bot) -> str:
+    from botkit.messengers.telegram import TelegramMessenger
+
+    settings = bot.settings
+    messenger = TelegramMessenger(
+        settings.require_telegram_token(), api_base=settings.telegram_api_base
+    )
+    try:
+        me = await messenger.start()
+    finally:
+        await messenger.close()
+    return me.username or ""
+
+
+def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from botkit.config import Settings
+    from botkit.errors import ConfigError
+
+    try:
+        return Settings()
+    except ValidationError as e:
+        raise ConfigError(f"invalid setting: {_first_error(e)}") from e
 
 
 def _load_bot(target: str | None) -> Bot:

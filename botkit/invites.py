@@ -1,0 +1,64 @@
+"""Invite links: durations, deep links, and the tool that lets an admin make one from chat."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from botkit.errors import ConfigError, ToolError
+from botkit.tools import Tool, ToolContext, tool
+
+if TYPE_CHECKING:
+    from botkit.bot import Bot
+
+__all__ = ["invite_link", "invite_tool", "parse_duration"]
+
+_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30m``, ``12h``, ``7d`` or ``2w`` as a timedelta."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ConfigError(f"expected a duration like 30m, 12h, 7d or 2w, got {text!r}")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def invite_link(bot_username: str, code: str) -> str:
+    """The deep link that starts the bot with ``code`` as the /start payload."""
+    return f"https://t.me/{bot_username.lstrip('@')}?start={code}"
+
+
+def invite_tool(bot: Bot) -> Tool:
+    """``create_invite``: an admin asks for an invite link in chat."""
+
+    @tool(name="create_invite")
+    async def create_invite(
+        ctx: ToolContext, role: str, uses: int = 1, expires_in_days: float = 7.0
+    ) -> str:
+        """Create an invite link that registers whoever opens it with a role.
+
+        Args:
+            role: The role new users get, e.g. "cleaner" or "manager".
+            uses: How many people may use the link.
+            expires_in_days: Days until the link stops working.
+        """
+        if not bot.is_admin(ctx.user_id):
+            raise ToolError("only admins can create invites")
+        if uses < 1 or expires_in_days <= 0:
+            raise ToolError("uses must be at least 1 and expires_in_days positive")
+        me = getattr(bot.messenger, "me", None)
+        username = getattr(me, "username", None)
+        if not username:
+            raise ToolError("the bot's username is not known yet")
+        expires_at = datetime.now(UTC) + timedelta(days=expires_in_days)
+        store = await bot.user_store()
+        invite = await store.create_invite(role, uses, expires_at, ctx.user_id)
+        return (
+            f"{invite_link(username, invite.code)} (role {role}, {uses} use(s), "
+            f"expires {expires_at:%Y-%m-%d %H:%M} UTC)"
+        )
+
+    return create_invite

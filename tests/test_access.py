@@ -1,0 +1,220 @@
+"""Who gets in: invite links, access modes, roles, budgets — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from botkit import Bot, Incoming, Settings
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.stores.migrate import migrate
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+
+ADMIN, NEWCOMER, OTHER = 1201, 1202, 1203
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as server:
+        yield server
+
+
+def make_settings(tmp_path: Path, **values: Any) -> Settings:
+    defaults: dict[str, Any] = {
+        "admins": frozenset({ADMIN}),
+        "sessions_dir": tmp_path / "sessions",
+        "stream_replies": False,
+    }
+    return Settings(_env_file=None, **{**defaults, **values})
+
+
+def make_bot(claude: FakeAnthropicServer, settings: Settings, cls: type[Bot] = Bot) -> Bot:
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    return cls(settings=settings, llm=llm)
+
+
+async def ask(telegram: FakeTelegramServer, user: int, text: str) -> str:
+    before = len(telegram.sent_messages(user))
+    telegram.send_text(user, text)
+    return (await telegram.wait_for_messages(user, before + 1))[before].text
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+    return subprocess.run(
+        [sys.executable, "-m", "botkit", *args],
+        env={**clean, **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def invite_flow(telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot: Bot) -> None:
+    store = await bot.user_store()
+    code = (await store.create_invite("cleaner", uses=1)).code
+    expired = await store.create_invite("cleaner", expires_at=datetime.now(UTC) - timedelta(1))
+    async with running(bot, telegram):
+        assert await ask(telegram, OTHER, "hello?") == bot.options.rejection_text
+        assert await ask(telegram, NEWCOMER, f"/start {code}") == bot.options.welcome_text
+        assert await ask(telegram, NEWCOMER, "hi") == "echo: hi"
+        assert await ask(telegram, OTHER, f"/start {code}") == bot.options.invite_used_up_text
+        assert await ask(telegram, OTHER, "/start nonsense") == bot.options.invite_unknown_text
+        assert await ask(telegram, OTHER, f"/start {expired.code}") == (
+            bot.options.invite_expired_text
+        )
+    assert len(claude.requests) == 1, "only the admitted user's message reached the model"
+    newcomer = await (await bot.user_store()).get_user(NEWCOMER)  # serving closed the first
+    await bot.aclose()
+    assert newcomer is not None and newcomer.role == "cleaner"
+
+
+async def test_invite_link_onboarding_on_sqlite(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    await invite_flow(telegram, claude, make_bot(claude, make_settings(tmp_path)))
+
+
+async def test_invite_link_onboarding_on_postgres(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, postgres_db: str
+) -> None:
+    await migrate(postgres_db)
+    bot = make_bot(claude, make_settings(tmp_path, database_url=postgres_db))
+    await invite_flow(telegram, claude, bot)
+
+
+async def test_cli_invite_prints_a_deep_link_that_works(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    result = await asyncio.to_thread(
+        run_cli,
+        tmp_path,
+        "invite",
+        "--role",
+        "manager",
+        "--uses",
+        "2",
+        "--expires",
+        "2d",
+        TELEGRAM_BOT_TOKEN=telegram.token,
+        TELEGRAM_API_BASE=telegram.base_url,
+        BOTKIT_SESSIONS_DIR=str(tmp_path / "sessions"),
+    )
+    assert result.returncode == 0, result.stderr
+    link = result.stdout.strip()
+    match = re.fullmatch(
+        rf"https://t\.me/{telegram.bot_username}\?start=([A-Za-z0-9_-]{{1,64}})", link
+    )
+    assert match, link
+    bot = make_bot(claude, make_settings(tmp_path))
+    async with running(bot, telegram):
+        assert await ask(telegram, NEWCOMER, f"/start {match.group(1)}") == bot.options.welcome_text
+    user = await (await bot.user_store()).get_user(NEWCOMER)
+    assert user is not None and user.role == "manager"
+    await bot.aclose()
+
+
+def test_cli_migrate_needs_a_database_url(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "migrate")
+    assert result.returncode == 2
+    assert "BOTKIT_DATABASE_URL" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_migrate_applies_once(tmp_path: Path, postgres_db: str) -> None:
+    first = run_cli(tmp_path, "migrate", BOTKIT_DATABASE_URL=postgres_db)
+    second = run_cli(tmp_path, "migrate", "--dsn", postgres_db)
+    assert first.returncode == 0 and "applied: 001_users_and_invites" in first.stdout
+    assert second.returncode == 0 and "up to date" in second.stdout
+
+
+class RoleBot(Bot):
+    """Managers and cleaners see different prompts and tools."""
+
+    async def build_prompt(self, message: Incoming) -> str:
+        assert message.user is not None
+        return f"You assist a {message.user.role}."
+
+
+async def test_roles_reach_the_prompt(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, make_settings(tmp_path), RoleBot)
+    store = await bot.user_store()
+    await store.upsert_user(NEWCOMER, "manager")
+    await store.upsert_user(OTHER, "cleaner")
+    async with running(bot, telegram):
+        await ask(telegram, NEWCOMER, "hi")
+        await ask(telegram, OTHER, "hi")
+    prompts = sorted(r.system_text for r in claude.requests)
+    assert prompts == ["You assist a cleaner.", "You assist a manager."]
+
+
+async def test_blocked_users_and_access_modes(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, make_settings(tmp_path, access="open"))
+    store = await bot.user_store()
+    await store.upsert_user(OTHER, "user")
+    await store.set_blocked(OTHER, True)
+    async with running(bot, telegram):
+        assert await ask(telegram, NEWCOMER, "anyone home?") == "echo: anyone home?"
+        assert await ask(telegram, OTHER, "me too?") == bot.options.rejection_text
+
+    allowlist = make_bot(
+        claude, make_settings(tmp_path, access="allowlist", allowed_users=frozenset({OTHER}))
+    )
+    async with running(allowlist, telegram):
+        assert await ask(telegram, NEWCOMER, "still?") == allowlist.options.rejection_text
+        assert await ask(telegram, ADMIN, "admin here") == "echo: admin here"
+
+
+async def test_daily_budget_stops_llm_calls(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(
+        claude, make_settings(tmp_path, allowed_users=frozenset({OTHER}), daily_token_budget=10)
+    )
+    async with running(bot, telegram):
+        assert await ask(telegram, OTHER, "first") == "echo: first"
+        assert await ask(telegram, OTHER, "second") == bot.options.budget_text
+    assert len(claude.requests) == 1
+    used = await (await bot.user_store()).usage_on(OTHER, datetime.now(UTC).date())
+    await bot.aclose()
+    assert used >= 10
+
+
+async def test_admin_creates_an_invite_from_chat(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    def model(request: FakeRequest) -> FakeReply:
+        if request.tool_results():
+            return FakeReply.text(request.tool_results()[0]["content"])
+        if "create_invite" in request.tool_names:
+            return FakeReply.tool_use("create_invite", {"role": "cleaner", "uses": 3})
+        return FakeReply.text("no invite tool for you")
+
+    claude.responder = model
+    bot = make_bot(claude, make_settings(tmp_path, allowed_users=frozenset({OTHER})))
+    async with running(bot, telegram):
+        link = await ask(telegram, ADMIN, "invite a cleaner")
+        refused = await ask(telegram, OTHER, "invite a cleaner")
+        code = link.split("start=")[1].split()[0]
+        assert await ask(telegram, NEWCOMER, f"/start {code}") == bot.options.welcome_text
+    assert link.startswith(f"https://t.me/{telegram.bot_username}?start=")
+    assert refused == "no invite tool for you"
