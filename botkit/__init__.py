@@ -3,6 +3,18 @@
 from typing import TYPE_CHECKING, Any
 
 from botkit.agent import AgentLoop, ContextManager, LoopTexts, TurnResult
+from botkit.agent.events import (
+    AgentEnd,
+    ErrorEvent,
+    Event,
+    Hooks,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    ToolStart,
+    UsageEvent,
+)
+from botkit.agent.subagent import AgentTool
 from botkit.bot import (
     Authorize,
     Bot,
@@ -10,6 +22,7 @@ from botkit.bot import (
     BuildExtra,
     BuildPrompt,
     BuildTools,
+    Command,
     HandleStart,
 )
 from botkit.config import Settings
@@ -25,7 +38,10 @@ from botkit.errors import (
 )
 from botkit.llm import LLM, LLMRequest, LLMResponse
 from botkit.messengers import Incoming, Messenger
+from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.sessions import JsonlSessionStore, SessionEntry, SessionStore, read_session_file
+from botkit.skills import Skill, SkillLibrary, load_skills
+from botkit.stores.base import Invite, UserRecord, UserStore
 from botkit.tools import ContextInjector, Tool, ToolContext, ToolRegistry, ToolSet, tool
 from botkit.types import (
     ImageBlock,
@@ -42,7 +58,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LLM",
+    "AgentEnd",
     "AgentLoop",
+    "AgentTool",
     "AnthropicLLM",
     "Authorize",
     "Bot",
@@ -51,12 +69,17 @@ __all__ = [
     "BuildExtra",
     "BuildPrompt",
     "BuildTools",
+    "Command",
     "ConfigError",
     "ContextInjector",
     "ContextManager",
+    "ErrorEvent",
+    "Event",
     "HandleStart",
+    "Hooks",
     "ImageBlock",
     "Incoming",
+    "Invite",
     "JsonlSessionStore",
     "LLMError",
     "LLMOverloadedError",
@@ -66,22 +89,35 @@ __all__ = [
     "Message",
     "Messenger",
     "MessengerError",
+    "Plugin",
+    "PromptPlugin",
     "PromptTooLongError",
     "SessionEntry",
     "SessionError",
     "SessionStore",
     "Settings",
+    "Skill",
+    "SkillLibrary",
     "TextBlock",
+    "TextDelta",
     "Tool",
+    "ToolCall",
     "ToolContext",
     "ToolDef",
     "ToolError",
+    "ToolPlugin",
     "ToolRegistry",
+    "ToolResult",
     "ToolResultBlock",
     "ToolSet",
+    "ToolStart",
     "ToolUseBlock",
     "TurnResult",
     "Usage",
+    "UsageEvent",
+    "UserRecord",
+    "UserStore",
+    "load_skills",
     "read_session_file",
     "tool",
 ]

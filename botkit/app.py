@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from contextlib import suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 
 import structlog
 
@@ -52,18 +53,33 @@ async def serve(
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
     try:
-        me = await messenger.start()
-        log.info("bot.started", username=me.username, model=bot.settings.model)
-        await _publish_commands(bot, messenger)
-        await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
-        log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
-        grace = bot.settings.grace_period if grace_period is None else grace_period
-        if not await dispatcher.drain(grace):
-            log.warning("bot.grace_period_over", unfinished=sorted(dispatcher.unfinished))
-            await dispatcher.cancel_all()
+        async with _mcp_tools(bot):
+            me = await messenger.start()
+            log.info("bot.started", username=me.username, model=bot.settings.model)
+            await _publish_commands(bot, messenger)
+            await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
+            log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
+            grace = bot.settings.grace_period if grace_period is None else grace_period
+            if not await dispatcher.drain(grace):
+                log.warning("bot.grace_period_over", unfinished=sorted(dispatcher.unfinished))
+                await dispatcher.cancel_all()
     finally:
         await messenger.close()
         await bot.aclose()
+
+
+@asynccontextmanager
+async def _mcp_tools(bot: Bot) -> AsyncIterator[None]:
+    """Connect the MCP servers of BOTKIT_MCP_CONFIG and offer their tools while serving."""
+    if not bot.settings.mcp_config:
+        yield
+        return
+    from botkit.tools.mcp import connect_mcp, parse_mcp_config
+
+    async with connect_mcp(parse_mcp_config(bot.settings.mcp_config)) as tools:
+        for tool in tools:
+            bot.tools.register_tool(tool)
+        yield
 
 
 async def _publish_commands(bot: Bot, messenger: TelegramMessenger) -> None:

@@ -23,10 +23,11 @@ from botkit.config import Settings
 from botkit.errors import LLMError, LLMOverloadedError, ToolError
 from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, Messenger
+from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.pricing import estimate
 from botkit.sessions import JsonlSessionStore, SessionStore
+from botkit.skills import SkillLibrary, load_skills
 from botkit.stores.base import RedeemFailure, UserRecord, UserStore
-from botkit.plugins import Plugin
 from botkit.tools import Tool, ToolContext, ToolRegistry, tool
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
 
@@ -155,6 +156,12 @@ class Bot:
         """Set by an admin's ``/model``: the model every turn uses from then on."""
         self.usage_by_model: dict[str, Usage] = {}
         """What this process's turns cost, per model."""
+        self.skills = (
+            load_skills(self.settings.skills_dir) if self.settings.skills_dir else SkillLibrary()
+        )
+        """Skills from BOTKIT_SKILLS_DIR: listed in the prompt, read with ``load_skill``."""
+        if self.skills:
+            self.plugins += [PromptPlugin(self.skills.prompt_section()), ToolPlugin(self.skills)]
         self.commands: dict[str, Command] = {}
         self._register_builtin_commands()
 
@@ -613,6 +620,8 @@ class Bot:
         self.command("clear", "Start a fresh conversation")(self._clear)
         self.command("usage", "Tokens used and their estimated cost")(self._usage)
         self.command("model", "Show the model (admins: /model NAME switches)")(self._model)
+        if self.skills:
+            self.command("skills", "Skills I can use")(self._skills)
 
     async def _help(self, message: Incoming, args: str) -> str:
         lines = [f"/{c.name} — {c.description}" for c in self.commands.values()]
@@ -634,6 +643,9 @@ class Bot:
             f"tokens, {total.cache_creation_input_tokens:,} written to and "
             f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
         )
+
+    async def _skills(self, message: Incoming, args: str) -> str:
+        return self.skills.listing()
 
     async def _model(self, message: Incoming, args: str) -> str:
         current = self.model_override or self.settings.model

@@ -80,6 +80,10 @@ def _run(target: str | None) -> int:
     bot = _load_bot(target)
     settings = bot.settings
     token = settings.require_telegram_token()
+    if settings.mcp_config:  # a bad MCP file stops us here, with one clear line
+        from botkit.tools.mcp import parse_mcp_config
+
+        parse_mcp_config(settings.mcp_config)
     bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     configure_logging(settings.log_level, secrets=[token, key])

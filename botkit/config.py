@@ -85,6 +85,15 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("BOTKIT_DAILY_TOKEN_BUDGET", "daily_token_budget")
     )
     """BOTKIT_DAILY_TOKEN_BUDGET: tokens one user may use per UTC day; unset: no limit."""
+    skills_dir: Path | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_SKILLS_DIR", "skills_dir")
+    )
+    """BOTKIT_SKILLS_DIR: a folder of skills (``<name>/SKILL.md``) the model may load."""
+    mcp_config: str | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_MCP_CONFIG", "mcp_config")
+    )
+    """BOTKIT_MCP_CONFIG: a JSON file (or inline JSON) ``{"mcpServers": {...}}`` of MCP
+    servers whose tools the bot offers, named ``<server>__<tool>``."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
 
