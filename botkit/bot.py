@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import logging
 import uuid
 from collections import OrderedDict
@@ -450,12 +451,16 @@ class Bot:
     def _evict_idle_contexts(self) -> None:
         """Drop the least recently used contexts beyond ``max_contexts`` that are not in use."""
         excess = len(self._contexts) - self.options.max_contexts
-        for user_id, task in list(self._contexts.items()):
-            if excess <= 0:
-                return
+        if excess <= 0:
+            return
+        # The oldest entries come first; busy ones are skipped, so look a little further.
+        for user_id in list(itertools.islice(self._contexts, excess + 16)):
+            task = self._contexts[user_id]
             if task.done() and not task.exception() and not task.result().lock.locked():
                 del self._contexts[user_id]
                 excess -= 1
+                if excess <= 0:
+                    return
 
     @property
     def resident_contexts(self) -> int:

@@ -37,11 +37,16 @@ def normalize(messages: Sequence[Message]) -> list[Message]:
 def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
     """The newest part of a normalized conversation, at most ``max_messages`` long, still valid.
 
-    It starts at a user message that answers no tool call. When the last ``max_messages``
-    hold none (one tool chain is longer than that), it starts at the nearest earlier one
-    instead, so a tool chain is never split.
+    The cut point moves in steps of half the limit, not one turn at a time, so consecutive
+    calls start with the same messages and the prompt cache keeps hitting. It lands on a
+    user message that answers no tool call; when the window holds none (one tool chain is
+    longer than that), the nearest earlier one is taken, so a tool chain is never split.
     """
-    start = max(len(messages) - max(max_messages, 1), 0)
+    limit = max(max_messages, 1)
+    if len(messages) <= limit:
+        return list(messages)
+    step = max(limit // 2, 1)
+    start = -(-(len(messages) - limit) // step) * step  # rounded up to a whole step
     later = range(start, len(messages))
     earlier = range(start - 1, -1, -1)
     for index in (*later, *earlier):

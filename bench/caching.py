@@ -1,0 +1,729 @@
+"""What does prompt caching save on a long conversation with tools?
+
+One user has a scripted 30-turn conversation with a support bot whose system prompt is about
+3,000 tokens (12,000 characters of instructions and reference tables); on every third turn
+the model first calls a tool, then answers. The conversation runs through botkit's own
+``AgentLoop`` and ``AnthropicLLM`` (configured as ``Bot`` configures them: default
+``BotOptions``, a ``Compactor``, streaming as ``Settings.stream_replies`` does by default)
+against ``FakeAnthropicServer`` on loopback, which reports cache usage like the Messages API:
+a prompt prefix seen before, up to a ``cache_control`` breakpoint, is a cache read; what a
+request adds up to its last breakpoint is a cache write; tokens are characters / 4.
+
+The conversation runs twice, each against a fresh fake: with ``prompt_caching=False`` (the
+yardstick: the same loop without caching, as a user's plain loop would call the API) and with
+``prompt_caching=True`` (botkit's default). Usage is botkit's own record: the sum of the
+``Usage`` of every call, as ``ContextManager.usage_by_model`` keeps it for ``/usage``.
+
+"Billed input tokens" weighs tokens as they are priced: plain input x 1, cache writes x 1.25,
+cache reads x 0.1 (``botkit.pricing``). Target: billed input with caching at most 25 % of the
+input without caching. The turns follow each other within the cache's 5-minute lifetime (a
+user who pauses longer starts from a cold cache, with or without botkit). When the target is
+missed, the script says where the cache stopped hitting and reruns the cached conversation
+with other history windows for comparison.
+
+    python bench/caching.py [--turns 30] [--tool-every 3] [--model NAME] [--no-stream] [--calls]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botkit.agent.compaction import Compactor
+from botkit.agent.context import ContextManager, TransformContext
+from botkit.agent.loop import AgentLoop
+from botkit.bot import BotOptions
+from botkit.config import DEFAULT_MODEL
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.pricing import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR, estimate
+from botkit.testing import FakeAnthropicServer, FakeReply
+from botkit.tools import ToolContext, ToolRegistry, tool
+from botkit.types import Message, ToolResultBlock, Usage
+
+USER_ID = 4242
+TARGET = 0.25
+SEED = 7
+
+# ---------------------------------------------------------------------------- the system prompt
+
+INSTRUCTIONS = """\
+You are Page, the customer assistant of Northwind Books, an independent bookshop with six
+branches and an online store that ships to 28 countries. You talk with customers on Telegram.
+Most of them write from a phone, between other things, so they value short, exact answers
+over long explanations. You represent the shop: be warm and plain-spoken, never pushy, and
+never promise what the shop cannot do.
+
+## Who you talk to
+Customers write about orders they placed, books they are looking for, deliveries, returns,
+gift cards, events in the branches and the loyalty programme. Some write in English, some in
+German, French, Spanish or Italian; answer in the language of their last message. If a
+message mixes languages, use the one that carries the question. Address people the way they
+address you: if they use first names, you may too; otherwise stay polite and neutral.
+
+## What you can do
+You can look up orders by their number (format NW- followed by six digits), search the
+catalogue by title, author, ISBN or topic, and check shipping options and prices for a
+destination country and a parcel weight. You cannot change an order, refund money, issue a
+gift card or book an event seat yourself: for those, explain the next step and offer to hand
+the conversation to a colleague (see Escalation). Never invent an order status, a price, a
+delivery date or a stock level: if a tool did not tell you, say that you do not know yet and
+look it up, or say plainly that you cannot find out.
+
+## Using the tools
+- lookup_order: call it whenever the customer mentions an order number, or asks about "my
+  order" and gave its number earlier in the conversation. If they did not give a number, ask
+  for it once; do not guess. The result lists the items, the payment state, the warehouse
+  status and the carrier's tracking events. Summarise; do not paste the raw result.
+- search_catalog: call it for any question about whether a book exists, is in stock, or
+  what it costs. Prefer the ISBN when the customer gives one. Mention at most three results,
+  each with title, author, format and price, unless the customer asks for more.
+- check_shipping: call it when the customer asks what delivery to a country costs or how
+  long it takes. Weights: paperback 350 g, hardcover 700 g, boxed set 1,800 g, unless the
+  catalogue says otherwise. Quote the cheapest and the fastest option.
+Call one tool at a time unless two lookups are clearly independent. If a tool fails, tell
+the customer briefly that the lookup did not work and offer to try again in a minute.
+
+## Orders and delivery
+Orders placed before 14:00 on a working day leave the warehouse the same day; later orders
+leave the next working day. Pre-orders ship on the publication date. An order in the state
+"picking" can still be changed by the warehouse team within about an hour; "packed" or
+"shipped" orders cannot be changed, only returned. Tracking numbers become active a few
+hours after the parcel is handed to the carrier; if a customer says the link shows nothing,
+explain that before anything else. A parcel that shows no movement for five working days
+inside the EU (eight outside) counts as delayed: apologise, and offer a colleague who can
+open an investigation with the carrier. Never blame the carrier by name.
+
+## Returns and refunds
+Books can be returned within 30 days of delivery if they are unread and undamaged; signed
+copies and personalised gifts cannot be returned unless they arrived damaged. Damaged or
+wrong items: ask for a photo, apologise, and hand over to a colleague who arranges a free
+replacement or refund. Refunds go back to the original payment method within 5 to 10
+working days after the return arrives. Gift card purchases are refunded as store credit.
+Do not ask for bank details, card numbers or passwords, ever, and tell customers who send
+them to delete the message.
+
+## Payments, prices and the loyalty programme
+Prices include VAT for EU addresses; for other countries the checkout shows prices without
+VAT and the customer may owe import duties. Northwind accepts cards, PayPal, bank transfer
+(orders are held for seven days until the transfer arrives) and gift cards. Loyalty members
+collect one point per euro spent and get a 5 euro voucher per 100 points; points expire
+after two years. Members get free shipping inside Germany from 25 euro, everyone else from
+40 euro. Student discounts (10 %) apply to academic titles only, with a valid student
+email address.
+
+## Events and branches
+The branches host readings, children's story hours and book clubs. You may tell customers
+what is on and where, but seats are booked on the website or in the branch. Opening hours
+and addresses are in the reference tables below; public holidays follow the branch's region.
+
+## Style on Telegram
+Keep answers under about 120 words unless the customer asks for detail. Use short
+paragraphs; use a list only for three or more items. Bold (with **) at most one phrase per
+answer, for the thing the customer must not miss, such as a deadline. No headings, no
+tables, no emoji unless the customer uses them first. Prices with currency and two
+decimals. Dates as "12 March" (add the year only if it is not the current one).
+
+## Gift cards
+Gift cards exist as printed cards (sold in the branches) and as e-gift cards (10 to 200 EUR,
+sent by email on a chosen date). Both are valid for three years and work online and in
+every branch; a balance can be checked on the website with the code.
+
+## Privacy and safety
+Only discuss an order with the person who placed it: if the name or email they give does
+not match the order, say you cannot share its details and suggest they contact the shop
+from the address used for the order. Do not repeat a customer's full address back to them;
+the city is enough. Politely decline anything unrelated to books, reading and the shop's
+services; a little small talk about books is fine. If someone seems distressed, be kind,
+and point to local help lines if they mention harming themselves.
+
+## Escalation
+Offer a colleague when: an order is delayed, an item is damaged or wrong, a payment failed
+twice, a customer asks for a refund outside the rules, or a customer is unhappy after two
+attempts to help. Say that a colleague will reply in this chat within one working day
+(Monday to Saturday, 9:00 to 18:00 Berlin time), and summarise the case in one sentence so
+the customer can confirm it is right. Never close a conversation while a question is open.
+"""
+
+FAQ = """\
+## Reference: answers to frequent questions
+- Can I change the delivery address? Only while the order is "picking"; offer a colleague,
+  who will try within the hour. Once "packed", the customer can redirect the parcel with the
+  carrier using the tracking link.
+- Do you ship to Packstations or parcel lockers? Yes, inside Germany; enter the locker as the
+  street address and the customer number as the first line.
+- Can I order a book you don't list? Yes, most books in print in Germany, the UK and the US
+  can be ordered in 3 to 10 working days; the customer asks in a branch or by email.
+- Do you sell second-hand or signed books? Signed copies appear in the catalogue as a separate
+  format; we do not sell second-hand books.
+- Do you gift-wrap? Yes, for 2.50 EUR per parcel, chosen at checkout; gift notes are free.
+- Can schools and libraries order on invoice? Yes, through the business account; a colleague
+  sets it up after checking the institution.
+- Do you price-match? No, but book prices in Germany are fixed by law, so new German-language
+  books cost the same everywhere.
+- The website says "temporarily unavailable": the publisher is reprinting; we order it as soon
+  as copies exist and keep the order open, unless the customer cancels.
+"""
+
+COUNTRIES = [
+    ("Germany", 3.90, 1, 9.90, "1-2"),
+    ("Austria", 5.90, 2, 14.90, "2-3"),
+    ("Switzerland", 12.90, 4, 24.90, "3-5"),
+    ("France", 6.90, 2, 16.90, "3-4"),
+    ("Belgium", 6.90, 2, 16.90, "2-4"),
+    ("Netherlands", 6.90, 2, 16.90, "2-3"),
+    ("Luxembourg", 6.90, 2, 16.90, "2-3"),
+    ("Denmark", 7.90, 3, 18.90, "3-4"),
+    ("Sweden", 8.90, 3, 19.90, "3-5"),
+    ("Finland", 8.90, 3, 19.90, "4-6"),
+    ("Norway", 14.90, 5, 29.90, "4-7"),
+    ("Poland", 6.90, 2, 16.90, "3-5"),
+    ("Czechia", 6.90, 2, 16.90, "3-4"),
+    ("Slovakia", 7.90, 3, 17.90, "3-5"),
+    ("Hungary", 7.90, 3, 17.90, "4-6"),
+    ("Slovenia", 7.90, 3, 17.90, "3-5"),
+    ("Croatia", 8.90, 3, 19.90, "4-6"),
+    ("Italy", 8.90, 3, 19.90, "4-6"),
+    ("Spain", 8.90, 3, 19.90, "4-6"),
+    ("Portugal", 9.90, 3, 21.90, "4-7"),
+    ("Ireland", 9.90, 3, 21.90, "4-6"),
+    ("United Kingdom", 12.90, 4, 27.90, "4-7"),
+    ("Greece", 10.90, 4, 23.90, "5-8"),
+    ("Estonia", 9.90, 3, 21.90, "4-6"),
+    ("Latvia", 9.90, 3, 21.90, "4-6"),
+    ("Lithuania", 9.90, 3, 21.90, "4-6"),
+    ("United States", 19.90, 6, 44.90, "6-10"),
+    ("Canada", 21.90, 6, 46.90, "7-12"),
+]
+
+BRANCHES = [
+    ("Berlin Mitte", "Linienstrasse 118", "Mon-Sat 10:00-20:00", "readings on Thursdays"),
+    ("Berlin Neukoelln", "Weserstrasse 54", "Mon-Sat 11:00-19:00", "children's hour Saturdays"),
+    ("Hamburg", "Grindelallee 41", "Mon-Fri 10:00-19:00, Sat 10:00-18:00", "book club Tuesdays"),
+    ("Leipzig", "Karl-Liebknecht-Strasse 9", "Mon-Sat 10:00-19:00", "readings monthly"),
+    ("Munich", "Tuerkenstrasse 21", "Mon-Fri 9:30-19:30, Sat 9:30-18:00", "science talks"),
+    ("Cologne", "Zuelpicher Strasse 30", "Mon-Sat 10:00-19:30", "crime fiction club Wednesdays"),
+]
+
+EVENTS = [
+    ("Berlin Mitte", "Thursday 19:30", "reading: Ines Carvalho, 'Small Hours'", "8 EUR"),
+    ("Hamburg", "Tuesday 19:00", "book club: 'The Weight of Snow'", "free, sign up in branch"),
+    ("Leipzig", "Friday 20:00", "poetry night with open mic", "5 EUR, drink included"),
+    ("Munich", "Wednesday 18:30", "science talk: starlings and murmurations", "free"),
+    ("Cologne", "Wednesday 19:30", "crime fiction club: 'The Salt Roads'", "free"),
+    ("Berlin Neukoelln", "Saturday 11:00", "children's story hour (ages 4-7)", "free"),
+    ("Berlin Mitte", "Sunday 16:00", "translation workshop, Italian to German", "15 EUR"),
+]
+
+
+def system_prompt() -> str:
+    """About 12,000 characters: instructions plus the reference tables a real shop would add."""
+    lines = [INSTRUCTIONS, FAQ, "## Reference: shipping from our Berlin warehouse"]
+    lines.append("Country: standard price for 1 kg / extra per kg / express price / days")
+    for country, standard, extra, express, days in COUNTRIES:
+        lines.append(
+            f"- {country}: standard {standard:.2f} EUR, +{extra:.2f} EUR per extra kg, "
+            f"express {express:.2f} EUR, standard delivery {days} working days"
+        )
+    lines.append("\n## Reference: branches")
+    for name, street, hours, events in BRANCHES:
+        lines.append(f"- {name}, {street}: {hours}; {events}")
+    lines.append("\n## Reference: events this week (seats: website or branch)")
+    for branch, when, what, price in EVENTS:
+        lines.append(f"- {branch}, {when}: {what}; {price}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the tools
+
+
+@tool
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order by its number (NW- and six digits): items, payment and tracking.
+
+    Args:
+        order_id: The order number, e.g. NW-204518.
+    """
+    rng = random.Random(order_id)
+    items = [
+        {
+            "isbn": f"978{rng.randrange(10**9, 10**10)}",
+            "title": rng.choice(TITLES),
+            "format": rng.choice(["paperback", "hardcover"]),
+            "quantity": 1,
+            "price_eur": round(rng.uniform(9, 39), 2),
+        }
+        for _ in range(rng.randint(1, 3))
+    ]
+    events = [
+        {"at": f"2026-03-{day:02d}T{rng.randint(7, 20):02d}:{rng.randint(0, 59):02d}", "event": e}
+        for day, e in zip(
+            range(9, 14),
+            ["order received", "payment confirmed", "picked", "handed to carrier", "in transit"],
+            strict=True,
+        )
+    ]
+    return {
+        "order_id": order_id,
+        "customer": "matches the chat's customer",
+        "items": items,
+        "payment": {"method": "card", "state": "captured"},
+        "warehouse_status": "shipped",
+        "carrier": {"service": "standard", "tracking": f"JJD{rng.randrange(10**13, 10**14)}"},
+        "tracking_events": events,
+    }
+
+
+@tool
+def search_catalog(query: str, max_results: int = 3) -> list[dict[str, Any]]:
+    """Search the catalogue by title, author, ISBN or topic.
+
+    Args:
+        query: What to look for.
+        max_results: How many results to return at most.
+    """
+    rng = random.Random(query)
+    return [
+        {
+            "isbn": f"978{rng.randrange(10**9, 10**10)}",
+            "title": rng.choice(TITLES),
+            "author": rng.choice(AUTHORS),
+            "format": rng.choice(["paperback", "hardcover", "ebook"]),
+            "price_eur": round(rng.uniform(8, 45), 2),
+            "in_stock": rng.randint(0, 14),
+            "branches_with_stock": rng.sample([b[0] for b in BRANCHES], k=2),
+        }
+        for _ in range(max_results)
+    ]
+
+
+@tool
+def check_shipping(country: str, weight_grams: int) -> dict[str, Any]:
+    """Shipping options and prices for a parcel to a country.
+
+    Args:
+        country: The destination country, in English.
+        weight_grams: The parcel's weight in grams.
+    """
+    row = next((c for c in COUNTRIES if c[0].lower() == country.lower()), COUNTRIES[0])
+    extra_kg = max(0, (weight_grams - 1) // 1000)
+    return {
+        "country": row[0],
+        "weight_grams": weight_grams,
+        "options": [
+            {"service": "standard", "price_eur": round(row[1] + extra_kg * row[2], 2)},
+            {"service": "express", "price_eur": round(row[3] + extra_kg * row[2], 2)},
+        ],
+        "standard_days": row[4],
+        "express_days": "1-2",
+        "free_shipping_from_eur": 25 if row[0] == "Germany" else 40,
+    }
+
+
+TITLES = [
+    "The Salt Roads",
+    "A Map of Quiet Rivers",
+    "Small Hours",
+    "The Glass Orchard",
+    "Letters from the Northern Line",
+    "An Atlas of Lost Kitchens",
+    "The Weight of Snow",
+    "Field Notes on Starlings",
+]
+AUTHORS = ["Mara Lindqvist", "Tomasz Wrobel", "Ines Carvalho", "Jonah Achterberg", "Lea Brandt"]
+
+# ---------------------------------------------------------------------------- the conversation
+
+QUESTIONS = [
+    "Hi! I ordered two books last week as a birthday present for my sister and I'm getting a "
+    "bit nervous because the party is on Saturday. The order number is {order}. Can you tell "
+    "me where it is right now and whether it will make it in time?",
+    "Do you have anything by {author}? A friend recommended her at book club and I'd like to "
+    "start with whatever is considered her best novel, ideally as a paperback because I read "
+    "on the train and hardcovers are too heavy for my bag.",
+    "How much would it cost to send a hardcover and two paperbacks to {country}? My parents "
+    "live there and I'd like to surprise them, but last time the shipping was more than the "
+    "books themselves, so I want to check before I order anything.",
+    "Thanks, that helps. One more question: if I join the loyalty programme now, do the points "
+    "count for this order as well, or only for the next one? And do the points expire?",
+    "The tracking link you gave me shows nothing at all, just 'no information available'. Is "
+    "that normal? I'm a bit worried the parcel got lost somewhere between you and the carrier.",
+    "I'd like to return one of the books, it turned out my sister already had it. It's still "
+    "in its wrapping. How does that work and how long until I get the money back on my card?",
+    "Is the {branch} branch open on Saturday afternoon? I'd like to pick up a book there "
+    "instead of waiting for delivery, if that's possible at all with an online order.",
+    "Can you recommend something similar to '{title}'? I loved the slow pace and the "
+    "descriptions of the landscape, but I'd prefer something a little less sad this time.",
+    "I paid by bank transfer on Monday but the order still says 'awaiting payment'. How long "
+    "does it usually take, and will the order be cancelled if the money arrives late?",
+    "Do you do gift cards that can be sent by email? I need something for a colleague who is "
+    "leaving on Friday and I have no idea what she has already read.",
+]
+
+ANSWERS = [
+    "Thanks for waiting. Your order left our warehouse on Tuesday and is now with the carrier; "
+    "the last scan shows it in transit to your regional depot. Standard delivery inside "
+    "Germany takes one to two working days from here, so it should arrive by **Friday**. If "
+    "the tracking shows no movement by Thursday evening, write to me and I'll ask a colleague "
+    "to contact the carrier for you.",
+    "We have three of her books in stock. The one most readers start with is her second "
+    "novel, available as a paperback for 14.00 EUR; the newer one is only out in hardcover so "
+    "far (24.00 EUR). Both are in stock online, and the paperback is also on the shelf in our "
+    "Hamburg and Leipzig branches if you'd rather pick it up.",
+    "For a hardcover and two paperbacks (about 1.4 kg) the cheapest option is standard "
+    "shipping, which takes a few working days; express is about twice the price and arrives "
+    "within two working days. From 40.00 EUR of books, standard shipping is free, so adding a "
+    "small paperback might cost you less than the postage.",
+    "Points are collected from the moment you join, so an order you place after signing up "
+    "counts in full: one point per euro. Orders from before you joined are not added "
+    "retroactively, I'm afraid. Points stay valid for two years, and every 100 points become a "
+    "5.00 EUR voucher automatically.",
+    "That's normal for the first few hours: the tracking number becomes active once the "
+    "carrier scans the parcel at their depot, which usually happens the evening after we hand "
+    "it over. If it still shows nothing tomorrow afternoon, let me know and I'll have a "
+    "colleague look into it with the carrier.",
+    "Sure. Unread books in their wrapping can be returned within 30 days of delivery. Use the "
+    "return label in the parcel (or the one in your account), and once the book arrives back "
+    "with us the refund goes to your card within 5 to 10 working days. You'll get an email "
+    "when we've received it.",
+    "Yes, the branch is open on Saturdays until 18:00. For online orders you can choose "
+    "'pick up in branch' at checkout; we'll send you a message when the book is ready, usually "
+    "the next working day. Bring the order number or the message, no ID needed.",
+    "If you liked the landscape and the pace, two books come to mind: a quiet novel about a "
+    "family running a lighthouse on the Baltic coast, and a walking memoir through the Scottish "
+    "islands that is gentle and often funny. Both are paperbacks around 13.00 EUR and in stock.",
+    "Bank transfers usually take one to two working days to reach us, sometimes three if they "
+    "were sent on a Friday. Orders are held for seven days, so nothing will be cancelled yet. "
+    "Once the payment arrives the status changes automatically and you'll get a confirmation.",
+    "Yes, we have e-gift cards from 10.00 to 200.00 EUR. You choose the amount, add a short "
+    "message and the date it should be sent, and your colleague gets an email with a code that "
+    "works online and in all six branches. They're valid for three years.",
+]
+
+FILLERS = [
+    " Sorry for all the questions, it's my first order with you.",
+    " By the way, the last order arrived nicely packed, thank you for that.",
+    " I'm writing from my phone, so excuse any typos.",
+    " No rush, but I'd like to sort it out today if possible.",
+    "",
+]
+
+SIGN_OFFS = [
+    " Anything else I can help with?",
+    " Let me know if you'd like me to check anything else.",
+    "",
+]
+
+TOOL_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("lookup_order", {"order_id": "NW-204518"}, "Let me look up that order for you."),
+    ("search_catalog", {"query": "Mara Lindqvist", "max_results": 3}, "Let me check."),
+    ("check_shipping", {"country": "Austria", "weight_grams": 1400}, "I'll check the prices."),
+    ("lookup_order", {"order_id": "NW-204777"}, "One moment, I'm checking the order."),
+    ("search_catalog", {"query": "quiet landscape novel", "max_results": 3}, "Let me search."),
+]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted exchange: what the user writes and what "Claude" answers."""
+
+    user_text: str
+    replies: tuple[FakeReply, ...]
+    answer: str
+
+
+def script(turns: int, tool_every: int) -> list[Turn]:
+    """A deterministic conversation; every ``tool_every``-th turn calls a tool first."""
+    rng = random.Random(SEED)
+    out: list[Turn] = []
+    for number in range(1, turns + 1):
+        question = QUESTIONS[(number - 1) % len(QUESTIONS)].format(
+            order=f"NW-{rng.randrange(200_000, 300_000)}",
+            author=rng.choice(AUTHORS),
+            country=rng.choice(COUNTRIES)[0],
+            branch=rng.choice(BRANCHES)[0],
+            title=rng.choice(TITLES),
+        )
+        answer = ANSWERS[(number - 1) % len(ANSWERS)] + rng.choice(SIGN_OFFS)
+        user_text = question + rng.choice(FILLERS)
+        replies: list[FakeReply] = []
+        if tool_every and number % tool_every == 0:
+            name, args, preface = TOOL_CALLS[(number // tool_every - 1) % len(TOOL_CALLS)]
+            replies.append(FakeReply.tool_use(name, args, text=preface))
+        replies.append(FakeReply.text(answer))
+        out.append(Turn(user_text, tuple(replies), answer))
+    return out
+
+
+# ---------------------------------------------------------------------------- running it
+
+
+@dataclass
+class Run:
+    """One pass of the conversation: botkit's usage records and what they cost."""
+
+    label: str
+    total: Usage
+    per_call: list[Usage]
+    dollars: float
+    prices_known: bool
+    seconds: float
+
+    @property
+    def billed_input(self) -> float:
+        """Input tokens weighted as priced: plain x1, cache writes x1.25, cache reads x0.1."""
+        u = self.total
+        return (
+            u.input_tokens
+            + CACHE_WRITE_FACTOR * u.cache_creation_input_tokens
+            + CACHE_READ_FACTOR * u.cache_read_input_tokens
+        )
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every prompt token sent, however it was billed."""
+        u = self.total
+        return u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+
+
+async def converse(
+    turns: list[Turn],
+    *,
+    caching: bool,
+    model: str,
+    stream: bool,
+    label: str,
+    max_messages: int | None = None,
+    transform_context: TransformContext | None = None,
+) -> Run:
+    """The whole conversation through botkit's loop, against a fresh fake Messages API."""
+    options = BotOptions()
+    registry = ToolRegistry([lookup_order, search_catalog, check_shipping])
+    system = system_prompt()
+    async with FakeAnthropicServer() as fake:
+        llm = AnthropicLLM(
+            api_key="bench-key",
+            model=model,
+            base_url=fake.base_url,
+            max_retries=0,
+            prompt_caching=caching,
+        )
+        loop = AgentLoop(
+            llm,
+            max_iterations=options.max_iterations,
+            texts=options.loop_texts,
+            compactor=Compactor(llm, max_context_chars=options.max_context_chars),
+        )
+        context = ContextManager(
+            USER_ID,
+            max_messages=max_messages or options.max_messages,
+            transform_context=transform_context,
+        )
+        tool_context = ToolContext(user_id=USER_ID, chat_id=USER_ID, timestamp=datetime.now(UTC))
+        streamed: list[str] = []
+
+        async def sink(delta: str) -> None:
+            streamed.append(delta)
+
+        started = time.perf_counter()
+        try:
+            for number, turn in enumerate(turns, start=1):
+                fake.enqueue(*turn.replies)
+                await context.append(Message.user_text(turn.user_text), update_id=number)
+                result = await loop.run(
+                    context,
+                    system=system,
+                    tools=registry,
+                    tool_context=tool_context,
+                    on_text=sink if stream else None,
+                )
+                if result.text != turn.answer or fake.queued:
+                    raise RuntimeError(f"turn {number} went off script: {result.text[:80]!r}")
+        finally:
+            await llm.close()
+        seconds = time.perf_counter() - started
+        if len(fake.requests) != sum(len(t.replies) for t in turns):
+            raise RuntimeError(f"expected one request per scripted reply, got {len(fake.requests)}")
+    per_call = [m.usage for m in context.messages if m.role == "assistant" and m.usage]
+    total = sum(context.usage_by_model.values(), Usage())
+    if total != sum(per_call, Usage()):
+        raise RuntimeError("usage_by_model disagrees with the per-call usage")
+    dollars, known = estimate(context.usage_by_model)
+    return Run(label, total, per_call, dollars, known, seconds)
+
+
+def describe(run: Run) -> None:
+    """Print a run's token figures."""
+    u = run.total
+    print(f"{run.label}: {len(run.per_call)} calls in {run.seconds:.2f} s")
+    print(f"  prompt tokens sent:  {run.prompt_tokens:>9,}")
+    print(f"  plain input tokens:  {u.input_tokens:>9,}")
+    print(f"  cache writes:        {u.cache_creation_input_tokens:>9,}")
+    print(f"  cache reads:         {u.cache_read_input_tokens:>9,}")
+    print(f"  billed input tokens: {run.billed_input:>11,.0f}")
+    print(f"  output tokens:       {u.output_tokens:>9,}")
+    known = "" if run.prices_known else " (model not in botkit.pricing: priced as Sonnet)"
+    print(f"  estimated cost:      ${run.dollars:.4f}{known}")
+
+
+def print_calls(run: Run) -> None:
+    """One line per LLM call: how its prompt was billed."""
+    print(f"  per call ({run.label}): input / cache write / cache read")
+    for index, u in enumerate(run.per_call, start=1):
+        print(
+            f"    {index:>3}: {u.input_tokens:>6,} / {u.cache_creation_input_tokens:>6,} / "
+            f"{u.cache_read_input_tokens:>6,}"
+        )
+
+
+def stepwise_trim(max_messages: int, step: int) -> TransformContext:
+    """Drop the oldest messages ``step`` at a time, so the kept prefix stays put between cuts.
+
+    A sketch of a cache-friendly history window (for the diagnosis only): the window start
+    moves only when the history outgrows ``max_messages``, and then by ``step`` messages,
+    always onto a user message that answers no tool call.
+    """
+
+    def transform(messages: list[Message]) -> list[Message]:
+        if len(messages) <= max_messages:
+            return messages
+        start = ((len(messages) - max_messages) // step + 1) * step
+        while start < len(messages) and (
+            messages[start].role != "user"
+            or any(isinstance(b, ToolResultBlock) for b in messages[start].content)
+        ):
+            start += 1
+        return messages[start:]
+
+    return transform
+
+
+def fixed_prefix_reads(run: Run) -> list[int]:
+    """Calls (1-based) after the first whose cache read was only the tools + system prompt."""
+    first = run.per_call[0].cache_creation_input_tokens if run.per_call else 0
+    floor = min((u.cache_read_input_tokens for u in run.per_call[1:]), default=0)
+    return [
+        index
+        for index, u in enumerate(run.per_call[1:], start=2)
+        if u.cache_read_input_tokens == floor and u.cache_read_input_tokens < first
+    ]
+
+
+async def diagnose(turns: list[Turn], plain: Run, cached: Run, args: argparse.Namespace) -> None:
+    """Why the target was missed: where the cache stopped hitting, and what would fix it."""
+    options = BotOptions()
+    misses = fixed_prefix_reads(cached)
+    print("diagnosis:")
+    if misses:
+        rewritten = sum(cached.per_call[i - 1].cache_creation_input_tokens for i in misses)
+        print(
+            f"  {len(misses)} of {len(cached.per_call)} calls read only the tools + system "
+            f"prompt ({cached.per_call[misses[0] - 1].cache_read_input_tokens:,} tokens) from "
+            f"the cache, the first at call {misses[0]}: the conversation prefix had changed, so "
+            f"those calls wrote {rewritten:,} tokens back to the cache at 1.25x"
+        )
+        print(
+            f"  cause: ContextManager.prepare() trims the history to the last max_messages="
+            f"{options.max_messages} (botkit.agent.history.trim); once the conversation is "
+            "longer, every new turn moves the window's start, so no call starts with the "
+            "previous call's messages"
+        )
+    variants: list[tuple[str, dict[str, Any]]] = [
+        ("no trimming (max_messages=10,000)", {"max_messages": 10_000}),
+        (
+            f"step-wise trim (cut {options.max_messages // 2} at a time, max "
+            f"{options.max_messages}; transform_context sketch)",
+            {"transform_context": stepwise_trim(options.max_messages, options.max_messages // 2)},
+        ),
+    ]
+    for label, extra in variants:
+        run = await converse(
+            turns,
+            caching=True,
+            model=args.model,
+            stream=not args.no_stream,
+            label=label,
+            **extra,
+        )
+        print(
+            f"  caching on, {label}: billed input {run.billed_input:,.0f} = "
+            f"{run.billed_input / plain.billed_input:.1%} of the uncached run's input "
+            f"(prompt tokens sent {run.prompt_tokens:,}; ${run.dollars:.4f})"
+        )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=30, help="user turns in the conversation")
+    parser.add_argument("--tool-every", type=int, default=3, help="a tool call every N turns")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name, for pricing")
+    parser.add_argument(
+        "--no-stream", action="store_true", help="non-streamed calls (Bot streams by default)"
+    )
+    parser.add_argument("--calls", action="store_true", help="print every call's usage")
+    parser.add_argument("--target", type=float, default=TARGET, help="max cached/uncached ratio")
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> int:
+    turns = script(args.turns, args.tool_every)
+    system = system_prompt()
+    stream = not args.no_stream
+    user_chars = [len(t.user_text) for t in turns]
+    answer_chars = [len(t.answer) for t in turns]
+    tool_turns = sum(len(t.replies) > 1 for t in turns)
+    print("bench/caching.py: one user's scripted conversation through AgentLoop + AnthropicLLM")
+    print("  against FakeAnthropicServer (tokens = chars / 4, cache usage as the real API);")
+    print(f"  model {args.model}, {'streamed' if stream else 'non-streamed'} calls")
+    print(
+        f"system prompt: {len(system):,} chars (~{len(system) // 4:,} tokens); "
+        f"3 tools ({', '.join(ToolRegistry([lookup_order, search_catalog, check_shipping]).names)})"
+    )
+    print(
+        f"conversation: {len(turns)} turns, {tool_turns} with a tool call first; user messages "
+        f"{min(user_chars)}-{max(user_chars)} chars, answers {min(answer_chars)}-"
+        f"{max(answer_chars)} chars; BotOptions defaults (max_messages="
+        f"{BotOptions().max_messages}, max_iterations={BotOptions().max_iterations})"
+    )
+    plain = await converse(
+        turns, caching=False, model=args.model, stream=stream, label="caching off (yardstick)"
+    )
+    cached = await converse(
+        turns, caching=True, model=args.model, stream=stream, label="caching on (botkit default)"
+    )
+    describe(plain)
+    describe(cached)
+    if args.calls:
+        print_calls(cached)
+    print(
+        "billed input tokens = input + 1.25 x cache writes + 0.1 x cache reads "
+        "(the Messages API's prices for 5-minute cache writes and for cache reads)"
+    )
+    ratio = cached.billed_input / plain.billed_input
+    saved = plain.dollars - cached.dollars
+    print(
+        f"billed input, caching on / caching off: {cached.billed_input:,.0f} / "
+        f"{plain.billed_input:,.0f} = {ratio:.1%}"
+    )
+    print(
+        f"estimated cost (botkit.pricing, {args.model}): ${cached.dollars:.4f} with caching, "
+        f"${plain.dollars:.4f} without ({cached.dollars / plain.dollars:.1%}; saves "
+        f"${saved:.4f} per such conversation)"
+    )
+    ok = ratio <= args.target
+    if not ok:
+        await diagnose(turns, plain, cached, args)
+    print(
+        f"RESULT caching: billed input with caching = {ratio:.1%} of the uncached input "
+        f"(target <= {args.target:.0%}) {'PASS' if ok else 'FAIL'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
