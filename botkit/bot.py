@@ -573,7 +573,7 @@ class Bot:
         sender = await self.display_name(sender_id)
         await self.messenger.send_text(recipient_id, f"Message from {sender}:\n{text}")
         # A user-role note, so it also opens a conversation that has no messages yet.
-        note = f"[You sent this user a message on behalf of {sender}: {text}]"
+        note = f"[You sent this user a message on behalf of {sender} (id {sender_id}): {text}]"
         await self.inject(recipient_id, Message.user_text(note))
         log.info("relay.sent", sender=sender_id, recipient=recipient_id)
         return f"Delivered to user {recipient_id}."

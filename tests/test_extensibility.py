@@ -211,7 +211,7 @@ async def test_send_user_message_reaches_the_other_user_and_their_context(
     assert "not a user of this bot" in refused[1].text
     bo_turn = claude.requests[-1]
     assert bo_turn.last_user_text().endswith("yes, it is")
-    assert f"on behalf of user {ANN}: Is room 12 clean?" in bo_turn.last_user_text(), (
+    assert f"on behalf of user {ANN} (id {ANN}): Is room 12 clean?" in bo_turn.last_user_text(), (
         "Bo's assistant knows what Bo was asked"
     )
 
