@@ -79,8 +79,13 @@ def cleaner_model(request: FakeRequest) -> FakeReply:
     """Mark the room clean and pass the answer to the manager named in the prompt."""
     if request.tool_results():
         return FakeReply.text("Marked room 12 clean and told Anna.")
-    assert "on behalf of Anna (manager): Is room 12 clean?" in request.last_user_text()
+    note = re.search(
+        r"on behalf of Anna \(manager\) \(id (\d+)\): Is room 12 clean\?",
+        (request.last_user_text()),
+    )
+    assert note, request.last_user_text()
     anna = id_of(r"Anna \(manager\)", request.system_text)
+    assert anna == int(note.group(1)), "the note and the prompt agree on who asked"
     return FakeReply.tool_uses(
         [
             ("mark_room_clean", {"room": "12"}),
