@@ -23,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer
+
 DATABASE_URL_ENV = "BOTKIT_TEST_DATABASE_URL"
 _SERVER_USER = "postgres"  # PostgreSQL will not run as root: root runs it as this user
 _SEARCH_DIRS = ("/usr/local/bin", "/usr/local/pgsql/bin", "/usr/lib/postgresql/*/bin")
@@ -179,3 +181,17 @@ async def postgres_db(postgres_dsn: str) -> AsyncIterator[str]:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}"{force}')
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    """A fake Telegram Bot API on loopback, for this test only."""
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    """A fake Messages API on loopback that echoes unless scripted."""
+    async with FakeAnthropicServer() as server:
+        yield server

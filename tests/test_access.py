@@ -7,12 +7,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from botkit import Bot, Incoming, Settings
 from botkit.llm.anthropic import AnthropicLLM
@@ -20,18 +17,6 @@ from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
 
 ADMIN, NEWCOMER, OTHER = 1201, 1202, 1203
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
 
 
 def make_settings(tmp_path: Path, **values: Any) -> Settings:

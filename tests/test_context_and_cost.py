@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,6 @@ from botkit.testing import (
 from botkit.types import Usage
 
 USER, ADMIN = 801, 802
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
 
 
 def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **options: Any) -> Bot:

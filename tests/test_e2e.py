@@ -32,12 +32,6 @@ def scripted_model(request: FakeRequest) -> FakeReply:
 
 
 @pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def claude() -> AsyncIterator[FakeAnthropicServer]:
     async with FakeAnthropicServer(responder=scripted_model, latency=0.3) as server:
         yield server

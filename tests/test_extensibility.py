@@ -39,18 +39,6 @@ from botkit.testing import (
 ANN, BO, EVE = 1101, 1102, 1666
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 async def close_bots() -> AsyncIterator[None]:
     yield

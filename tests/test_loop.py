@@ -38,12 +38,6 @@ async def explode() -> str:
 
 
 @pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def llm(claude: FakeAnthropicServer) -> AsyncIterator[AnthropicLLM]:
     client = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
     yield client

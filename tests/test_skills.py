@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -249,18 +248,6 @@ class SkilledBot(Bot):
 
     async def build_prompt(self, message: Incoming) -> str:
         return f"{self.options.system_prompt}\n\n{self.library.prompt_section()}"
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
 
 
 async def test_bot_lists_loads_and_prompts_skills(

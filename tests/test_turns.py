@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from botkit import Bot, Message, Settings, tool
 from botkit.llm.anthropic import AnthropicLLM
@@ -16,18 +13,6 @@ from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
 
 USERS = list(range(701, 711))
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegramServer]:
-    async with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropicServer]:
-    async with FakeAnthropicServer() as server:
-        yield server
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
