@@ -65,6 +65,8 @@ async def serve(
                 await dispatcher.cancel_all()
     finally:
         await messenger.close()
+        if inbox is not None:
+            inbox.close()
         await bot.aclose()
 
 

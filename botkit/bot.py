@@ -6,6 +6,7 @@ import asyncio
 import base64
 import itertools
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -72,6 +73,9 @@ class Command:
 
 
 ANSWERED_KINDS = frozenset({"text", "photo"})
+USER_CACHE_SECONDS = 10.0
+"""How long a user record read for a message is trusted (blocking takes effect within it)."""
+USER_CACHE_SIZE = 10_000
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant talking with people on Telegram. Answer clearly and "
@@ -151,6 +155,7 @@ class Bot:
         self._llm = llm
         self._users = users
         self._users_lock = asyncio.Lock()
+        self._user_cache: dict[int, tuple[float, UserRecord | None]] = {}
         self._contexts: OrderedDict[int, asyncio.Task[ContextManager]] = OrderedDict()
         self._turns: dict[int, asyncio.Task[str]] = {}
         self.model_override: str | None = None
@@ -378,6 +383,7 @@ class Bot:
             return None
         users = await self.user_store()
         result = await users.redeem_invite(payload, message.user_id, _name_of(message))
+        self._user_cache.pop(message.user_id, None)
         if result.ok:
             log.info(
                 "invite.redeemed", user_id=message.user_id, fresh=not result.already_registered
@@ -400,7 +406,7 @@ class Bot:
             return None
         if settings.access == "allowlist":
             return None if user_id in settings.allowed_users else self.options.rejection_text
-        record = await (await self.user_store()).get_user(user_id)
+        record = await self.known_user(user_id)
         if record is not None and record.blocked:
             return self.options.rejection_text
         if settings.access == "open" or record is not None or user_id in settings.allowed_users:
@@ -484,21 +490,42 @@ class Bot:
         if self._users is not None:
             await self._users.close()
             self._users = None
+        close_sessions = getattr(self.sessions, "close", None)
+        if close_sessions is not None:
+            await close_sessions()
 
     async def user_store(self) -> UserStore:
         """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
+        if self._users is not None:
+            return self._users
         async with self._users_lock:
             if self._users is None:
                 self._users = await _open_user_store(self.settings)
             return self._users
 
+    async def known_user(self, user_id: int) -> UserRecord | None:
+        """The user's record, from a cache of a few seconds (every message needs it)."""
+        cached = self._user_cache.get(user_id)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < USER_CACHE_SECONDS:
+            return cached[1]
+        record = await (await self.user_store()).get_user(user_id)
+        self._remember_user(user_id, record)
+        return record
+
+    def _remember_user(self, user_id: int, record: UserRecord | None) -> None:
+        if len(self._user_cache) >= USER_CACHE_SIZE:
+            self._user_cache.clear()  # cheap and rare: records are re-read on demand
+        self._user_cache[user_id] = (time.monotonic(), record)
+
     async def user_record(self, message: Incoming) -> UserRecord:
         """The sender's record, registered on first sight (admins as ``admin``)."""
-        users = await self.user_store()
-        record = await users.get_user(message.user_id)
+        record = await self.known_user(message.user_id)
         if record is None:
             role = "admin" if self.is_admin(message.user_id) else "user"
+            users = await self.user_store()
             record = await users.upsert_user(message.user_id, role, _name_of(message))
+            self._remember_user(message.user_id, record)
         return record
 
     async def over_budget(self, user_id: int) -> bool:

@@ -47,6 +47,7 @@ class Inbox:
         self._recent: deque[int] = deque(maxlen=REMEMBERED)
         self._seen: set[int] = set()
         self._lines = 0
+        self._fd: int | None = None
         self._load()
 
     def pending(self) -> list[InboxItem]:
@@ -86,16 +87,21 @@ class Inbox:
         lines = [_line({"recent": list(self._recent)})]
         lines += [_line({"accepted": i.update_id, "update": i.payload}) for i in self.pending()]
         temporary.write_bytes(b"".join(lines))
+        self.close()
         os.replace(temporary, self.path)
         self._lines = len(lines)
 
+    def close(self) -> None:
+        """Close the journal file (it is reopened by the next write)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def _write(self, record: dict[str, Any]) -> None:
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, _line(record))
-            finally:
-                os.close(fd)
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(self._fd, _line(record))
         except OSError as e:
             raise SessionError(f"cannot write the inbox journal {self.path}: {e}") from e
         self._lines += 1

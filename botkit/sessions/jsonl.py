@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,9 +151,11 @@ def _short(e: Exception) -> str:
 class JsonlSessionStore:
     """Appends entries to ``<directory>/<user_id>.jsonl`` and reads them back."""
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, *, open_files: int = 128) -> None:
         self.directory = Path(directory)
         self._checked: set[int] = set()
+        self._open_files = open_files
+        self._fds: OrderedDict[int, int] = OrderedDict()
 
     def path_for(self, user_id: int) -> Path:
         """The session file of ``user_id``."""
@@ -167,13 +170,26 @@ class JsonlSessionStore:
                 line = self._mend_torn_tail(path) + line
                 self._checked.add(entry.user_id)
             # One write on an O_APPEND descriptor: a line is never interleaved with another.
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            os.write(self._fd_for(entry.user_id, path), line)
         except OSError as e:
             raise SessionError(f"cannot write session file {path}: {e}") from e
+
+    def _fd_for(self, user_id: int, path: Path) -> int:
+        """An open descriptor for the user's file; the least recently used are closed."""
+        fd = self._fds.get(user_id)
+        if fd is not None:
+            self._fds.move_to_end(user_id)
+            return fd
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fds[user_id] = fd
+        while len(self._fds) > self._open_files:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    async def close(self) -> None:
+        """Close the files kept open for appending."""
+        while self._fds:
+            os.close(self._fds.popitem()[1])
 
     async def load(self, user_id: int) -> SessionFile:
         """Everything recorded for ``user_id``."""
