@@ -117,6 +117,8 @@ class BotOptions:
     help_text: str = "Just write to me; I can also use tools when they help. Commands:"
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
+    typing_delay: float = 1.0
+    """A turn quicker than this shows no "typing…" at all: its answer is the sign of life."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
@@ -519,13 +521,11 @@ class Bot:
         self._user_cache[user_id] = (time.monotonic(), record)
 
     async def user_record(self, message: Incoming) -> UserRecord:
-        """The sender's record, registered on first sight (admins as ``admin``)."""
+        """The sender's record; one admitted by configuration alone gets role admin or user."""
         record = await self.known_user(message.user_id)
-        if record is None:
+        if record is None:  # admitted by config (allowlist, admin, open): not stored
             role = "admin" if self.is_admin(message.user_id) else "user"
-            users = await self.user_store()
-            record = await users.upsert_user(message.user_id, role, _name_of(message))
-            self._remember_user(message.user_id, record)
+            record = UserRecord(message.user_id, role, _name_of(message), _now(), blocked=False)
         return record
 
     async def over_budget(self, user_id: int) -> bool:
@@ -703,6 +703,7 @@ class Bot:
         """Keep "typing…" visible in the chat while the block runs."""
 
         async def keep_typing() -> None:
+            await asyncio.sleep(self.options.typing_delay)
             while True:
                 with suppress(Exception):
                     await messenger.send_typing(chat_id)

@@ -75,3 +75,6 @@ def configure_logging(level: str = "INFO", *, secrets: Iterable[str] = ()) -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # One line per HTTP request is noise at INFO, and costs real time under load.
+    for chatty in ("httpx", "httpx2", "aiohttp.access"):
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, root.level))

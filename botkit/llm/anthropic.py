@@ -19,6 +19,9 @@ __all__ = ["AnthropicLLM"]
 
 log = structlog.get_logger(__name__)
 
+CALLS_PER_CLIENT = 64
+"""Calls in flight per HTTP client before another client is used."""
+
 _KNOWN_STOP_REASONS: set[str] = {
     "end_turn",
     "tool_use",
@@ -44,33 +47,56 @@ class AnthropicLLM:
         max_concurrency: int | None = 64,
         prompt_caching: bool = True,
         client: anthropic.AsyncAnthropic | None = None,
+        calls_per_client: int = CALLS_PER_CLIENT,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.prompt_caching = prompt_caching
-        self.client = client or anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries
+        # The HTTP pool's bookkeeping grows with (open connections x waiting requests), so
+        # hundreds of calls in flight are spread over several clients of ~64 calls each.
+        shards = 1 if client or not max_concurrency else -(-max_concurrency // calls_per_client)
+        self.clients = (
+            [client]
+            if client
+            else [
+                anthropic.AsyncAnthropic(
+                    api_key=api_key, base_url=base_url, max_retries=max_retries
+                )
+                for _ in range(shards)
+            ]
         )
-        # Many thousands of open calls make the HTTP pool's bookkeeping the bottleneck;
-        # a bound keeps throughput up under bursts.
+        self.client = self.clients[0]
+        self._in_flight = [0] * len(self.clients)
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""
         params = self._params(request)
-        async with self._slot(), _mapped_errors():
+        async with self._slot(), self._least_busy() as client, _mapped_errors():
             if on_text is None:
-                raw = await self.client.messages.create(**params)
+                raw = await client.messages.create(**params)
             else:
-                raw = await self._stream(params, on_text)
+                raw = await self._stream(client, params, on_text)
         return _to_response(raw)
 
     async def close(self) -> None:
-        """Close the HTTP client."""
-        await self.client.close()
+        """Close the HTTP clients."""
+        for client in self.clients:
+            await client.close()
 
-    async def _stream(self, params: dict[str, Any], on_text: TextSink) -> Any:
-        async with self.client.messages.stream(**params) as stream:
+    @asynccontextmanager
+    async def _least_busy(self) -> AsyncIterator[anthropic.AsyncAnthropic]:
+        index = min(range(len(self.clients)), key=self._in_flight.__getitem__)
+        self._in_flight[index] += 1
+        try:
+            yield self.clients[index]
+        finally:
+            self._in_flight[index] -= 1
+
+    async def _stream(
+        self, client: anthropic.AsyncAnthropic, params: dict[str, Any], on_text: TextSink
+    ) -> Any:
+        async with client.messages.stream(**params) as stream:
             async for delta in stream.text_stream:
                 await on_text(delta)
             return await stream.get_final_message()

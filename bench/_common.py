@@ -1,0 +1,525 @@
+"""Shared plumbing of the benchmarks: the fakes and the driver here, each bot in a child process.
+
+The process running a benchmark script hosts the fakes (``FakeTelegramServer`` and
+``FakeAnthropicServer`` from ``botkit.testing``, on loopback) and the driver, which injects
+user messages into the fake Bot API and reads the fakes' request records (``time.monotonic``
+stamps taken on arrival) to time a round. Every bot under test, botkit or a yardstick, runs
+as ``python bench/_common.py child '<spec as JSON>'`` in its own process, so on a 2-core
+machine it gets a core of its own and the fakes' CPU never counts against it.
+
+Every contender gets its own pair of fakes. All contenders start together (importing aiogram
+and anthropic takes seconds); an idle bot sits in a long poll and costs no CPU, so rounds
+can then alternate between contenders, which spreads the machine's noise over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import itertools
+import json
+import math
+import os
+import platform
+import pstats
+import signal
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer
+from botkit.testing.anthropic import Responder
+
+if TYPE_CHECKING:
+    from botkit import Settings
+
+TOKEN = "123456:BENCH-TOKEN"
+API_KEY = "bench-key"
+MODEL = "claude-bench"
+MAX_TOKENS = 1024
+CHILD = Path(__file__).resolve()
+STARTUP_TIMEOUT = 90.0  # seconds for a bot process to import and start polling
+STOP_TIMEOUT = 30.0
+
+BOTKIT = "botkit"
+AIOGRAM_ECHO = "aiogram-echo"
+AIOGRAM_LLM = "aiogram-llm"
+AIOGRAM_STREAM = "aiogram-stream"
+KINDS = (BOTKIT, AIOGRAM_ECHO, AIOGRAM_LLM, AIOGRAM_STREAM)
+
+
+# ---------------------------------------------------------------------------- what to run
+
+
+@dataclass(frozen=True)
+class BotSpec:
+    """What a child process runs; sent to it as JSON on its command line."""
+
+    kind: str
+    telegram_url: str = ""
+    anthropic_url: str = ""
+    workdir: str = ""
+    allowed_users: tuple[int, ...] = ()
+    max_concurrent_turns: int = 64
+    """botkit: ``Settings.max_concurrent_turns`` (also bounds its LLM calls)."""
+    stream_replies: bool = False
+    """botkit: ``Settings.stream_replies``."""
+    tasks_limit: int | None = None
+    """aiogram: ``Dispatcher.start_polling(tasks_concurrency_limit=...)``; ``None``: unbounded."""
+    profile: str | None = None
+    """A file to write a cProfile of the measured rounds to (SIGUSR1 starts, SIGUSR2 stops)."""
+
+
+def botkit_settings(spec: BotSpec) -> Settings:
+    """botkit's settings for ``spec``: the defaults, except what the benchmark sets."""
+    from botkit import Settings
+
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        telegram_bot_token=TOKEN,
+        anthropic_api_key=API_KEY,
+        telegram_api_base=spec.telegram_url or None,
+        anthropic_base_url=spec.anthropic_url or None,
+        model=MODEL,
+        max_tokens=MAX_TOKENS,
+        sessions_dir=Path(spec.workdir or ".") / "sessions",
+        allowed_users=frozenset(spec.allowed_users),
+        max_concurrent_turns=spec.max_concurrent_turns,
+        stream_replies=spec.stream_replies,
+    )
+
+
+def describe(spec: BotSpec) -> str:
+    """One line saying how a contender is configured."""
+    if spec.kind == BOTKIT:
+        settings = botkit_settings(spec)
+        store = "PostgreSQL" if settings.database_url else "SQLite"
+        return (
+            f"botkit Bot (default options, no tools), max_concurrent_turns="
+            f"{settings.max_concurrent_turns}, flood=FloodControl.unlimited() (paid broadcasts: "
+            f"up to 1,000 msg/s, so no pacing), stream_replies="
+            f"{'on' if settings.stream_replies else 'off'}; the rest default: access="
+            f"{settings.access} ({store} user store, the benchmark's users allowlisted), "
+            f"JSONL sessions and inbox journal on disk, poll_timeout={settings.poll_timeout}, "
+            f"logging as `python -m botkit` ({settings.log_level}, JSON lines to a file)"
+        )
+    limit = "unbounded" if spec.tasks_limit is None else str(spec.tasks_limit)
+    what = {
+        AIOGRAM_ECHO: "handler answers the text (message.answer)",
+        AIOGRAM_LLM: "handler: one AsyncAnthropic.messages.create, then message.answer",
+        AIOGRAM_STREAM: (
+            "handler: AsyncAnthropic.messages.stream, bot.send_message_draft on every text "
+            "delta, then message.answer"
+        ),
+    }[spec.kind]
+    return (
+        f"aiogram {version('aiogram')} Dispatcher.start_polling (handle_as_tasks, "
+        f"tasks_concurrency_limit={limit}); {what}; logging.basicConfig(INFO) to a file"
+    )
+
+
+def machine_line() -> str:
+    """The machine and the versions, for the header of every report."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"machine: {cpus} CPUs, {platform.system()} {platform.machine()}, Python "
+        f"{platform.python_version()}, aiogram {version('aiogram')}, anthropic "
+        f"{version('anthropic')}, aiohttp {version('aiohttp')}, load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+
+
+def load_line() -> str:
+    """The load average now: other work on the machine skews wall times, less so ratios."""
+    one, five, _ = os.getloadavg()
+    return f"load average at the end: {one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+# ---------------------------------------------------------------------------- the driver side
+
+
+@dataclass
+class Round:
+    """One measured round: messages in, replies out."""
+
+    expected: int
+    replies: int
+    started: float
+    """``time.monotonic()`` just before the first message was injected."""
+    seconds: float
+    """From just before the first injection to the arrival of the last reply at the fake."""
+    bot_cpu: float
+    """CPU seconds the bot process used during the round."""
+    fakes_cpu: float
+    """CPU seconds this process (fakes and driver) used during the round."""
+    missing: list[str] = field(default_factory=list)
+    llm_calls: tuple[float, float] = (math.nan, math.nan)
+    """When the first and the last LLM call of the round reached the fake (from ``started``)."""
+    replies_at: tuple[float, float] = (math.nan, math.nan)
+    """When the first and the last reply reached the fake (from ``started``)."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether every message got its reply."""
+        return self.replies >= self.expected and not self.missing
+
+    @property
+    def per_second(self) -> float:
+        """Turns per second."""
+        return self.replies / self.seconds if self.seconds > 0 else 0.0
+
+    def timeline(self) -> str:
+        """When the LLM calls and the replies happened, relative to the first injection."""
+        (c0, c1), (r0, r1) = self.llm_calls, self.replies_at
+        return f"LLM calls at +{c0:.2f}..+{c1:.2f} s, replies at +{r0:.2f}..+{r1:.2f} s"
+
+    def cpu_note(self) -> str:
+        """Where the CPU went, as shares of the wall time."""
+        return (
+            f"bot CPU {self.bot_cpu:.2f} s ({self.bot_cpu / self.seconds:.0%} of a core), "
+            f"fakes CPU {self.fakes_cpu:.2f} s ({self.fakes_cpu / self.seconds:.0%})"
+        )
+
+
+class BotUnderTest:
+    """A contender: its own fakes here and its bot in a child process."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: BotSpec,
+        workdir: Path,
+        *,
+        latency: float = 0.0,
+        chunk_delay: float = 0.0,
+        responder: Responder | None = None,
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.workdir = workdir
+        self.telegram = FakeTelegramServer(token=TOKEN)
+        self.claude = FakeAnthropicServer(
+            latency=latency, chunk_delay=chunk_delay, responder=responder
+        )
+        self.process: asyncio.subprocess.Process | None = None
+        self.log_path = workdir / f"{name}.log"
+        self._log_file: io.BufferedWriter | None = None
+        self._profiling = False
+
+    async def start(self) -> None:
+        """Start the fakes and the bot process (waiting for its first poll is :meth:`ready`)."""
+        await self.telegram.start()
+        await self.claude.start()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        spec = BotSpec(
+            **{
+                **asdict(self.spec),
+                "telegram_url": self.telegram.base_url,
+                "anthropic_url": self.claude.base_url,
+                "workdir": str(self.workdir),
+            }
+        )
+        self._log_file = self._open_log()
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(CHILD),
+            "child",
+            json.dumps(asdict(spec)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+    def _open_log(self) -> io.BufferedWriter:
+        return open(self.log_path, "wb")
+
+    async def ready(self) -> None:
+        """Wait until the bot polls the fake Bot API."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not self.telegram.requests_for("getUpdates"):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not start polling in {STARTUP_TIMEOUT}s")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        """Stop the bot (SIGTERM: running turns finish), then the fakes."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+        await self.telegram.stop()
+        await self.claude.stop()
+
+    def _check_alive(self) -> None:
+        if self.process is not None and self.process.returncode is not None:
+            raise RuntimeError(
+                f"{self.name} exited with status {self.process.returncode}:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the bot's log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the bot process so far (Linux ``/proc``)."""
+        if self.process is None:
+            return math.nan
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return math.nan
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def profile(self, on: bool) -> None:
+        """Start or stop the child's profiler (only when its spec asks for one)."""
+        if self.spec.profile and self.process is not None and on != self._profiling:
+            self.process.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+            self._profiling = on
+
+    async def run_round(
+        self,
+        messages: Sequence[tuple[int, str]],
+        *,
+        timeout: float,  # noqa: ASYNC109
+    ) -> Round:
+        """Inject ``messages`` (user id, text) at once; wait until each got its reply."""
+        telegram = self.telegram
+        already = len(telegram.sent_messages())
+        first_request = len(telegram.requests)
+        first_call = len(self.claude.requests)
+        target = already + len(messages)
+        bot_cpu, fakes_cpu = self.cpu_seconds(), time.process_time()
+        started = time.monotonic()
+        for user_id, text in messages:
+            telegram.send_text(user_id, text)
+        deadline = started + timeout
+        while len(telegram.sent_messages()) < target and time.monotonic() < deadline:
+            self._check_alive()
+            await asyncio.sleep(0.002)
+        noticed = time.monotonic()
+        bot_cpu, fakes_cpu = self.cpu_seconds() - bot_cpu, time.process_time() - fakes_cpu
+        sends = [
+            request
+            for request in telegram.requests[first_request:]
+            if request.method.lower() == "sendmessage" and request.error_code is None
+        ]
+        finished = max((request.at for request in sends), default=noticed)
+        calls = [request.at - started for request in self.claude.requests[first_call:]]
+        sent = [request.at - started for request in sends]
+        return Round(
+            expected=len(messages),
+            replies=len(telegram.sent_messages()) - already,
+            started=started,
+            seconds=finished - started,
+            bot_cpu=bot_cpu,
+            fakes_cpu=fakes_cpu,
+            missing=self._unanswered(messages),
+            llm_calls=(min(calls), max(calls)) if calls else (math.nan, math.nan),
+            replies_at=(min(sent), max(sent)) if sent else (math.nan, math.nan),
+        )
+
+    def _unanswered(self, messages: Iterable[tuple[int, str]]) -> list[str]:
+        """Messages whose text came back in no reply to their chat (private chats)."""
+        missing = []
+        for user_id, text in messages:
+            replies = self.telegram.sent_messages(user_id)
+            if not any(text in reply.plain_text for reply in replies):
+                missing.append(f"{user_id}: {text!r}")
+        return missing
+
+
+@contextlib.asynccontextmanager
+async def contenders(bots: Sequence[BotUnderTest]) -> AsyncIterator[None]:
+    """Start every contender at once, wait until all poll; stop them all on exit."""
+    try:
+        for bot in bots:
+            await bot.start()
+        await asyncio.gather(*(bot.ready() for bot in bots))
+        yield
+    finally:
+        await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
+
+
+def user_ids(first: int, count: int) -> list[int]:
+    """``count`` consecutive user ids from ``first``."""
+    return list(range(first, first + count))
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (NaN when empty)."""
+    return statistics.median(values) if values else math.nan
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``share`` of them at or below."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--profile`` and ``--profile-file``: run one more botkit, under cProfile."""
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also run botkit under cProfile (measured rounds only) and print its hotspots",
+    )
+    parser.add_argument(
+        "--profile-file", type=Path, help="keep the cProfile data in this file (implies --profile)"
+    )
+
+
+def profile_path(args: argparse.Namespace, workdir: Path) -> Path | None:
+    """Where the profiled botkit writes its cProfile data; ``None`` when not profiling."""
+    if args.profile_file is not None:
+        return Path(args.profile_file).resolve()
+    return workdir / "botkit.prof" if args.profile else None
+
+
+def profile_summary(path: Path, top: int = 25) -> str:
+    """Top ``top`` functions of a cProfile file by cumulative and by own time."""
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out).strip_dirs()
+    for key in ("cumulative", "tottime"):
+        out.write(f"\n--- top {top} by {key} ---\n")
+        stats.sort_stats(key).print_stats(top)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------- the bot side
+
+
+def _answer_text(message: Any) -> str:
+    """The text of an SDK ``Message`` (its text blocks joined)."""
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+async def _run_botkit(spec: BotSpec, stop: asyncio.Event) -> None:
+    from botkit import Bot
+    from botkit.app import INBOX_FILE, serve
+    from botkit.inbox import Inbox
+    from botkit.log import configure_logging
+    from botkit.messengers.flood import FloodControl
+    from botkit.messengers.telegram import TelegramMessenger
+
+    settings = botkit_settings(spec)
+    configure_logging(settings.log_level, secrets=[TOKEN, API_KEY])
+    bot = Bot(settings=settings)
+    messenger = TelegramMessenger(
+        TOKEN,
+        api_base=settings.telegram_api_base,
+        poll_timeout=settings.poll_timeout,
+        flood=FloodControl.unlimited(),
+        inbox=Inbox(settings.sessions_dir / INBOX_FILE),
+        answer_groups=settings.answer_groups,
+    )
+    await serve(bot, stop, messenger=messenger)
+
+
+async def _run_aiogram(spec: BotSpec, stop: asyncio.Event) -> None:
+    import logging
+
+    import anthropic
+    from aiogram import Bot, Dispatcher
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+    from aiogram.types import Message
+
+    logging.basicConfig(level=logging.INFO)
+    session = AiohttpSession(api=TelegramAPIServer.from_base(spec.telegram_url))
+    bot = Bot(TOKEN, session=session)
+    client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=spec.anthropic_url)
+    dp = Dispatcher()
+    draft_ids = itertools.count(1)
+
+    if spec.kind == AIOGRAM_ECHO:
+
+        @dp.message()
+        async def echo(message: Message) -> None:
+            await message.answer(message.text or "")
+
+    elif spec.kind == AIOGRAM_LLM:
+
+        @dp.message()
+        async def ask(message: Message) -> None:
+            reply = await client.messages.create(
+                model=MODEL,
+                max_tokens=MAX_TOKENS,
+                messages=[{"role": "user", "content": message.text or ""}],
+            )
+            await message.answer(_answer_text(reply))
+
+    else:
+
+        @dp.message()
+        async def stream(message: Message) -> None:
+            draft_id, text = next(draft_ids), ""
+            async with client.messages.stream(
+                model=MODEL,
+                max_tokens=MAX_TOKENS,
+                messages=[{"role": "user", "content": message.text or ""}],
+            ) as answer:
+                async for delta in answer.text_stream:
+                    text += delta
+                    await bot.send_message_draft(message.chat.id, draft_id, text=text)
+            await message.answer(text)
+
+    polling = asyncio.create_task(
+        dp.start_polling(bot, handle_signals=False, tasks_concurrency_limit=spec.tasks_limit)
+    )
+    await stop.wait()
+    await dp.stop_polling()
+    await polling
+    await client.close()
+
+
+def child_main(spec: BotSpec) -> None:
+    """Run the bot of ``spec`` until SIGTERM; SIGUSR1/SIGUSR2 start/stop the profiler."""
+    profiler = cProfile.Profile() if spec.profile else None
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if profiler is not None:
+            loop.add_signal_handler(signal.SIGUSR1, profiler.enable)
+            loop.add_signal_handler(signal.SIGUSR2, profiler.disable)
+        run = _run_botkit if spec.kind == BOTKIT else _run_aiogram
+        await run(spec, stop)
+
+    asyncio.run(main())
+    if profiler is not None and spec.profile:
+        profiler.disable()
+        profiler.dump_stats(spec.profile)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Run one bot under test (used by the benches).")
+    parser.add_argument("role", choices=["child"])
+    parser.add_argument("spec", help="a BotSpec as JSON")
+    raw = json.loads(parser.parse_args().spec)
+    raw["allowed_users"] = tuple(raw["allowed_users"])
+    if raw.get("kind") not in KINDS:
+        parser.error(f"unknown kind {raw.get('kind')!r}; expected one of {', '.join(KINDS)}")
+    child_main(BotSpec(**raw))

@@ -1,0 +1,133 @@
+"""How long until 500 users who wrote at the same moment all have their answer?
+
+Every user sends one message at once; the fake Messages API takes ``--latency`` seconds
+(1.0 by default) to answer each call. A bot answering one message after the other would
+need 500 s; one that runs every turn at once needs little more than the latency.
+
+botkit runs as a high-volume bot (``max_concurrent_turns`` above the burst, Telegram's paid
+broadcast limits so no pacing, no streaming). The yardstick is what a user could write
+instead: an aiogram ``Dispatcher`` (each update handled as its own task) whose handler makes
+one ``AsyncAnthropic.messages.create`` call and answers with ``message.answer``, against the
+same fakes with the same latency. Fakes and driver run in this process, each bot in its own.
+
+    python bench/concurrency.py [--users 500] [--latency 1.0] [--rounds 3] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from _common import (
+    AIOGRAM_LLM,
+    BOTKIT,
+    BotSpec,
+    BotUnderTest,
+    Round,
+    add_profile_arguments,
+    contenders,
+    describe,
+    load_line,
+    machine_line,
+    median,
+    profile_path,
+    profile_summary,
+    user_ids,
+)
+
+FIRST_USER = 10_000
+WARMUP_USERS = 20
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=500, help="users writing at once")
+    parser.add_argument("--latency", type=float, default=1.0, help="fake LLM latency (s)")
+    parser.add_argument(
+        "--max-concurrent-turns", type=int, default=512, help="botkit's max_concurrent_turns"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per bot")
+    parser.add_argument("--target", type=float, default=2.0, help="botkit's target wall time (s)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="give up a round after (s)")
+    add_profile_arguments(parser)
+    return parser.parse_args()
+
+
+def greetings(first_user: int, users: int) -> list[tuple[int, str]]:
+    """One message from each of ``users`` users."""
+    return [(user, f"hello from {user}") for user in user_ids(first_user, users)]
+
+
+async def main(args: argparse.Namespace) -> int:
+    rounds, users = args.rounds, args.users
+    allowed = tuple(user_ids(1, WARMUP_USERS)) + tuple(user_ids(FIRST_USER, rounds * users))
+    with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
+        work = Path(tmp)
+        botkit_spec = BotSpec(
+            BOTKIT, allowed_users=allowed, max_concurrent_turns=args.max_concurrent_turns
+        )
+        botkit = BotUnderTest("botkit", botkit_spec, work / "botkit")
+        yardstick = BotUnderTest("yardstick", BotSpec(AIOGRAM_LLM), work / "yardstick")
+        bots = [botkit, yardstick]
+        profile_file = profile_path(args, work)
+        if profile_file is not None:
+            spec = replace(botkit_spec, profile=str(profile_file))
+            bots.append(BotUnderTest("botkit-prof", spec, work / "profiled"))
+
+        print(f"bench/concurrency.py: {users} users send one message each at the same moment;")
+        print(f"  the fake Messages API answers every call after {args.latency:.1f} s")
+        print(f"  (a sequential loop would take {users * args.latency:.0f} s)")
+        print(machine_line())
+        print("fakes: Bot API + Messages API in this process; each bot in its own process")
+        print(f"botkit:    {describe(botkit.spec)}")
+        print(f"yardstick: {describe(yardstick.spec)}")
+        print(f"rounds: {rounds} per bot, alternating, after a {WARMUP_USERS}-message warm-up")
+
+        results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
+        async with contenders(bots):
+            for bot in bots:  # warm-up without latency: imports, pools, caches
+                await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
+                bot.claude.latency = args.latency
+            for number in range(rounds):
+                for bot in bots:
+                    bot.profile(True)
+                    result = await bot.run_round(
+                        greetings(FIRST_USER + number * users, users), timeout=args.timeout
+                    )
+                    bot.profile(False)
+                    results[bot.name].append(result)
+                    print(
+                        f"  round {number + 1} {bot.name:<11} {result.replies}/{result.expected} "
+                        f"replies in {result.seconds:.2f} s; {result.cpu_note()}"
+                    )
+                    print(f"    {result.timeline()}")
+                    if not result.complete:
+                        print(f"  {bot.name} missed replies: {result.missing[:5]}")
+                        print(bot.log_tail())
+                        return 1
+
+        ours = median([r.seconds for r in results["botkit"]])
+        theirs = median([r.seconds for r in results["yardstick"]])
+        ratio = ours / theirs
+        print(f"botkit    median wall time {ours:.2f} s for {users} concurrent turns")
+        print(f"yardstick median wall time {theirs:.2f} s")
+        print(f"ratio botkit/yardstick {ratio:.2f} (lower is better; 1.00 = as fast as aiogram)")
+        if profile_file is not None:
+            slowed = median([r.seconds for r in results["botkit-prof"]])
+            print(f"botkit under cProfile: {slowed:.2f} s (slowed by profiling)")
+            print(profile_summary(profile_file))
+    verdict = "PASS" if ours <= args.target else "MISS"
+    print(load_line())
+    print(
+        f"RESULT concurrency botkit={ours:.2f}s yardstick={theirs:.2f}s ratio={ratio:.2f} "
+        f"target<={args.target:.1f}s {verdict}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

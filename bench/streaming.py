@@ -1,0 +1,171 @@
+"""How soon does a streamed answer show up in the chat?
+
+Measures the time from the first text delta leaving the fake Messages API to the first
+``sendMessageDraft`` reaching the fake Bot API, over ``--turns`` private-chat turns (one
+after the other) whose answer streams in deltas ``--chunk-delay`` apart. Both fakes run in
+this process, so both stamps come from the same ``time.monotonic`` clock: the fake Messages
+API records when it wrote the first text delta of each answer (``first_delta_at``), the fake
+Bot API when each request arrived.
+
+botkit runs with ``stream_replies`` on (its drafts are throttled to one per 0.3 s, the first
+one goes out at once). The yardstick is a hand-written aiogram handler that streams with
+``AsyncAnthropic.messages.stream`` and calls ``send_message_draft`` on every delta.
+
+    python bench/streaming.py [--turns 20] [--chunk-delay 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import (
+    AIOGRAM_STREAM,
+    BOTKIT,
+    BotSpec,
+    BotUnderTest,
+    contenders,
+    describe,
+    load_line,
+    machine_line,
+    median,
+    percentile,
+    user_ids,
+)
+
+from botkit.testing import FakeReply, FakeRequest
+
+FIRST_USER = 10_000
+WARMUP_TURNS = 3
+FILLER = (
+    "Streaming lets the user read the first words while the rest is still being written, "
+    "which matters most for long answers that take several seconds to generate in full."
+)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=20, help="measured turns per bot")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.05, help="seconds between two deltas"
+    )
+    parser.add_argument("--target-ms", type=float, default=150.0, help="botkit's target (ms)")
+    return parser.parse_args()
+
+
+def answer(request: FakeRequest) -> FakeReply:
+    """A few sentences that start by naming the question (so the reply can be matched)."""
+    return FakeReply.text(f"Answering {request.last_user_text()}. {FILLER}")
+
+
+@dataclass
+class Turn:
+    """One streamed turn: its first delta and what reached the Bot API when."""
+
+    injected: float
+    first_delta: float | None
+    first_draft: float | None
+    drafts: int
+
+    @property
+    def delay_ms(self) -> float | None:
+        """First text delta out of the Messages API → first draft into the Bot API."""
+        if self.first_delta is None or self.first_draft is None:
+            return None
+        return (self.first_draft - self.first_delta) * 1000
+
+
+async def one_turn(bot: BotUnderTest, user_id: int, number: int) -> Turn:
+    """Send one message, wait for the final reply, then read the fakes' records."""
+    text = f"question {number} from {user_id}"
+    first_request = len(bot.claude.requests)
+    result = await bot.run_round([(user_id, text)], timeout=30)
+    if not result.complete:
+        raise RuntimeError(f"{bot.name}: no reply to {text!r}\n{bot.log_tail()}")
+    first_delta = next(
+        (
+            bot.claude.first_delta_at.get(index)
+            for index in range(first_request, len(bot.claude.requests))
+            if text in bot.claude.requests[index].last_user_text()
+        ),
+        None,
+    )
+    drafts = bot.telegram.drafts(user_id)
+    return Turn(
+        injected=result.started,
+        first_delta=first_delta,
+        first_draft=drafts[0].at if drafts else None,
+        drafts=len(drafts),
+    )
+
+
+async def main(args: argparse.Namespace) -> int:
+    turns = args.turns
+    allowed = tuple(user_ids(1, WARMUP_TURNS)) + tuple(user_ids(FIRST_USER, turns))
+    with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
+        options = {"chunk_delay": args.chunk_delay, "responder": answer}
+        botkit = BotUnderTest(
+            "botkit",
+            BotSpec(BOTKIT, allowed_users=allowed, stream_replies=True),
+            Path(tmp) / "botkit",
+            **options,
+        )
+        yardstick = BotUnderTest(
+            "yardstick", BotSpec(AIOGRAM_STREAM), Path(tmp) / "yardstick", **options
+        )
+        bots = [botkit, yardstick]
+        deltas = len(FILLER) // 20 + 1
+        print(
+            f"bench/streaming.py: {turns} private-chat turns one after the other; each answer "
+            f"streams in about {deltas} text deltas {args.chunk_delay * 1000:.0f} ms apart"
+        )
+        print(machine_line())
+        print("fakes: Bot API + Messages API in this process (one clock); each bot in its own")
+        print(f"botkit:    {describe(botkit.spec)}")
+        print(f"yardstick: {describe(yardstick.spec)}")
+
+        results: dict[str, list[Turn]] = {bot.name: [] for bot in bots}
+        async with contenders(bots):
+            for bot in bots:
+                for number in range(WARMUP_TURNS):
+                    await one_turn(bot, 1 + number, number)
+            for number in range(turns):  # alternate, so noise hits both alike
+                for bot in bots:
+                    turn = await one_turn(bot, FIRST_USER + number, number)
+                    results[bot.name].append(turn)
+
+    figures: dict[str, tuple[float, float]] = {}
+    for name, measured in results.items():
+        delays = [t.delay_ms for t in measured if t.delay_ms is not None]
+        shown = [(t.first_draft - t.injected) * 1000 for t in measured if t.first_draft is not None]
+        drafts = sum(t.drafts for t in measured) / len(measured)
+        if len(delays) < len(measured):
+            print(f"{name}: {len(measured) - len(delays)} turn(s) without any draft")
+        if not delays:
+            print(f"RESULT streaming {name} sent no drafts FAIL")
+            return 1
+        figures[name] = (median(delays), percentile(delays, 0.9))
+        print(
+            f"{name:<9} first delta -> first draft: median {figures[name][0]:.1f} ms, "
+            f"p90 {figures[name][1]:.1f} ms, max {max(delays):.1f} ms; message in -> first "
+            f"draft: median {median(shown):.0f} ms; {drafts:.1f} drafts per turn"
+        )
+    ours, theirs = figures["botkit"][0], figures["yardstick"][0]
+    ratio = ours / theirs
+    verdict = "PASS" if ours <= args.target_ms else "MISS"
+    print(f"ratio botkit/yardstick (median) {ratio:.2f} (lower is better)")
+    print(load_line())
+    print(
+        f"RESULT streaming botkit={ours:.1f}ms (p90 {figures['botkit'][1]:.1f}ms) "
+        f"yardstick={theirs:.1f}ms (p90 {figures['yardstick'][1]:.1f}ms) ratio={ratio:.2f} "
+        f"target<={args.target_ms:.0f}ms {verdict}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
