@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from html import escape
+from html import escape as escape_html
 from html.parser import HTMLParser
 from itertools import groupby
 from urllib.parse import urlsplit
@@ -59,6 +60,10 @@ def render_chunks(markdown: str, limit: int = _TELEGRAM_LIMIT) -> list[str]:
     """Render Markdown as Telegram HTML messages of at most ``limit`` visible characters each."""
     if limit < 2:
         raise ValueError("limit must be at least 2")
+    if _is_plain(markdown) and len(markdown) <= limit // 2:
+        # Most short replies carry no Markdown at all; skip the parser for them.
+        text = markdown.strip()
+        return [escape_html(text, quote=False)] if text else []
     chunks: list[_Styled] = []
     current: _Styled = []
     for block in _blocks(markdown):
@@ -72,6 +77,19 @@ def render_chunks(markdown: str, limit: int = _TELEGRAM_LIMIT) -> list[str]:
     if current:
         chunks.append(current)
     return [_to_html(chunk) for chunk in chunks]
+
+
+_MARKUP_CHARS = frozenset("*_`[]#>|~\\!<&=+-\t")
+
+
+def _is_plain(text: str) -> bool:
+    """No character that could start Markdown (or need more than escaping), one paragraph."""
+    return (
+        "\n" not in text
+        and "  " not in text
+        and not _MARKUP_CHARS.intersection(text)
+        and not (text.lstrip()[:1].isdigit())
+    )
 
 
 def html_to_plain(html: str) -> str:
