@@ -21,12 +21,12 @@ from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
 from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
 from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
+from botkit.commands import Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
 from botkit.errors import LLMError, LLMOverloadedError, ToolError
 from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
-from botkit.pricing import estimate
 from botkit.sessions import JsonlSessionStore, SessionStore
 from botkit.skills import SkillLibrary, load_skills
 from botkit.stores.base import RedeemFailure, UserRecord, UserStore
@@ -57,20 +57,6 @@ BuildTools = Callable[[Incoming], Awaitable[ToolRegistry | Sequence[Tool]]]
 """The tools offered to the model for this turn."""
 BuildPrompt = Callable[[Incoming], Awaitable[str]]
 """The system prompt for this turn."""
-
-CommandHandler = Callable[[Incoming, str], Awaitable[str]]
-"""A slash command: gets the message and the text after the command, returns the reply."""
-
-
-@dataclass(frozen=True)
-class Command:
-    """A slash command; it answers without calling the LLM."""
-
-    name: str
-    description: str
-    handler: CommandHandler
-    admin_only: bool = False
-
 
 ANSWERED_KINDS = frozenset({"text", "photo"})
 USER_CACHE_SECONDS = 10.0
@@ -171,7 +157,7 @@ class Bot:
         if self.skills:
             self.plugins += [PromptPlugin(self.skills.prompt_section()), ToolPlugin(self.skills)]
         self.commands: dict[str, Command] = {}
-        self._register_builtin_commands()
+        register_builtin_commands(self)
 
     @property
     def llm(self) -> LLM:
@@ -646,49 +632,6 @@ class Bot:
             return self.options.admin_only_text
         log.info("command", name=command.name, user_id=message.user_id)
         return await command.handler(message, message.command_args)
-
-    def _register_builtin_commands(self) -> None:
-        self.command("help", "What this bot can do")(self._help)
-        self.command("clear", "Start a fresh conversation")(self._clear)
-        self.command("usage", "Tokens used and their estimated cost")(self._usage)
-        self.command("model", "Show the model (admins: /model NAME switches)")(self._model)
-        if self.skills:
-            self.command("skills", "Skills I can use")(self._skills)
-
-    async def _help(self, message: Incoming, args: str) -> str:
-        lines = [f"/{c.name} — {c.description}" for c in self.commands.values()]
-        return "\n".join([self.options.help_text, *lines])
-
-    async def _clear(self, message: Incoming, args: str) -> str:
-        context = await self.context_for(message.user_id)
-        async with context.lock:
-            await context.reset("/clear")
-        return "Done: I've forgotten our conversation. What's next?"
-
-    async def _usage(self, message: Incoming, args: str) -> str:
-        context = await self.context_for(message.user_id)
-        total = sum(context.usage_by_model.values(), Usage())
-        dollars, known = estimate(context.usage_by_model)
-        cost = f"about ${dollars:.4f}" + ("" if known else " (some prices unknown)")
-        return (
-            f"Your usage: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
-            f"tokens, {total.cache_creation_input_tokens:,} written to and "
-            f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
-        )
-
-    async def _skills(self, message: Incoming, args: str) -> str:
-        return self.skills.listing()
-
-    async def _model(self, message: Incoming, args: str) -> str:
-        current = self.model_override or self.settings.model
-        wanted = args.strip()
-        if not wanted:
-            return f"Model: {current}"
-        if not self.is_admin(message.user_id):
-            return self.options.admin_only_text
-        self.model_override = wanted
-        log.info("model.switched", model=wanted, by=message.user_id)
-        return f"Switched from {current} to {wanted}."
 
     # ---- running ----------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+"""Slash commands: answered by the bot itself, never by the LLM. The built-in ones live here."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from botkit.messengers.base import Incoming
+from botkit.pricing import estimate
+from botkit.types import Usage
+
+if TYPE_CHECKING:
+    from botkit.bot import Bot
+
+__all__ = ["Command", "CommandHandler", "register_builtin_commands"]
+
+log = structlog.get_logger(__name__)
+
+CommandHandler = Callable[[Incoming, str], Awaitable[str]]
+"""A slash command: gets the message and the text after the command, returns the reply."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A slash command; it answers without calling the LLM."""
+
+    name: str
+    description: str
+    handler: CommandHandler
+    admin_only: bool = False
+
+
+def register_builtin_commands(bot: Bot) -> None:
+    """``/help``, ``/clear``, ``/usage``, ``/model`` and, with skills, ``/skills``."""
+
+    async def help_(message: Incoming, args: str) -> str:
+        lines = [f"/{c.name} — {c.description}" for c in bot.commands.values()]
+        return "\n".join([bot.options.help_text, *lines])
+
+    async def clear(message: Incoming, args: str) -> str:
+        context = await bot.context_for(message.user_id)
+        async with context.lock:
+            await context.reset("/clear")
+        return "Done: I've forgotten our conversation. What's next?"
+
+    async def usage(message: Incoming, args: str) -> str:
+        context = await bot.context_for(message.user_id)
+        return usage_report(context.usage_by_model)
+
+    async def model(message: Incoming, args: str) -> str:
+        current = bot.model_override or bot.settings.model
+        wanted = args.strip()
+        if not wanted:
+            return f"Model: {current}"
+        if not bot.is_admin(message.user_id):
+            return bot.options.admin_only_text
+        bot.model_override = wanted
+        log.info("model.switched", model=wanted, by=message.user_id)
+        return f"Switched from {current} to {wanted}."
+
+    async def skills(message: Incoming, args: str) -> str:
+        return bot.skills.listing()
+
+    bot.command("help", "What this bot can do")(help_)
+    bot.command("clear", "Start a fresh conversation")(clear)
+    bot.command("usage", "Tokens used and their estimated cost")(usage)
+    bot.command("model", "Show the model (admins: /model NAME switches)")(model)
+    if bot.skills:
+        bot.command("skills", "Skills I can use")(skills)
+
+
+def usage_report(usage_by_model: dict[str, Usage]) -> str:
+    """One sentence with the tokens used and their estimated cost."""
+    total = sum(usage_by_model.values(), Usage())
+    dollars, known = estimate(usage_by_model)
+    cost = f"about ${dollars:.4f}" + ("" if known else " (some prices unknown)")
+    return (
+        f"Your usage: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
+        f"tokens, {total.cache_creation_input_tokens:,} written to and "
+        f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
+    )
