@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, get_args
 
 import anthropic
 import httpx2
@@ -22,15 +22,7 @@ log = structlog.get_logger(__name__)
 CALLS_PER_CLIENT = 64
 """Calls in flight per HTTP client before another client is used."""
 
-_KNOWN_STOP_REASONS: set[str] = {
-    "end_turn",
-    "tool_use",
-    "max_tokens",
-    "stop_sequence",
-    "pause_turn",
-    "refusal",
-    "model_context_window_exceeded",
-}
+_KNOWN_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 
 
 class AnthropicLLM:
