@@ -669,3 +669,24 @@ async def test_thinking_blocks_stream_too(
     assert block.thinking == thinking["thinking"]
     assert block.signature == "sig"
     assert text_of(final) == "42"
+
+
+async def test_first_text_delta_of_each_stream_is_timed(fake: FakeAnthropicServer) -> None:
+    fake.chunk_delay = 0.05
+    fake.enqueue(FakeReply.text("plain answer, not streamed"))
+    fake.enqueue(FakeReply.text("a streamed answer in several pieces of text"))
+    client = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="k", max_retries=0)
+    try:
+        await client.messages.create(
+            model="claude-test-1", max_tokens=10, messages=[{"role": "user", "content": "a"}]
+        )
+        before = time.monotonic()
+        async with client.messages.stream(
+            model="claude-test-1", max_tokens=10, messages=[{"role": "user", "content": "b"}]
+        ) as stream:
+            await stream.get_final_message()
+        after = time.monotonic()
+    finally:
+        await client.close()
+    assert list(fake.first_delta_at) == [1], "only the streamed request is timed"
+    assert before <= fake.first_delta_at[1] <= after - 0.05, "the first delta, not the last"
