@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+import orjson
 import structlog
 
 __all__ = ["configure_logging"]
@@ -43,38 +44,51 @@ class _Redactor:
 
 def configure_logging(level: str = "INFO", *, secrets: Iterable[str] = ()) -> None:
     """Send structlog and stdlib logs (aiogram's too) to stderr, redacting ``secrets``."""
-    renderer: Any
-    if sys.stderr.isatty():
-        renderer = structlog.dev.ConsoleRenderer()
-    else:
-        renderer = structlog.processors.JSONRenderer()
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
+    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     redact = _Redactor(secrets)
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    # botkit's own lines skip the stdlib round trip: they are the hot path under load.
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            stamp,
+            structlog.processors.format_exc_info,
+            redact,
+            _renderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            stamp,
+        ],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
             redact,
-            renderer,
+            _renderer(),
         ],
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(numeric)
     # One line per HTTP request is noise at INFO, and costs real time under load.
     for chatty in ("httpx", "httpx2", "aiohttp.access"):
-        logging.getLogger(chatty).setLevel(max(logging.WARNING, root.level))
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, numeric))
+
+
+def _renderer() -> Any:
+    if sys.stderr.isatty():
+        return structlog.dev.ConsoleRenderer()
+    return structlog.processors.JSONRenderer(serializer=_json)
+
+
+def _json(data: Any, **_: Any) -> str:
+    return orjson.dumps(data, default=str).decode()
