@@ -62,7 +62,6 @@ class AnthropicLLM:
                 for _ in range(shards)
             ]
         )
-        self.client = self.clients[0]
         self._in_flight = [0] * len(self.clients)
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
