@@ -243,12 +243,7 @@ class Bot:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await messenger.send_text(message.chat_id, answered)
                 return
-            tool_context = ToolContext(
-                user_id=message.user_id,
-                chat_id=message.chat_id,
-                timestamp=message.date,
-                extra=extra,
-            )
+            tool_context = self._tool_context(message, extra)
             reply = await self._answer(message, messenger, context, system, tools, tool_context)
             await messenger.send_text(message.chat_id, reply)
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from botkit import Bot, Incoming, Settings, tool
+from botkit import Bot, Incoming, Message, Settings, ToolContext, tool
 from botkit.agent.events import (
     AgentEnd,
     ErrorEvent,
@@ -262,3 +262,30 @@ def test_console_chats_in_the_terminal(tmp_path: Path) -> None:
     assert "bot> Model: claude-test" in result.stdout
     lines = (tmp_path / "42.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line)["role"] for line in lines] == ["user", "assistant"]
+
+
+async def test_tools_can_inject_into_another_users_context(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    @tool
+    async def leave_note(ctx: ToolContext, user_id: int, note: str) -> str:
+        """Leaves a note in another user's conversation."""
+        assert ctx.injector is not None
+        await ctx.injector.inject(user_id, Message.user_text(f"[note from {ctx.user_id}] {note}"))
+        return "left"
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.tool_results():
+            return FakeReply.text(request.tool_results()[0]["content"])
+        if request.last_user_text() == "leave it":
+            return FakeReply.tool_use("leave_note", {"user_id": BO, "note": "call the plumber"})
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path, tools=[leave_note])
+    async with running(bot, telegram):
+        telegram.send_text(ANN, "leave it")
+        assert (await telegram.wait_for_messages(ANN))[0].text == "left"
+        telegram.send_text(BO, "anything for me?")
+        await telegram.wait_for_messages(BO)
+    assert f"[note from {ANN}] call the plumber" in claude.requests[-1].last_user_text()
