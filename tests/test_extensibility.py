@@ -289,3 +289,39 @@ async def test_tools_can_inject_into_another_users_context(
         telegram.send_text(BO, "anything for me?")
         await telegram.wait_for_messages(BO)
     assert f"[note from {ANN}] call the plumber" in claude.requests[-1].last_user_text()
+
+
+async def test_settings_bring_skills_and_mcp_tools_to_a_plain_bot(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    server = Path(__file__).with_name("mcp_server_example.py")
+    config = orjson.dumps(
+        {"mcpServers": {"example": {"command": sys.executable, "args": [str(server)]}}}
+    ).decode()
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.tool_results():
+            return FakeReply.text("sum: " + request.tool_results()[0]["content"])
+        return FakeReply.tool_use("example__add", {"a": 2, "b": 40})
+
+    claude.responder = model
+    settings = Settings(
+        _env_file=None,
+        allowed_users=frozenset({ANN}),
+        sessions_dir=tmp_path / "sessions",
+        stream_replies=False,
+        skills_dir=Path(__file__).parent.parent / "examples" / "skills",
+        mcp_config=config,
+    )
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    bot = Bot(settings=settings, llm=llm)
+    async with running(bot, telegram):
+        telegram.send_text(ANN, "/skills")
+        listing = (await telegram.wait_for_messages(ANN))[0].text
+        telegram.send_text(ANN, "add please")
+        answer = (await telegram.wait_for_messages(ANN, 2))[1].text
+    assert "meeting-notes" in listing and "trip-checklist" in listing
+    assert answer == "sum: 42"
+    request = claude.requests[0]
+    assert {"load_skill", "example__add"} <= set(request.tool_names)
+    assert "meeting-notes" in request.system_text
