@@ -55,6 +55,7 @@ async def serve(
     try:
         async with _mcp_tools(bot):
             me = await messenger.start()
+            await bot.on_start()
             log.info("bot.started", username=me.username, model=bot.settings.model)
             await _publish_commands(bot, messenger)
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop)

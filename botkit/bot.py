@@ -421,6 +421,9 @@ class Bot:
         parts += [part for p in self.plugins if (part := await p.prompt(message))]
         return "\n\n".join(parts)
 
+    async def on_start(self) -> None:
+        """Called once before the bot takes messages; raise ``ConfigError`` to stop cleanly."""
+
     async def context_for(self, user_id: int) -> ContextManager:
         """The user's context, created on first use from what their session file recorded."""
         task = self._contexts.get(user_id)

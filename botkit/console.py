@@ -74,6 +74,7 @@ async def run_console(bot: Bot, *, user_id: int, stdin: TextIO | None = None) ->
     messenger = ConsoleMessenger()
     bot.messenger = messenger
     try:
+        await bot.on_start()
         while True:
             if source.isatty():
                 sys.stdout.write(PROMPT)

@@ -12,7 +12,6 @@ its own prompt and tools. Rooms live in PostgreSQL, next to botkit's own tables:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,22 +151,22 @@ class TeamBot(Bot):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.send_user_message = self.send_user_message_tool()
-        self._prepared: Any = None  # the pool the rooms table was checked on
-        self._prepare_lock = asyncio.Lock()
 
     async def member(self, message: Incoming) -> UserRecord:
         """The sender's record (the console fills in none, so look it up then)."""
         return message.user or await self.user_record(message)
 
-    async def build_extra(self, message: Incoming) -> Team:
-        """The user store and its pool; the rooms table is created on first use."""
+    async def on_start(self) -> None:
+        """Refuse to start without PostgreSQL, and make sure the rooms table exists."""
         store = await self.user_store()
         if not isinstance(store, PostgresUserStore):
             raise ConfigError("the team bot keeps rooms in PostgreSQL: set BOTKIT_DATABASE_URL")
-        async with self._prepare_lock:
-            if self._prepared is not store.pool:  # a bot restarted in-process gets a new pool
-                await prepare(store.pool)
-                self._prepared = store.pool
+        await prepare(store.pool)
+
+    async def build_extra(self, message: Incoming) -> Team:
+        """The user store and its pool, for the room tools."""
+        store = await self.user_store()
+        assert isinstance(store, PostgresUserStore), "checked in on_start"
         return Team(store, store.pool)
 
     async def build_tools(self, message: Incoming) -> Sequence[Tool]:

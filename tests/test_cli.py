@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from botkit.testing import FakeTelegramServer
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run_botkit(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -61,3 +67,22 @@ def test_run_target_that_does_not_exist(tmp_path: Path) -> None:
     result = run_botkit(tmp_path, "run", "nosuchmodule:bot")
     assert result.returncode == 2
     assert "cannot import 'nosuchmodule'" in result.stderr
+
+
+async def test_a_bot_refusing_to_start_exits_with_its_reason(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    result = await asyncio.to_thread(
+        run_botkit,
+        tmp_path,
+        "run",
+        "team_bot:bot",
+        TELEGRAM_BOT_TOKEN=telegram.token,
+        TELEGRAM_API_BASE=telegram.base_url,
+        ANTHROPIC_API_KEY="k",
+        BOTKIT_SESSIONS_DIR=str(tmp_path),
+        PYTHONPATH=str(EXAMPLES),
+    )
+    assert result.returncode == 2
+    assert "set BOTKIT_DATABASE_URL" in result.stderr
+    assert "Traceback" not in result.stderr
