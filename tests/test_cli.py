@@ -10,7 +10,6 @@ from pathlib import Path
 
 from botkit.testing import FakeTelegramServer
 
-
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
