@@ -36,7 +36,6 @@ import json
 import math
 import random
 import re
-import socket
 import string
 import time
 from collections import deque
@@ -46,6 +45,8 @@ from types import TracebackType
 from typing import Any, Self, TypeAlias
 
 from aiohttp import web
+
+from botkit.testing._loopback import serve_on_loopback
 
 __all__ = [
     "FakeAnthropicServer",
@@ -653,23 +654,7 @@ class FakeAnthropicServer:
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
-        )
-        await runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            site = web.SockSite(runner, sock)
-            await site.start()
-        except BaseException:
-            sock.close()
-            await runner.cleanup()
-            raise
-        port = sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        self._runner = runner
+        self._runner, self.base_url = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         """Stop listening (cutting streams still in flight) and free the port."""

@@ -23,7 +23,6 @@ import html
 import json
 import random
 import re
-import socket
 import struct
 import time
 import zlib
@@ -34,6 +33,8 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from aiohttp import web
+
+from botkit.testing._loopback import serve_on_loopback
 
 __all__ = [
     "MAX_MESSAGE_LENGTH",
@@ -379,23 +380,7 @@ class FakeTelegramServer:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
         app.router.add_get("/file/bot{token}/{file_path:.+}", self._handle_file)
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
-        )
-        await runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            site = web.SockSite(runner, sock)
-            await site.start()
-        except BaseException:
-            sock.close()
-            await runner.cleanup()
-            raise
-        port = sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        self._runner = runner
+        self._runner, self.base_url = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         """Answer pending long polls, stop listening and free the port."""

@@ -1,0 +1,25 @@
+"""Serving an aiohttp application on 127.0.0.1, on a free port."""
+
+from __future__ import annotations
+
+import socket
+
+from aiohttp import web
+
+__all__ = ["serve_on_loopback"]
+
+
+async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Start ``app`` on a free loopback port; the runner (to clean up) and the base URL."""
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+    except BaseException:
+        sock.close()
+        await runner.cleanup()
+        raise
+    return runner, f"http://127.0.0.1:{sock.getsockname()[1]}"
