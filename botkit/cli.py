@@ -131,9 +131,12 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     from datetime import UTC, datetime
 
     from botkit.bot import Bot
+    from botkit.errors import ConfigError
     from botkit.invites import invite_link, parse_duration
 
     lifetime = parse_duration(expires)
+    if uses < 1:
+        raise ConfigError(f"--uses must be at least 1, got {uses}")
     bot = Bot(settings=_settings())
 
     async def create() -> str:
@@ -150,6 +153,9 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
 
 
 async def _bot_username(bot: Bot) -> str:
+    from aiogram.exceptions import TelegramAPIError
+
+    from botkit.errors import ConfigError
     from botkit.messengers.telegram import TelegramMessenger
 
     settings = bot.settings
@@ -158,6 +164,10 @@ async def _bot_username(bot: Bot) -> str:
     )
     try:
         me = await messenger.start()
+    except TelegramAPIError as e:
+        raise ConfigError(
+            f"cannot ask Telegram for the bot's username ({e}); pass --bot-username"
+        ) from e
     finally:
         await messenger.close()
     return me.username or ""

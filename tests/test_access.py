@@ -203,3 +203,26 @@ async def test_admin_creates_an_invite_from_chat(
         assert await ask(telegram, NEWCOMER, f"/start {code}") == bot.options.welcome_text
     assert link.startswith(f"https://t.me/{telegram.bot_username}?start=")
     assert refused == "no invite tool for you"
+
+
+def test_cli_invite_errors_are_one_clear_line(tmp_path: Path) -> None:
+    sessions = str(tmp_path / "sessions")
+    bad_uses = run_cli(
+        tmp_path, "invite", "--role", "x", "--uses", "0", BOTKIT_SESSIONS_DIR=sessions
+    )
+    unreachable = run_cli(
+        tmp_path,
+        "invite",
+        "--role",
+        "x",
+        TELEGRAM_BOT_TOKEN="1:x",
+        TELEGRAM_API_BASE="http://127.0.0.1:9",
+        BOTKIT_SESSIONS_DIR=sessions,
+    )
+    offline = run_cli(
+        tmp_path, "invite", "--role", "x", "--bot-username", "my_bot", BOTKIT_SESSIONS_DIR=sessions
+    )
+    assert bad_uses.returncode == 2 and "--uses must be at least 1" in bad_uses.stderr
+    assert unreachable.returncode == 2 and "pass --bot-username" in unreachable.stderr
+    assert "Traceback" not in bad_uses.stderr + unreachable.stderr
+    assert offline.returncode == 0 and offline.stdout.startswith("https://t.me/my_bot?start=")
