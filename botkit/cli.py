@@ -118,10 +118,12 @@ def _migrate(dsn: str | None) -> int:
     if url is None:
         raise ConfigError("BOTKIT_DATABASE_URL is not set (the SQLite store needs no migrations)")
     text = url if isinstance(url, str) else url.get_secret_value()
+    import asyncpg  # type: ignore[import-untyped]
+
     try:
         applied = asyncio.run(migrate(text))
-    except (OSError, ConnectionError) as e:
-        raise ConfigError(f"cannot reach the database: {e}") from e
+    except (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise ConfigError(f"cannot migrate the database: {e}") from e
     print("applied: " + ", ".join(applied) if applied else "nothing to apply: up to date")
     return 0
 

@@ -226,3 +226,12 @@ def test_cli_invite_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert unreachable.returncode == 2 and "pass --bot-username" in unreachable.stderr
     assert "Traceback" not in bad_uses.stderr + unreachable.stderr
     assert offline.returncode == 0 and offline.stdout.startswith("https://t.me/my_bot?start=")
+
+
+def test_cli_migrate_errors_are_one_line_without_the_password(tmp_path: Path) -> None:
+    refused = run_cli(tmp_path, "migrate", "--dsn", "postgresql://u:hunter2@127.0.0.1:9/db")
+    nonsense = run_cli(tmp_path, "migrate", "--dsn", "not-a-dsn")
+    for result in (refused, nonsense):
+        assert result.returncode == 2
+        assert result.stderr.startswith("botkit: cannot migrate the database")
+        assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
