@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_CONFIG = 2
+EXIT_FAILURE = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(argv)
-    from botkit.errors import ConfigError
+    from botkit.errors import BotkitError, ConfigError
 
     try:
         if args.command in (None, "run"):
@@ -71,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    except BotkitError as e:  # e.g. Telegram unreachable at start, after retries
+        print(f"botkit: {e}", file=sys.stderr)
+        return EXIT_FAILURE
     return 0
 
 

@@ -85,3 +85,19 @@ async def test_a_bot_refusing_to_start_exits_with_its_reason(
     assert result.returncode == 2
     assert "set BOTKIT_DATABASE_URL" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_a_rejected_token_is_one_clear_line(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    result = await asyncio.to_thread(
+        run_botkit,
+        tmp_path,
+        TELEGRAM_BOT_TOKEN="999:WRONG",
+        TELEGRAM_API_BASE=telegram.base_url,
+        ANTHROPIC_API_KEY="k",
+        BOTKIT_SESSIONS_DIR=str(tmp_path),
+    )
+    assert result.returncode == 2
+    assert "Telegram rejected TELEGRAM_BOT_TOKEN" in result.stderr
+    assert "Traceback" not in result.stderr and "WRONG" not in result.stderr

@@ -85,13 +85,15 @@ class TelegramMessenger:
         self.me: User | None = None
 
     async def start(self) -> User:
-        """Check the token and learn the bot's own name."""
+        """Check the token and learn the bot's own name (network failures are retried)."""
         try:
-            self.me = await self.api.get_me()
-        except TelegramUnauthorizedError as e:
-            raise ConfigError(
-                "Telegram rejected TELEGRAM_BOT_TOKEN: check the token from @BotFather."
-            ) from e
+            self.me = await self.flood.send(0, self.api.get_me)  # retried while unreachable
+        except MessengerError as e:
+            if isinstance(e.__cause__, TelegramUnauthorizedError):
+                raise ConfigError(
+                    "Telegram rejected TELEGRAM_BOT_TOKEN: check the token from @BotFather."
+                ) from e
+            raise
         return self.me
 
     async def close(self) -> None:
