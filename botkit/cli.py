@@ -159,18 +159,19 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
 
 
 async def _bot_username(bot: Bot) -> str:
-    from aiogram.exceptions import TelegramAPIError
-
-    from botkit.errors import ConfigError
+    from botkit.errors import ConfigError, MessengerError
+    from botkit.messengers.flood import FloodControl
     from botkit.messengers.telegram import TelegramMessenger
 
     settings = bot.settings
     messenger = TelegramMessenger(
-        settings.require_telegram_token(), api_base=settings.telegram_api_base
+        settings.require_telegram_token(),
+        api_base=settings.telegram_api_base,
+        flood=FloodControl(max_attempts=2),
     )
     try:
         me = await messenger.start()
-    except TelegramAPIError as e:
+    except MessengerError as e:
         raise ConfigError(
             f"cannot ask Telegram for the bot's username ({e}); pass --bot-username"
         ) from e
