@@ -22,9 +22,9 @@ from botkit.bot import (
     BuildExtra,
     BuildPrompt,
     BuildTools,
-    Command,
     HandleStart,
 )
+from botkit.commands import Command
 from botkit.config import Settings
 from botkit.errors import (
     BotkitError,

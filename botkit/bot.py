@@ -40,8 +40,6 @@ __all__ = [
     "BuildExtra",
     "BuildPrompt",
     "BuildTools",
-    "Command",
-    "CommandHandler",
     "HandleStart",
 ]
 

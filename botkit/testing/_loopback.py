@@ -3,10 +3,38 @@
 from __future__ import annotations
 
 import socket
+from types import TracebackType
+from typing import Self
 
 from aiohttp import web
 
-__all__ = ["serve_on_loopback"]
+__all__ = ["LoopbackServer", "serve_on_loopback"]
+
+
+class LoopbackServer:
+    """``async with`` support for a fake server with ``start`` and ``stop``."""
+
+    async def start(self) -> None:
+        """Start listening."""
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
 
 
 async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:

@@ -41,12 +41,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, TypeAlias
 
 from aiohttp import web
 
-from botkit.testing._loopback import serve_on_loopback
+from botkit.testing._loopback import LoopbackServer, serve_on_loopback
 
 __all__ = [
     "FakeAnthropicServer",
@@ -609,7 +608,7 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 # ---------------------------------------------------------------------------------- the server
 
 
-class FakeAnthropicServer:
+class FakeAnthropicServer(LoopbackServer):
     """A fake Anthropic Messages API on 127.0.0.1 for tests and benchmarks of Claude agents."""
 
     def __init__(
@@ -664,20 +663,6 @@ class FakeAnthropicServer:
         for transport in list(self._in_flight):  # hang up, as a crashing server would
             transport.close()
         await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        """Start the server."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        await self.stop()
 
     # ------------------------------------------------------------------ scripting
 

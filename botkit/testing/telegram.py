@@ -29,12 +29,11 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from html.parser import HTMLParser
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from aiohttp import web
 
-from botkit.testing._loopback import serve_on_loopback
+from botkit.testing._loopback import LoopbackServer, serve_on_loopback
 
 __all__ = [
     "MAX_MESSAGE_LENGTH",
@@ -304,7 +303,7 @@ def _decode_value(key: str, value: str) -> Any:
         return value
 
 
-class FakeTelegramServer:
+class FakeTelegramServer(LoopbackServer):
     """A fake Telegram Bot API on 127.0.0.1 for tests and benchmarks of aiogram bots.
 
     Public attributes: ``base_url`` (set by :meth:`start`), ``token``, ``bot_username``,
@@ -390,20 +389,6 @@ class FakeTelegramServer:
         self._stopping = True
         self._notify()
         await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        """Start the server."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        await self.stop()
 
     # ------------------------------------------------------------------ injecting updates
 
