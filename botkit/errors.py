@@ -5,6 +5,7 @@ All of them derive from :class:`BotkitError`::
     BotkitError
     ├── ConfigError            misconfiguration; the message says what to set
     ├── LLMError               the model could not answer
+    │   ├── LLMAuthError           the API rejected the key (wrong or revoked)
     │   ├── LLMOverloadedError     overloaded / rate limited after the SDK's retries
     │   └── PromptTooLongError     the request does not fit the context window
     ├── ToolError              raised by a tool to report a failure to the model
@@ -17,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "BotkitError",
     "ConfigError",
+    "LLMAuthError",
     "LLMError",
     "LLMOverloadedError",
     "MessengerError",
@@ -36,6 +38,10 @@ class ConfigError(BotkitError):
 
 class LLMError(BotkitError):
     """The language model could not produce an answer."""
+
+
+class LLMAuthError(LLMError):
+    """The Messages API rejected ANTHROPIC_API_KEY (HTTP 401)."""
 
 
 class LLMOverloadedError(LLMError):

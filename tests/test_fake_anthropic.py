@@ -508,6 +508,54 @@ async def test_unknown_route_through_the_sdk(client: anthropic.AsyncAnthropic) -
         await client.models.retrieve("claude-test-1")
 
 
+# ------------------------------------------------------------------ credentials and models
+
+
+async def test_a_wrong_key_is_answered_401_on_both_endpoints(fake: FakeAnthropicServer) -> None:
+    fake.api_key = "right"
+    wrong = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="wrong", max_retries=0)
+    right = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="right", max_retries=0)
+    try:
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            await ask(wrong)
+        assert caught.value.body == {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+            "request_id": caught.value.request_id,
+        }
+        with pytest.raises(anthropic.AuthenticationError):
+            await wrong.messages.count_tokens(model=MODEL, messages=user("hi"))
+        assert (await ask(right)).content
+        assert (await right.messages.count_tokens(model=MODEL, messages=user("hi"))).input_tokens
+        fake.api_key = "rotated"  # revoked mid-test
+        with pytest.raises(anthropic.AuthenticationError):
+            await ask(right)
+    finally:
+        await wrong.close()
+        await right.close()
+    assert fake.queued == 0
+
+
+async def test_an_unknown_model_is_answered_404_naming_it() -> None:
+    async with FakeAnthropicServer(models=[MODEL]) as strict:
+        client = anthropic.AsyncAnthropic(base_url=strict.base_url, api_key="k", max_retries=0)
+        try:
+            with pytest.raises(anthropic.NotFoundError) as caught:
+                await client.messages.count_tokens(model="claude-nope", messages=user("hi"))
+            assert isinstance(caught.value.body, dict)
+            assert caught.value.body["error"] == {
+                "type": "not_found_error",
+                "message": "model: claude-nope",
+            }
+            with pytest.raises(anthropic.NotFoundError):
+                await client.messages.create(
+                    model="claude-nope", max_tokens=16, messages=user("hi")
+                )
+            assert (await ask(client)).content
+        finally:
+            await client.close()
+
+
 # ------------------------------------------------------------------ usage and caching
 
 

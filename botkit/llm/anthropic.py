@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, get_args
 
@@ -11,11 +11,17 @@ import anthropic
 import httpx2
 import structlog
 
-from botkit.errors import LLMError, LLMOverloadedError, PromptTooLongError
+from botkit.errors import (
+    ConfigError,
+    LLMAuthError,
+    LLMError,
+    LLMOverloadedError,
+    PromptTooLongError,
+)
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink
 from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage
 
-__all__ = ["AnthropicLLM"]
+__all__ = ["AnthropicLLM", "AuthFailureHandler"]
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +29,16 @@ CALLS_PER_CLIENT = 64
 """Calls in flight per HTTP client before another client is used."""
 
 _KNOWN_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+_FIRST_BACKOFF = 0.5
+_UNREACHABLE = (
+    anthropic.APIConnectionError,
+    anthropic.InternalServerError,
+    anthropic.RateLimitError,
+)
+"""What a start-up check retries: the API may come back; a rejected key or model will not."""
+
+AuthFailureHandler = Callable[[LLMAuthError], Awaitable[None]]
+"""Told once when the key is rejected while running (e.g. to tell the admins)."""
 
 
 class AnthropicLLM:
@@ -40,8 +56,12 @@ class AnthropicLLM:
         prompt_caching: bool = True,
         client: anthropic.AsyncAnthropic | None = None,
         calls_per_client: int = CALLS_PER_CLIENT,
+        on_auth_failure: AuthFailureHandler | None = None,
     ) -> None:
         self.model = model
+        self.on_auth_failure = on_auth_failure
+        """Called once when the key is rejected, and again only after a success in between."""
+        self._auth_reported = False
         self.max_tokens = max_tokens
         self.prompt_caching = prompt_caching
         # The HTTP pool's bookkeeping grows with (open connections x waiting requests), so
@@ -68,12 +88,74 @@ class AnthropicLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""
         params = self._params(request)
-        async with self._slot(), self._least_busy() as client, _mapped_errors():
-            if on_text is None:
-                raw = await client.messages.create(**params)
-            else:
-                raw = await self._stream(client, params, on_text)
+        try:
+            async with self._slot(), self._least_busy() as client, _mapped_errors():
+                if on_text is None:
+                    raw = await client.messages.create(**params)
+                else:
+                    raw = await self._stream(client, params, on_text)
+        except LLMAuthError as e:
+            await self._report_auth_failure(e)
+            raise
+        self._auth_reported = False
         return _to_response(raw)
+
+    async def verify(self, *, attempts: int = 10, max_backoff: float = 30.0) -> None:
+        """Check the key and the model with a call that costs no tokens, retrying while the
+        API is unreachable.
+
+        Raises ``ConfigError`` when the key or the model name is rejected, and ``LLMError``
+        when the API is still unreachable after ``attempts``.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._probe()
+                return
+            except _UNREACHABLE as e:
+                if attempt == attempts:
+                    raise LLMError(
+                        f"could not reach the Messages API after {attempts} attempts: {e}"
+                    ) from e
+                delay = min(_FIRST_BACKOFF * 2 ** (attempt - 1), max_backoff)
+                log.warning("anthropic.check_retry", error=str(e), attempt=attempt, delay=delay)
+                await asyncio.sleep(delay)
+
+    async def _probe(self) -> None:
+        """Count the tokens of a one-word message with the default model: free, and it
+        fails the way a real call would on a wrong key or an unknown model."""
+        client = self.clients[0].with_options(max_retries=0)
+        try:
+            await client.messages.count_tokens(
+                model=self.model, messages=[{"role": "user", "content": "hi"}]
+            )
+        except anthropic.AuthenticationError as e:
+            raise ConfigError(
+                f"Anthropic rejected ANTHROPIC_API_KEY ({_detail(e)}): set a valid key from "
+                "console.anthropic.com."
+            ) from e
+        except anthropic.NotFoundError as e:
+            raise ConfigError(
+                f"Anthropic does not know the model {self.model!r} ({_detail(e)}): set "
+                "BOTKIT_MODEL to a current model name."
+            ) from e
+        except _UNREACHABLE:
+            raise
+        except anthropic.AnthropicError as e:
+            raise _mapped(e) from e
+        self._auth_reported = False
+
+    async def _report_auth_failure(self, error: LLMAuthError) -> None:
+        """Log the first rejection as an error and tell ``on_auth_failure``; then stay quiet."""
+        if self._auth_reported:
+            return
+        self._auth_reported = True
+        log.error("llm.auth_failed", error=str(error))
+        if self.on_auth_failure is None:
+            return
+        try:
+            await self.on_auth_failure(error)
+        except Exception:
+            log.exception("llm.auth_failure_handler_failed")
 
     async def close(self) -> None:
         """Close the HTTP clients."""
@@ -125,20 +207,27 @@ async def _mapped_errors() -> AsyncIterator[None]:
     """Turn the SDK's exceptions into botkit's, once, here."""
     try:
         yield
-    except anthropic.RateLimitError as e:
-        raise LLMOverloadedError(f"rate limited by the Messages API: {_detail(e)}") from e
-    except anthropic.APIStatusError as e:
-        raise _status_error(e) from e
-    except anthropic.APIConnectionError as e:
-        raise LLMError(f"could not reach the Messages API: {e}") from e
     except anthropic.AnthropicError as e:
-        raise LLMError(str(e)) from e
+        raise _mapped(e) from e
     except httpx2.TransportError as e:  # a stream cut mid-answer is not wrapped by the SDK
         raise LLMError(f"the connection to the Messages API broke: {e!r}") from e
 
 
+def _mapped(e: anthropic.AnthropicError) -> LLMError:
+    """botkit's exception for one of the SDK's."""
+    if isinstance(e, anthropic.RateLimitError):
+        return LLMOverloadedError(f"rate limited by the Messages API: {_detail(e)}")
+    if isinstance(e, anthropic.APIStatusError):
+        return _status_error(e)
+    if isinstance(e, anthropic.APIConnectionError):
+        return LLMError(f"could not reach the Messages API: {e}")
+    return LLMError(str(e))
+
+
 def _status_error(e: anthropic.APIStatusError) -> LLMError:
     detail = _detail(e)
+    if e.status_code == 401:
+        return LLMAuthError(f"the Messages API rejected ANTHROPIC_API_KEY: {detail}")
     # An overload in the middle of a stream arrives as an error event on a 200 response.
     if e.status_code == 529 or getattr(e, "type", None) == "overloaded_error":
         return LLMOverloadedError(f"the Messages API is overloaded: {detail}")

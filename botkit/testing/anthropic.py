@@ -14,6 +14,11 @@ It speaks the wire protocol of ``POST /v1/messages`` (JSON, or server-sent event
 and the real error shape and statuses, so the SDK's own parsing, retries and exception classes
 (``OverloadedError``, ``RateLimitError``, ``BadRequestError``, ...) are exercised unchanged.
 
+Credentials and model names are checked only when asked: with ``api_key`` set, any other key
+is answered 401 ``authentication_error`` (set :attr:`FakeAnthropicServer.api_key` mid-test to
+revoke a key); with ``models`` set, any other model is answered 404 ``not_found_error``. Both
+apply to ``/v1/messages`` and ``/v1/messages/count_tokens``, before any other check.
+
 Replies come from a FIFO filled with :meth:`FakeAnthropicServer.enqueue`, then from
 :attr:`FakeAnthropicServer.responder` (by default an echo). Requests are checked like the real
 API checks them (missing fields, empty text blocks, ``tool_use``/``tool_result`` pairing, more
@@ -39,7 +44,7 @@ import re
 import string
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -205,6 +210,16 @@ class FakeError:
     def invalid_request(cls, message: str) -> FakeError:
         """HTTP 400 ``invalid_request_error`` with the given message."""
         return cls(400, "invalid_request_error", message)
+
+    @classmethod
+    def authentication(cls) -> FakeError:
+        """HTTP 401 ``authentication_error`` (the SDK raises ``AuthenticationError``)."""
+        return cls(401, "authentication_error", "invalid x-api-key")
+
+    @classmethod
+    def model_not_found(cls, model: str) -> FakeError:
+        """HTTP 404 ``not_found_error`` naming ``model`` (the SDK raises ``NotFoundError``)."""
+        return cls(404, "not_found_error", f"model: {model}")
 
     @classmethod
     def server_error(cls, *, mid_stream: bool = False) -> FakeError:
@@ -618,8 +633,13 @@ class FakeAnthropicServer(LoopbackServer):
         latency: float = 0.0,
         chunk_delay: float = 0.0,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
+        api_key: str | None = None,
+        models: Collection[str] | None = None,
     ) -> None:
         """Configure the fake; nothing listens until :meth:`start`.
+
+        ``api_key`` is the only key accepted (``None``: any key); ``models`` the only model
+        names known (``None``: any name).
 
         ``latency`` is waited before any answer starts; ``chunk_delay`` between two deltas of
         a streamed answer (a non-streamed answer waits as long as its stream would have
@@ -633,6 +653,10 @@ class FakeAnthropicServer(LoopbackServer):
         self.latency = latency
         self.chunk_delay = chunk_delay
         self.context_window = context_window
+        self.api_key = api_key
+        """The one key accepted, or ``None`` for any; change it to revoke a key mid-test."""
+        self.models: frozenset[str] | None = None if models is None else frozenset(models)
+        """The model names known, or ``None`` for any."""
         self.base_url = ""
         self.requests: list[FakeRequest] = []
         self.count_token_requests: list[FakeRequest] = []
@@ -706,7 +730,10 @@ class FakeAnthropicServer(LoopbackServer):
         if isinstance(body, web.Response):
             return body
         headers = {key.lower(): value for key, value in request.headers.items()}
-        self.count_token_requests.append(FakeRequest(body, headers, time.monotonic()))
+        recorded = FakeRequest(body, headers, time.monotonic())
+        self.count_token_requests.append(recorded)
+        if (refusal := self._refusal(recorded)) is not None:
+            return self._error_response(refusal)
         problem = _validate(body, create=False)
         if problem is not None:
             return self._error_response(FakeError.invalid_request(problem))
@@ -731,6 +758,8 @@ class FakeAnthropicServer(LoopbackServer):
         recorded = FakeRequest(body, headers, time.monotonic())
         index = len(self.requests)
         self.requests.append(recorded)
+        if (refusal := self._refusal(recorded)) is not None:
+            return self._error_response(refusal)
         if self.latency > 0:
             await asyncio.sleep(self.latency)
 
@@ -761,6 +790,14 @@ class FakeAnthropicServer(LoopbackServer):
         return web.json_response(
             self._message(recorded, usage, answer, final=True), headers=self._headers()
         )
+
+    def _refusal(self, request: FakeRequest) -> FakeError | None:
+        """A 401 for a key other than :attr:`api_key`, a 404 for a model not in :attr:`models`."""
+        if self.api_key is not None and request.api_key != self.api_key:
+            return FakeError.authentication()
+        if self.models is not None and request.model not in self.models:
+            return FakeError.model_not_found(request.model)
+        return None
 
     async def _next_answer(self, request: FakeRequest) -> Answer:
         if self._queue:
