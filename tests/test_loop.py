@@ -18,6 +18,7 @@ from botkit import (
     ToolRegistry,
     tool,
 )
+from botkit.agent.events import HOOK_FAILED_REASON, Hooks, ToolStart
 from botkit.agent.loop import LoopTexts
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply
@@ -35,6 +36,16 @@ async def add(a: int, b: int) -> int:
 async def explode() -> str:
     """Always fails."""
     raise RuntimeError("boom")
+
+
+ADDED: list[int] = []
+
+
+@tool
+async def add_and_remember(a: int, b: int) -> int:
+    """Add two numbers, and note that the tool ran."""
+    ADDED.append(a + b)
+    return a + b
 
 
 @pytest.fixture
@@ -276,3 +287,31 @@ async def test_each_turn_reads_the_previous_prefix_from_the_cache(
         assert later.cache_read_input_tokens > fresh, "most of the prompt was read from cache"
     assert second.messages[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     assert third.messages[0]["content"][-1].get("cache_control") is None, "only the tail is marked"
+
+
+async def test_a_tool_start_hook_that_raises_blocks_the_call(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    hooks = Hooks()
+
+    @hooks.on("tool_start")
+    async def policy_check(event: ToolStart) -> str | None:
+        raise ConnectionError("the policy service is down")
+
+    claude.enqueue(FakeReply.tool_use("add_and_remember", {"a": 2, "b": 3}), FakeReply.text("ok"))
+    ADDED.clear()
+    loop = AgentLoop(llm, hooks=hooks)
+    context = await asked(ContextManager(1), "2+3?")
+    result = await loop.run(
+        context,
+        system="sys",
+        tools=ToolRegistry([add_and_remember]),
+        tool_context=tool_context(),
+    )
+
+    assert ADDED == [], "the tool never ran"
+    assert result.text == "ok", "the turn went on"
+    sent = claude.requests[1].tool_results()[0]
+    assert sent["is_error"] is True
+    assert sent["content"] == f"Blocked: {HOOK_FAILED_REASON}"
+    assert "policy service" not in sent["content"], "the hook's error stays in the log"

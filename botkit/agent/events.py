@@ -15,6 +15,7 @@ import structlog
 from botkit.types import ToolResultBlock, ToolUseBlock, Usage
 
 __all__ = [
+    "HOOK_FAILED_REASON",
     "AgentEnd",
     "AgentStart",
     "ErrorEvent",
@@ -156,12 +157,19 @@ EventSink = Callable[[Event], Awaitable[None]]
 HookName = Literal["agent_start", "turn_start", "tool_start", "tool_end", "turn_end", "agent_end"]
 Hook = Callable[[Any], Awaitable[Any]]
 """An async callable taking the event of its name; a ``tool_start`` hook may return a
-reason (a non-empty string) to block the call."""
+reason (a non-empty string) to block the call, and blocks it by raising, too."""
+
+HOOK_FAILED_REASON = "a tool_start check failed, so the call was not run"
+"""Why a call was blocked when one of its ``tool_start`` hooks raised."""
 
 
 @dataclass
 class Hooks:
-    """Async callbacks per lifecycle point; a failing hook is logged and skipped."""
+    """Async callbacks per lifecycle point.
+
+    A failing hook is logged and skipped, except at ``tool_start``: there a hook that raises
+    blocks the call, since a check that could not run must not let the call through.
+    """
 
     _hooks: dict[str, list[Hook]] = field(default_factory=dict)
 
@@ -180,17 +188,29 @@ class Hooks:
             await self._call(hook, event)
 
     async def block_reason(self, event: ToolStart) -> str | None:
-        """The first reason a ``tool_start`` hook gives to block this call, if any."""
+        """The first reason a ``tool_start`` hook gives to block this call, if any.
+
+        A hook that raises blocks the call with :data:`HOOK_FAILED_REASON`.
+        """
         for hook in self._hooks.get("tool_start", ()):
-            reason = await self._call(hook, event)
+            try:
+                reason = await hook(event)
+            except Exception:
+                _log_failure(hook, event, blocked=True)
+                return HOOK_FAILED_REASON
             if isinstance(reason, str) and reason:
                 return reason
         return None
 
     @staticmethod
-    async def _call(hook: Hook, event: Event) -> Any:
+    async def _call(hook: Hook, event: Event) -> None:
         try:
-            return await hook(event)
+            await hook(event)
         except Exception:
-            log.exception("hook.failed", hook=getattr(hook, "__name__", repr(hook)), at=event.kind)
-            return None
+            _log_failure(hook, event, blocked=False)
+
+
+def _log_failure(hook: Hook, event: Event, *, blocked: bool) -> None:
+    """Log the exception a hook raised (call from its ``except`` block)."""
+    name = getattr(hook, "__name__", repr(hook))
+    log.exception("hook.failed", hook=name, at=event.kind, blocked=blocked)
