@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -22,12 +23,20 @@ from botkit.stores import (
     SqliteUserStore,
     UserRecord,
     UserStore,
+    hash_invite_code,
     new_invite_code,
 )
-from botkit.stores.migrate import MIGRATIONS, load_migrations, migrate, pending_migrations
+from botkit.stores.migrate import (
+    MIGRATIONS,
+    apply_migrations,
+    load_migrations,
+    migrate,
+    pending_migrations,
+)
 
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
+ALL = [FIRST, "002_hash_invite_codes"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,17 @@ class Backend:
         if self.kind == "sqlite":
             return await SqliteUserStore.connect(self.location)
         return await PostgresUserStore.connect(self.location, min_size=1, max_size=10)
+
+    async def raw_invites(self) -> list[tuple[Any, ...]]:
+        """Every row of the invites table, every column, read past the store."""
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.location) as db:
+                return list(db.execute("SELECT * FROM botkit_invites"))
+        conn = await asyncpg.connect(self.location)
+        try:
+            return [tuple(row) for row in await conn.fetch("SELECT * FROM botkit_invites")]
+        finally:
+            await conn.close()
 
 
 @pytest.fixture
@@ -220,6 +240,24 @@ async def test_invite_codes_are_unique_and_fit_a_start_link(store: UserStore) ->
     assert len(fresh) == 10_000
     assert all(CODE.match(code) and len(code) == 22 for code in fresh)
     assert INVITE_CODE_PATTERN.fullmatch(new_invite_code())
+
+
+async def test_the_database_keeps_only_a_hash_and_prefix_of_invite_codes(
+    store: UserStore, backend: Backend
+) -> None:
+    invites = [await store.create_invite("user", uses=2) for _ in range(3)]
+
+    rows = await backend.raw_invites()
+
+    assert len(rows) == 3
+    for invite in invites:
+        assert not [row for row in rows if any(invite.code in str(cell) for cell in row)]
+        (row,) = [row for row in rows if hash_invite_code(invite.code) in row]
+        assert invite.code[:4] in row
+        assert (await store.redeem_invite(invite.code, invites.index(invite) + 1)).ok
+    assert hash_invite_code("abc") == (
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # SHA-256 of "abc"
+    )
 
 
 # --- redeeming -----------------------------------------------------------------------------
@@ -449,12 +487,15 @@ async def test_a_closed_sqlite_store_cannot_be_used(tmp_path: Path) -> None:
 
 
 async def test_migrate_applies_each_migration_once(postgres_db: str) -> None:
-    assert await migrate(postgres_db) == [FIRST]
+    assert await migrate(postgres_db) == ALL
     assert await migrate(postgres_db) == []
 
     conn = await asyncpg.connect(postgres_db)
     try:
-        assert await conn.fetchval("SELECT array_agg(name) FROM botkit_migrations") == [FIRST]
+        assert (
+            await conn.fetchval("SELECT array_agg(name ORDER BY name) FROM botkit_migrations")
+            == ALL
+        )
         for table in ["botkit_users", "botkit_invites", "botkit_usage"]:
             assert await conn.fetchval("SELECT to_regclass($1)::text", table) == table
         assert await pending_migrations(conn) == []
@@ -465,7 +506,7 @@ async def test_migrate_applies_each_migration_once(postgres_db: str) -> None:
 async def test_concurrent_migrations_do_not_collide(postgres_db: str) -> None:
     runs = await asyncio.gather(*(migrate(postgres_db) for _ in range(4)))
 
-    assert sorted(runs) == [[], [], [], [FIRST]]
+    assert sorted(runs) == [[], [], [], ALL]
 
 
 async def test_new_migrations_are_applied_in_number_order(postgres_db: str, tmp_path: Path) -> None:
@@ -505,7 +546,7 @@ async def test_a_failing_migration_leaves_no_trace(postgres_db: str, tmp_path: P
 def test_the_packaged_migrations_are_found() -> None:
     migrations = load_migrations()
 
-    assert [m.name for m in migrations][:1] == [FIRST]
+    assert [m.name for m in migrations][:2] == ALL
     assert [m.number for m in migrations] == sorted({m.number for m in migrations})
     assert "CREATE TABLE IF NOT EXISTS botkit_users" in migrations[0].sql
     assert (MIGRATIONS / f"{FIRST}.sql").is_file()
@@ -554,3 +595,73 @@ async def test_postgres_store_leaves_a_pool_it_was_given_open(migrated_db: str) 
         assert await pool.fetchval("SELECT count(*) FROM botkit_users") == 1
     finally:
         await pool.close()
+
+
+async def test_migrating_postgres_hashes_the_invite_codes_already_there(postgres_db: str) -> None:
+    plain = new_invite_code()
+    conn = await asyncpg.connect(postgres_db)
+    try:
+        await apply_migrations(conn, load_migrations()[:1])
+        await conn.execute(
+            "INSERT INTO botkit_invites (code, role, uses_left) VALUES ($1, 'cleaner', 1)", plain
+        )
+    finally:
+        await conn.close()
+
+    assert await migrate(postgres_db) == ALL[1:]
+
+    backend = Backend("postgres", postgres_db)
+    assert await backend.raw_invites() != []
+    assert not [row for row in await backend.raw_invites() if plain in str(row)]
+    store = await backend.open()
+    try:
+        result = await store.redeem_invite(plain, 7)
+        assert result.user is not None and result.user.role == "cleaner"
+        assert_failed(await store.redeem_invite(plain, 8), RedeemFailure.USED_UP)
+    finally:
+        await store.close()
+
+
+_SQLITE_SCHEMA_1 = """
+    CREATE TABLE botkit_invites (
+        code       TEXT    PRIMARY KEY,
+        role       TEXT    NOT NULL,
+        uses_left  INTEGER NOT NULL CHECK (uses_left >= 0),
+        expires_at TEXT,
+        created_by INTEGER,
+        created_at TEXT    NOT NULL
+    );
+    PRAGMA user_version = 1;
+"""
+
+
+async def test_opening_an_older_sqlite_file_hashes_its_invite_codes(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    plain = [new_invite_code() for _ in range(2)]
+    with sqlite3.connect(path) as db:
+        db.executescript(_SQLITE_SCHEMA_1)
+        db.executemany(
+            "INSERT INTO botkit_invites VALUES (?, 'cleaner', 1, NULL, NULL, ?)",
+            [(code, "2026-01-01T00:00:00.000000Z") for code in plain],
+        )
+    db.close()
+
+    store = await SqliteUserStore.connect(path)
+    try:
+        result = await store.redeem_invite(plain[0], 7)
+        assert result.user is not None and result.user.role == "cleaner"
+        assert (await store.redeem_invite(plain[1], 8)).ok
+        assert_failed(await store.redeem_invite(plain[0], 9), RedeemFailure.USED_UP)
+    finally:
+        await store.close()
+
+    rows = await Backend("sqlite", str(path)).raw_invites()
+    assert len(rows) == 2
+    assert not [row for row in rows if any(code in str(row) for code in plain)]
+    raw = every_byte_in(tmp_path)
+    assert not [code for code in plain if code.encode() in raw], "nothing left in free pages"
+
+
+def every_byte_in(folder: Path) -> bytes:
+    """The contents of every file in ``folder``, one after another."""
+    return b"".join(f.read_bytes() for f in sorted(folder.iterdir()))

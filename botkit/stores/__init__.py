@@ -6,11 +6,13 @@ migrate``); it is not re-exported here, so that the name stays the module's.
 
 from botkit.stores.base import (
     INVITE_CODE_PATTERN,
+    INVITE_PREFIX_LENGTH,
     Invite,
     RedeemFailure,
     RedeemResult,
     UserRecord,
     UserStore,
+    hash_invite_code,
     new_invite_code,
 )
 from botkit.stores.postgres import PostgresUserStore
@@ -18,6 +20,7 @@ from botkit.stores.sqlite import SqliteUserStore
 
 __all__ = [
     "INVITE_CODE_PATTERN",
+    "INVITE_PREFIX_LENGTH",
     "Invite",
     "PostgresUserStore",
     "RedeemFailure",
@@ -25,5 +28,6 @@ __all__ = [
     "SqliteUserStore",
     "UserRecord",
     "UserStore",
+    "hash_invite_code",
     "new_invite_code",
 ]

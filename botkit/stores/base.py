@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -11,12 +12,14 @@ from typing import Protocol
 
 __all__ = [
     "INVITE_CODE_PATTERN",
+    "INVITE_PREFIX_LENGTH",
     "Invite",
     "RedeemFailure",
     "RedeemResult",
     "UserRecord",
     "UserStore",
     "check_tokens",
+    "hash_invite_code",
     "new_invite",
     "new_invite_code",
     "utc",
@@ -29,6 +32,18 @@ INVITE_CODE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def new_invite_code() -> str:
     """A fresh, unguessable invite code: 22 URL-safe characters (128 random bits)."""
     return secrets.token_urlsafe(16)
+
+
+INVITE_PREFIX_LENGTH = 4
+"""How many leading characters of a code a store keeps, so operators can tell invites apart."""
+
+
+def hash_invite_code(code: str) -> str:
+    """The SHA-256 (hex) of ``code``: all a store keeps of it, besides its first characters.
+
+    No salt is needed: a code holds 128 random bits, too many to guess from the hash.
+    """
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
 def utc(moment: datetime) -> datetime:
@@ -59,7 +74,11 @@ class Invite:
     """A code that registers whoever redeems it, with a role."""
 
     code: str
-    """The secret, usable as ``https://t.me/<bot>?start=<code>``."""
+    """The secret, usable as ``https://t.me/<bot>?start=<code>``.
+
+    Stores keep only its hash and prefix: the invite made by ``create_invite`` carries the
+    code (show it once, in the link), and ``get_invite`` returns the code it was given.
+    """
     role: str
     """The role given to users who redeem it."""
     uses_left: int
@@ -70,6 +89,16 @@ class Invite:
     """The user id of whoever made it, if a user did."""
     created_at: datetime
     """When it was made, in UTC."""
+
+    @property
+    def prefix(self) -> str:
+        """The first characters of the code, which stores keep to tell invites apart."""
+        return self.code[:INVITE_PREFIX_LENGTH]
+
+    @property
+    def code_hash(self) -> str:
+        """What stores keep instead of the code: its SHA-256, in hex."""
+        return hash_invite_code(self.code)
 
     def refusal(self, now: datetime) -> RedeemFailure | None:
         """Why the invite cannot be redeemed at ``now``, or ``None`` if it can."""

@@ -16,6 +16,7 @@ from botkit.stores.base import (
     RedeemResult,
     UserRecord,
     check_tokens,
+    hash_invite_code,
     new_invite,
 )
 from botkit.stores.migrate import pending_migrations
@@ -25,7 +26,7 @@ __all__ = ["PostgresUserStore"]
 _RUN_MIGRATE = "run `python -m botkit migrate`"
 
 _USER = "user_id, role, display_name, joined_at, blocked"
-_INVITE = "code, role, uses_left, expires_at, created_by, created_at"
+_INVITE = "role, uses_left, expires_at, created_by, created_at"
 
 _GET_USER = f"SELECT {_USER} FROM botkit_users WHERE user_id = $1"
 _UPSERT_USER = f"""
@@ -40,9 +41,12 @@ _REGISTER = f"""
     RETURNING {_USER}"""
 _TAKE_USE = """
     UPDATE botkit_invites SET uses_left = uses_left - 1
-    WHERE code = $1 AND uses_left > 0 AND (expires_at IS NULL OR expires_at > $2)
+    WHERE code_hash = $1 AND uses_left > 0 AND (expires_at IS NULL OR expires_at > $2)
     RETURNING role"""
-_GET_INVITE = f"SELECT {_INVITE} FROM botkit_invites WHERE code = $1"
+_GET_INVITE = f"SELECT {_INVITE} FROM botkit_invites WHERE code_hash = $1"
+_INSERT_INVITE = f"""
+    INSERT INTO botkit_invites (code_hash, code_prefix, {_INVITE})
+    VALUES ($1, $2, $3, $4, $5, $6, $7)"""
 _ADD_USAGE = """
     INSERT INTO botkit_usage (user_id, day, tokens) VALUES ($1, $2, $3)
     ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
@@ -62,9 +66,9 @@ def _user(row: Any) -> UserRecord:
     )
 
 
-def _invite(row: Any) -> Invite:
+def _invite(code: str, row: Any) -> Invite:
     return Invite(
-        code=row["code"],
+        code=code,
         role=row["role"],
         uses_left=row["uses_left"],
         expires_at=row["expires_at"],
@@ -161,18 +165,16 @@ class PostgresUserStore:
     ) -> Invite:
         """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
         i = new_invite(role, uses, expires_at, created_by)
-        sql = f"INSERT INTO botkit_invites ({_INVITE}) VALUES ($1, $2, $3, $4, $5, $6)"
+        values = (i.code_hash, i.prefix, i.role, i.uses_left, i.expires_at, i.created_by)
         async with self._connection() as conn:
-            await conn.execute(
-                sql, i.code, i.role, i.uses_left, i.expires_at, i.created_by, i.created_at
-            )
+            await conn.execute(_INSERT_INVITE, *values, i.created_at)
         return i
 
     async def get_invite(self, code: str) -> Invite | None:
         """The invite with this code, or ``None``."""
         async with self._connection() as conn:
-            row = await conn.fetchrow(_GET_INVITE, code)
-        return None if row is None else _invite(row)
+            row = await conn.fetchrow(_GET_INVITE, hash_invite_code(code))
+        return None if row is None else _invite(code, row)
 
     async def redeem_invite(
         self, code: str, user_id: int, display_name: str | None = None
@@ -220,12 +222,13 @@ async def _redeem(conn: Any, code: str, user_id: int, display_name: str | None) 
     if existing is not None:
         return RedeemResult.success(_user(existing), already_registered=True)
     now = datetime.now(UTC)
-    role = await conn.fetchval(_TAKE_USE, code, now)
+    code_hash = hash_invite_code(code)
+    role = await conn.fetchval(_TAKE_USE, code_hash, now)
     if role is None:
-        row = await conn.fetchrow(_GET_INVITE, code)
+        row = await conn.fetchrow(_GET_INVITE, code_hash)
         if row is None:
             return RedeemResult.failed(RedeemFailure.UNKNOWN)
-        return RedeemResult.failed(_invite(row).refusal(now) or RedeemFailure.USED_UP)
+        return RedeemResult.failed(_invite(code, row).refusal(now) or RedeemFailure.USED_UP)
     registered = await conn.fetchrow(_REGISTER, user_id, role, display_name, now)
     if registered is None:
         raise _RegisteredMeanwhile

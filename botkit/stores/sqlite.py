@@ -14,22 +14,37 @@ import aiosqlite
 
 from botkit.errors import ConfigError
 from botkit.stores.base import (
+    INVITE_PREFIX_LENGTH,
     Invite,
     RedeemFailure,
     RedeemResult,
     UserRecord,
     check_tokens,
+    hash_invite_code,
     new_invite,
     utc,
 )
 
 __all__ = ["SCHEMA_VERSION", "SqliteUserStore"]
 
-SCHEMA_VERSION = 1
-"""Kept in the file's ``PRAGMA user_version``; a newer file is refused."""
+SCHEMA_VERSION = 2
+"""Kept in the file's ``PRAGMA user_version``; a newer file is refused.
+
+1: invite codes in plain text. 2: only their SHA-256 and prefix (converted on open).
+"""
 
 _MIN_SQLITE = (3, 35, 0)  # RETURNING
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+
+_CREATE_INVITES = """CREATE TABLE IF NOT EXISTS botkit_invites (
+        code_hash   TEXT    PRIMARY KEY CHECK (length(code_hash) = 64),
+        code_prefix TEXT    NOT NULL,
+        role        TEXT    NOT NULL,
+        uses_left   INTEGER NOT NULL CHECK (uses_left >= 0),
+        expires_at  TEXT,
+        created_by  INTEGER,
+        created_at  TEXT    NOT NULL
+    )"""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS botkit_users (
@@ -40,14 +55,7 @@ _SCHEMA = (
         blocked      INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX IF NOT EXISTS botkit_users_role_idx ON botkit_users (role)",
-    """CREATE TABLE IF NOT EXISTS botkit_invites (
-        code       TEXT    PRIMARY KEY,
-        role       TEXT    NOT NULL,
-        uses_left  INTEGER NOT NULL CHECK (uses_left >= 0),
-        expires_at TEXT,
-        created_by INTEGER,
-        created_at TEXT    NOT NULL
-    )""",
+    _CREATE_INVITES,
     """CREATE TABLE IF NOT EXISTS botkit_usage (
         user_id INTEGER NOT NULL,
         day     TEXT    NOT NULL,
@@ -57,7 +65,9 @@ _SCHEMA = (
 )
 
 _USER = "user_id, role, display_name, joined_at, blocked"
-_INVITE = "code, role, uses_left, expires_at, created_by, created_at"
+_INVITE = "role, uses_left, expires_at, created_by, created_at"
+_INSERT_INVITE = f"""
+    INSERT INTO botkit_invites (code_hash, code_prefix, {_INVITE}) VALUES (?, ?, ?, ?, ?, ?, ?)"""
 
 _UPSERT_USER = f"""
     INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES (?, ?, ?, ?)
@@ -70,7 +80,7 @@ _INSERT_USER = f"""
     RETURNING {_USER}"""
 _TAKE_USE = """
     UPDATE botkit_invites SET uses_left = uses_left - 1
-    WHERE code = ? AND uses_left > 0 AND (expires_at IS NULL OR expires_at > ?)
+    WHERE code_hash = ? AND uses_left > 0 AND (expires_at IS NULL OR expires_at > ?)
     RETURNING role"""
 _ADD_USAGE = """
     INSERT INTO botkit_usage (user_id, day, tokens) VALUES (?, ?, ?)
@@ -90,8 +100,8 @@ def _user(row: Sequence[Any]) -> UserRecord:
     return UserRecord(user_id, role, display_name, _from_db(joined_at), bool(blocked))
 
 
-def _invite(row: Sequence[Any]) -> Invite:
-    code, role, uses_left, expires_at, created_by, created_at = row
+def _invite(code: str, row: Sequence[Any]) -> Invite:
+    role, uses_left, expires_at, created_by, created_at = row
     expires = None if expires_at is None else _from_db(expires_at)
     return Invite(code, role, uses_left, expires, created_by, _from_db(created_at))
 
@@ -189,11 +199,10 @@ class SqliteUserStore:
         """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
         invite = new_invite(role, uses, expires_at, created_by)
         expires = None if invite.expires_at is None else _to_db(invite.expires_at)
-        values = (invite.code, role, uses, expires, created_by, _to_db(invite.created_at))
+        created = _to_db(invite.created_at)
+        values = (invite.code_hash, invite.prefix, role, uses, expires, created_by, created)
         async with self._transaction() as db:
-            await db.execute_fetchall(
-                f"INSERT INTO botkit_invites ({_INVITE}) VALUES (?, ?, ?, ?, ?, ?)", values
-            )
+            await db.execute_fetchall(_INSERT_INVITE, values)
         return invite
 
     async def get_invite(self, code: str) -> Invite | None:
@@ -216,7 +225,8 @@ class SqliteUserStore:
             )
             if (existing := _first(rows)) is not None:
                 return RedeemResult.success(_user(existing), already_registered=True)
-            taken = _first(await db.execute_fetchall(_TAKE_USE, (code, _to_db(now))))
+            code_hash = hash_invite_code(code)
+            taken = _first(await db.execute_fetchall(_TAKE_USE, (code_hash, _to_db(now))))
             if taken is None:
                 invite = await self._get_invite(db, code)
                 if invite is None:
@@ -241,9 +251,9 @@ class SqliteUserStore:
 
     @staticmethod
     async def _get_invite(db: aiosqlite.Connection, code: str) -> Invite | None:
-        sql = f"SELECT {_INVITE} FROM botkit_invites WHERE code = ?"
-        row = _first(await db.execute_fetchall(sql, (code,)))
-        return None if row is None else _invite(row)
+        sql = f"SELECT {_INVITE} FROM botkit_invites WHERE code_hash = ?"
+        row = _first(await db.execute_fetchall(sql, (hash_invite_code(code),)))
+        return None if row is None else _invite(code, row)
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -309,9 +319,24 @@ async def _prepare(db: aiosqlite.Connection, path: str) -> None:
                 f"{path} holds user store schema {version}, newer than this botkit "
                 f"understands ({SCHEMA_VERSION}): upgrade botkit"
             )
+        if version == 1:
+            await _hash_invite_codes(db)
         for statement in _SCHEMA:
             await db.execute(statement)
         await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         await db.execute("COMMIT")
     except sqlite3.Error as e:
         raise ConfigError(f"cannot use {path} as the user store: {e}") from e
+
+
+async def _hash_invite_codes(db: aiosqlite.Connection) -> None:
+    """Schema 1 kept invite codes in plain text: keep only their hash and prefix instead."""
+    columns = "code, role, uses_left, expires_at, created_by, created_at"
+    rows = await db.execute_fetchall(f"SELECT {columns} FROM botkit_invites")
+    await db.execute("PRAGMA secure_delete = ON")  # the dropped pages are zeroed, not left
+    await db.execute("DROP TABLE botkit_invites")
+    await db.execute(_CREATE_INVITES)
+    await db.executemany(
+        _INSERT_INVITE,
+        [(hash_invite_code(code), code[:INVITE_PREFIX_LENGTH], *rest) for code, *rest in rows],
+    )
