@@ -4,7 +4,8 @@ Telegram forgets an update once ``getUpdates`` is called with a higher offset, a
 returns at most 100 updates, so holding the offset back until turns finish would cap a bot
 at 100 turns in flight. Instead every accepted update is appended here first; the offset is
 confirmed after that; a finished turn appends ``done``. After a crash the updates accepted
-but not done are read back and handled again.
+but not done are read back and handled again. An update that could not be read at all is
+journaled as ``unparseable`` (raw, with the reason) so an operator can see what was dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ COMPACT_AFTER = 10_000
 """Lines written since the last compaction before the journal is rewritten."""
 REMEMBERED = 1_000
 """Accepted ids kept across compactions: Telegram re-delivers at most one batch of 100."""
+UNPARSEABLE_KEPT = 100
+"""Unparseable updates kept across compactions, the newest, for an operator to look at."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class InboxItem:
 
     update_id: int
     payload: dict[str, Any]
+    error: str | None = None
+    """Why it could not be read, for an unparseable update."""
 
 
 class Inbox:
@@ -44,6 +49,7 @@ class Inbox:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._open: dict[int, InboxItem] = {}
+        self._unparseable: deque[InboxItem] = deque(maxlen=UNPARSEABLE_KEPT)
         self._recent: deque[int] = deque(maxlen=REMEMBERED)
         self._seen: set[int] = set()
         self._lines = 0
@@ -67,6 +73,18 @@ class Inbox:
         self._remember(update_id)
         return True
 
+    def reject(self, update_id: int, payload: dict[str, Any], error: str) -> None:
+        """Journal an update that could not be read: kept for an operator, never handled."""
+        if update_id in self._seen:
+            return
+        self._write({"unparseable": update_id, "update": payload, "error": error})
+        self._unparseable.append(InboxItem(update_id, payload, error))
+        self._remember(update_id)
+
+    def unparseable(self) -> list[InboxItem]:
+        """The most recent updates that could not be read, oldest first."""
+        return list(self._unparseable)
+
     def _remember(self, update_id: int) -> None:
         if len(self._recent) == self._recent.maxlen:
             self._seen.discard(self._recent[0])
@@ -85,8 +103,9 @@ class Inbox:
         """Rewrite the journal with only the unfinished updates."""
         temporary = self.path.with_suffix(".tmp")
         lines = [_line({"recent": list(self._recent)})]
+        lines += [_unparseable_line(item) for item in self._unparseable]
         lines += [_line({"accepted": i.update_id, "update": i.payload}) for i in self.pending()]
-        temporary.write_bytes(b"".join(lines))
+        _write_private(temporary, b"".join(lines))
         self.close()
         os.replace(temporary, self.path)
         self._lines = len(lines)
@@ -107,7 +126,7 @@ class Inbox:
         self._lines += 1
 
     def _load(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -123,6 +142,10 @@ class Inbox:
                 item = InboxItem(int(record["accepted"]), dict(record["update"]))
                 self._open[item.update_id] = item
                 self._remember(item.update_id)
+            elif "unparseable" in record:
+                item = InboxItem(int(record["unparseable"]), record["update"], record["error"])
+                self._unparseable.append(item)
+                self._remember(item.update_id)
             elif "recent" in record:
                 for update_id in record["recent"]:
                     self._remember(int(update_id))
@@ -134,3 +157,15 @@ class Inbox:
 
 def _line(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record) + b"\n"
+
+
+def _unparseable_line(item: InboxItem) -> bytes:
+    return _line({"unparseable": item.update_id, "update": item.payload, "error": item.error})
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, readable by this user only (the journal holds messages)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file was left behind with wider permissions
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)

@@ -7,8 +7,10 @@ import html
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from datetime import UTC
 from functools import partial
+from typing import Any
 
 import structlog
 from aiogram import Bot as AiogramBot
@@ -17,9 +19,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     TelegramAPIError,
     TelegramBadRequest,
-    TelegramNetworkError,
+    TelegramConflictError,
     TelegramRetryAfter,
-    TelegramServerError,
     TelegramUnauthorizedError,
 )
 from aiogram.types import BotCommand, Update, User
@@ -30,12 +31,15 @@ from botkit.inbox import Inbox
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
+from botkit.messengers.updates import RawGetUpdates, parse_update
 
 __all__ = ["TelegramDraft", "TelegramMessenger"]
 
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_LENGTH = 4096
+POLL_FIRST_BACKOFF = 1.0
+POLL_MAX_BACKOFF = 30.0
 ALLOWED_UPDATES = ["message", "stopped_message_generation"]
 GROUP_CHATS = frozenset({"group", "supergroup"})
 OTHER_KINDS = (
@@ -73,6 +77,7 @@ class TelegramMessenger:
         inbox: Inbox | None = None,
         answer_groups: str = "mention",
         draft_interval: float = 0.3,
+        conflict_timeout: float = 60.0,
     ) -> None:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_base)) if api_base else None
         self.api = AiogramBot(token, session=session)
@@ -82,6 +87,8 @@ class TelegramMessenger:
         self.answer_groups = answer_groups
         """``mention``: in groups, answer only when mentioned or replied to; ``all``: always."""
         self.draft_interval = draft_interval
+        self.conflict_timeout = conflict_timeout
+        """How long another instance may hold the poll (409) before this one gives up."""
         self.me: User | None = None
 
     async def start(self) -> User:
@@ -142,72 +149,105 @@ class TelegramMessenger:
     # ---- input ------------------------------------------------------------------------
 
     async def poll(self, on_message: OnMessage, on_stop: OnStop, stop: asyncio.Event) -> None:
-        """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on."""
+        """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on.
+
+        Nothing Telegram or the network answers ends polling but a rejected token (401) or
+        another instance polling with the same token for ``conflict_timeout`` seconds (409):
+        any other failure is logged and retried with backoff, and each update is read on its
+        own, so one that cannot be parsed is journaled, confirmed and skipped.
+        """
         if self.me is None:
             await self.start()
         await self.flood.send(0, partial(self.api.delete_webhook, drop_pending_updates=False))
         await self._replay_inbox(on_message)
         offset: int | None = None
-        backoff = 1.0
+        failures = _PollFailures(self.conflict_timeout)
         while not stop.is_set():
             try:
-                updates = await self._get_updates(offset, stop)
-            except TelegramUnauthorizedError as e:
-                raise ConfigError("Telegram rejected TELEGRAM_BOT_TOKEN.") from e
-            except (TelegramNetworkError, TelegramServerError, TelegramRetryAfter) as e:
-                log.warning("telegram.poll_failed", error=str(e), retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+                batch = await self._get_updates(offset, stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                await _sleep_unless(stop, failures.wait_after(e))
                 continue
-            backoff = 1.0
-            for update in updates:
-                offset = update.update_id + 1
-                await self._take(update, on_message, on_stop)
+            failures.reset()
+            for raw in batch:
+                update_id = _update_id(raw)
+                if update_id is None:
+                    log.warning("telegram.update_without_id", update=_preview(raw))
+                    continue
+                offset = max(offset or 0, update_id + 1)
+                await self._take_safely(update_id, raw, on_message, on_stop)
         if offset is not None:  # confirm what was journaled, so a restart does not re-read it
-            await self.api.get_updates(offset=offset, timeout=0, limit=1)
+            with suppress(Exception):
+                await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:
         """Hand on the updates accepted before a crash whose turns never finished."""
         if self.inbox is None:
             return
         for item in self.inbox.pending():
-            update = Update.model_validate(item.payload, context={"bot": self.api})
-            message = await self._incoming(update)
+            update = parse_update(item.payload, self.api).update
+            message = await self._incoming(update) if update is not None else None
             if message is not None:
                 log.info("telegram.replayed", update_id=item.update_id)
                 on_message(message)
 
-    async def _take(self, update: Update, on_message: OnMessage, on_stop: OnStop) -> None:
+    async def _take_safely(
+        self, update_id: int, raw: dict[str, Any], on_message: OnMessage, on_stop: OnStop
+    ) -> None:
+        """Take one raw update; whatever goes wrong with it, the others are still taken."""
+        try:
+            await self._take(update_id, raw, on_message, on_stop)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("telegram.update_failed", update_id=update_id)
+            self._reject(update_id, raw, f"{type(e).__name__}: {e}")
+
+    async def _take(
+        self, update_id: int, raw: dict[str, Any], on_message: OnMessage, on_stop: OnStop
+    ) -> None:
+        if self.inbox is not None and self.inbox.seen(update_id):
+            return  # delivered again after a restart: already accepted
+        parsed = parse_update(raw, self.api)
+        if parsed.update is None:
+            log.warning("telegram.update_unparseable", update_id=update_id, error=parsed.error)
+            self._reject(update_id, raw, parsed.error or "unparseable")
+            return
+        if parsed.dropped:
+            log.info("telegram.update_degraded", update_id=update_id, dropped=parsed.dropped)
+        update = parsed.update
         if update.stopped_message_generation is not None:
             on_stop(update.stopped_message_generation.chat.id)
             return
-        if self.inbox is not None and self.inbox.seen(update.update_id):
-            return  # delivered again after a restart: already accepted
         message = await self._incoming(update)
         if message is None:
             return
         if self.inbox is not None:
-            payload = update.model_dump(mode="json", by_alias=True, exclude_none=True)
-            self.inbox.accept(update.update_id, payload)
+            self.inbox.accept(update_id, raw)
         on_message(message)
 
-    async def _get_updates(self, offset: int | None, stop: asyncio.Event) -> list[Update]:
-        """One long poll, abandoned as soon as ``stop`` is set."""
-        poll = asyncio.ensure_future(
-            self.api.get_updates(
-                offset=offset,
-                timeout=self.poll_timeout,
-                allowed_updates=ALLOWED_UPDATES,
-                request_timeout=self.poll_timeout + 10,
-            )
+    def _reject(self, update_id: int, raw: dict[str, Any], error: str) -> None:
+        if self.inbox is not None:
+            self.inbox.reject(update_id, raw, error)
+
+    async def _get_updates(self, offset: int | None, stop: asyncio.Event) -> list[Any]:
+        """One long poll, as raw JSON objects, abandoned as soon as ``stop`` is set."""
+        method = RawGetUpdates(
+            offset=offset, timeout=self.poll_timeout, allowed_updates=ALLOWED_UPDATES
         )
+        poll = asyncio.ensure_future(self.api(method, request_timeout=self.poll_timeout + 10))
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         if not poll.done():
             poll.cancel()
             return []
-        return poll.result()
+        batch = poll.result()
+        if not isinstance(batch, list):  # {"ok": true} without a result, from a proxy say
+            raise MessengerError(f"getUpdates answered {type(batch).__name__}, not a list")
+        return batch
 
     async def _incoming(self, update: Update) -> Incoming | None:
         """The update as an ``Incoming`` message, or ``None`` when it is not for us."""
@@ -255,10 +295,75 @@ class TelegramMessenger:
         largest = message.photo[-1]
         try:
             data = await self.api.download(largest.file_id)
-        except TelegramAPIError as e:
-            log.warning("telegram.photo_download_failed", error=str(e))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # aiohttp errors and timeouts too: the turn goes on without it
+            log.warning("telegram.photo_download_failed", error=_describe_error(e))
             return ()
         return (data.read(),) if data is not None else ()
+
+
+class _PollFailures:
+    """Backoff between failed polls, and which failures end polling."""
+
+    def __init__(self, conflict_timeout: float) -> None:
+        self.conflict_timeout = conflict_timeout
+        self.backoff = POLL_FIRST_BACKOFF
+        self.conflict_since: float | None = None
+
+    def wait_after(self, error: Exception) -> float:
+        """Seconds to wait before the next poll; raises ``ConfigError`` when polling must end."""
+        if isinstance(error, TelegramUnauthorizedError):
+            raise ConfigError(
+                "Telegram rejected TELEGRAM_BOT_TOKEN: check the token from @BotFather."
+            ) from error
+        if isinstance(error, TelegramConflictError):
+            self._check_conflict(error)
+        else:
+            self.conflict_since = None
+        if isinstance(error, TelegramRetryAfter):
+            wait = float(error.retry_after)
+        else:
+            wait, self.backoff = self.backoff, min(self.backoff * 2, POLL_MAX_BACKOFF)
+        log.warning("telegram.poll_failed", error=_describe_error(error), retry_in=wait)
+        return wait
+
+    def _check_conflict(self, error: TelegramConflictError) -> None:
+        now = time.monotonic()
+        if self.conflict_since is None:
+            self.conflict_since = now
+        elif now - self.conflict_since >= self.conflict_timeout:
+            raise ConfigError(
+                "Another instance is polling Telegram with this TELEGRAM_BOT_TOKEN "
+                f"(409 for {self.conflict_timeout:g} s): stop it, then start this one again."
+            ) from error
+
+    def reset(self) -> None:
+        """A poll succeeded: start over."""
+        self.backoff = POLL_FIRST_BACKOFF
+        self.conflict_since = None
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _update_id(raw: Any) -> int | None:
+    update_id = raw.get("update_id") if isinstance(raw, dict) else None
+    return update_id if isinstance(update_id, int) and not isinstance(update_id, bool) else None
+
+
+def _preview(raw: Any) -> str:
+    return repr(raw)[:200]
+
+
+def _describe_error(error: Exception) -> str:
+    """A one-line description that never holds a URL (Telegram's carry the bot token)."""
+    if isinstance(error, TelegramAPIError):
+        return f"{type(error).__name__}: {error.message}"
+    return type(error).__name__
 
 
 class TelegramDraft:

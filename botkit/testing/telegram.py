@@ -136,11 +136,18 @@ class SentMessage:
 class _ApiError(Exception):
     """An error answer of the Bot API."""
 
-    def __init__(self, error_code: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        error_code: int,
+        description: str,
+        retry_after: int | None = None,
+        raw_body: str | None = None,
+    ) -> None:
         super().__init__(description)
         self.error_code = error_code
         self.description = description
         self.retry_after = retry_after
+        self.raw_body = raw_body
 
 
 @dataclass
@@ -149,6 +156,7 @@ class _Fault:
     description: str
     retry_after: int | None
     times: int
+    raw_body: str | None = None
 
 
 @dataclass
@@ -346,6 +354,7 @@ class FakeTelegramServer(LoopbackServer):
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._files: dict[str, tuple[str, bytes]] = {}
         self._blocked: set[int] = set()
+        self._download_faults: list[int] = []
         self._poll_generation = 0
         self._stopping = False
         self._activity = asyncio.Event()
@@ -585,6 +594,25 @@ class FakeTelegramServer(LoopbackServer):
         fault = _Fault(error_code, description, retry_after, times)
         self._faults.setdefault(method.lower(), []).append(fault)
 
+    def garble_next(
+        self,
+        method: str,
+        *,
+        body: str = "<html>502 Bad Gateway</html>",
+        status: int = 502,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``body`` as is (not the API's JSON).
+
+        Like a proxy or load balancer in front of the Bot API answering with its own page.
+        """
+        fault = _Fault(status, "garbled", None, times, raw_body=body)
+        self._faults.setdefault(method.lower(), []).append(fault)
+
+    def fail_downloads(self, *, error_code: int = 404, times: int = 1) -> None:
+        """Answer the next ``times`` file downloads with ``error_code`` instead of the file."""
+        self._download_faults += [error_code] * times
+
     # ------------------------------------------------------------------ HTTP plumbing
 
     async def _handle_api(self, request: web.Request) -> web.Response:
@@ -604,6 +632,8 @@ class FakeTelegramServer(LoopbackServer):
                 self.requests[index], error_code=error.error_code, description=error.description
             )
             self._notify()
+            if error.raw_body is not None:
+                return web.Response(text=error.raw_body, status=error.error_code)
             return self._error_response(error)
         self._notify()
         return web.json_response({"ok": True, "result": result})
@@ -621,7 +651,7 @@ class FakeTelegramServer(LoopbackServer):
             fault.times -= 1
             if fault.times <= 0:
                 faults.pop(0)
-            raise _ApiError(fault.error_code, fault.description, fault.retry_after)
+            raise _ApiError(fault.error_code, fault.description, fault.retry_after, fault.raw_body)
         flood = self.flood_ratio > 0 and key.startswith("send")
         if flood and self._random.random() < self.flood_ratio:
             retry_after = self.flood_retry_after
@@ -665,6 +695,8 @@ class FakeTelegramServer(LoopbackServer):
         if request.match_info["token"] != self.token:
             return self._error_response(_ApiError(401, "Unauthorized"))
         path = request.match_info["file_path"]
+        if self._download_faults:
+            return self._error_response(_ApiError(self._download_faults.pop(0), "Not Found"))
         for file_path, data in self._files.values():
             if file_path == path:
                 return web.Response(body=data, content_type="image/png")
