@@ -1,8 +1,13 @@
-"""Session files: one JSON line per append, ``<sessions_dir>/<user_id>.jsonl``."""
+"""Session files: one JSON line per append, ``<sessions_dir>/<user_id>.jsonl``.
+
+Conversations are private: the folder is made ``0700`` and each file ``0600``, and the store
+takes group and other permissions away from a folder or file an older botkit left open.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +34,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+_PRIVATE_DIR = 0o700
+_PRIVATE_FILE = 0o600
 
 log = structlog.get_logger(__name__)
 
@@ -153,6 +161,7 @@ class JsonlSessionStore:
 
     def __init__(self, directory: Path | str, *, open_files: int = 128) -> None:
         self.directory = Path(directory)
+        self._directory_ready = False
         self._checked: set[int] = set()
         self._open_files = open_files
         self._fds: OrderedDict[int, int] = OrderedDict()
@@ -166,6 +175,9 @@ class JsonlSessionStore:
         path = self.path_for(entry.user_id)
         line = entry.to_line()
         try:
+            if not self._directory_ready:
+                _make_private_dir(self.directory)
+                self._directory_ready = True
             if entry.user_id not in self._checked:
                 line = self._mend_torn_tail(path) + line
                 self._checked.add(entry.user_id)
@@ -180,7 +192,8 @@ class JsonlSessionStore:
         if fd is not None:
             self._fds.move_to_end(user_id)
             return fd
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _PRIVATE_FILE)
+        _restrict(fd, _PRIVATE_FILE, path)
         self._fds[user_id] = fd
         while len(self._fds) > self._open_files:
             os.close(self._fds.popitem(last=False)[1])
@@ -197,7 +210,6 @@ class JsonlSessionStore:
 
     def _mend_torn_tail(self, path: Path) -> bytes:
         """A newline to end a torn last line, so the next entry starts on its own line."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         try:
             with path.open("rb") as f:
                 f.seek(-1, os.SEEK_END)
@@ -205,3 +217,19 @@ class JsonlSessionStore:
         except (FileNotFoundError, OSError):
             return b""
         return b"" if last == b"\n" else b"\n"
+
+
+def _make_private_dir(directory: Path) -> None:
+    """Make ``directory`` (and its parents) if need be; only its owner may enter it."""
+    directory.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
+    _restrict(directory, _PRIVATE_DIR, directory)
+
+
+def _restrict(target: Path | int, mode: int, path: Path) -> None:
+    """Set ``mode`` on ``target`` (a path or an open descriptor) if others may use it."""
+    if not stat.S_IMODE(os.stat(target).st_mode) & 0o077:
+        return
+    try:
+        os.chmod(target, mode)
+    except PermissionError as e:  # not ours to change: say so, and keep the bot running
+        log.warning("session.permissions_not_restricted", path=str(path), error=str(e))

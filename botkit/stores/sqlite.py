@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
 import aiosqlite
+import structlog
 
 from botkit.errors import ConfigError
 from botkit.stores.base import (
@@ -34,6 +36,8 @@ SCHEMA_VERSION = 2
 """
 
 _MIN_SQLITE = (3, 35, 0)  # RETURNING
+_PRIVATE_FILE = 0o600
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 
 _CREATE_INVITES = """CREATE TABLE IF NOT EXISTS botkit_invites (
@@ -45,6 +49,8 @@ _CREATE_INVITES = """CREATE TABLE IF NOT EXISTS botkit_invites (
         created_by  INTEGER,
         created_at  TEXT    NOT NULL
     )"""
+
+log = structlog.get_logger(__name__)
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS botkit_users (
@@ -117,10 +123,11 @@ def _one(rows: Iterable[Sequence[Any]]) -> Sequence[Any]:
 class SqliteUserStore:
     """A :class:`~botkit.stores.UserStore` in one SQLite file.
 
-    The file and its tables are made on first use. One store holds one connection and runs
-    one operation at a time on it; several stores (or processes) may share a file, as every
-    write is a ``BEGIN IMMEDIATE`` transaction, waiting up to ``busy_timeout`` seconds for
-    another's to finish.
+    The file and its tables are made on first use, the file readable by its owner only (as
+    are the ``-wal`` and ``-shm`` files SQLite makes beside it). One store holds one
+    connection and runs one operation at a time on it; several stores (or processes) may
+    share a file, as every write is a ``BEGIN IMMEDIATE`` transaction, waiting up to
+    ``busy_timeout`` seconds for another's to finish.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
@@ -289,7 +296,7 @@ class SqliteUserStore:
             # event loop has closed (an error in that thread): so first see that it can open.
             try:
                 await asyncio.to_thread(_try_open, self.path)
-            except sqlite3.Error as e:
+            except (sqlite3.Error, OSError) as e:
                 raise ConfigError(f"cannot open {self.path} as the user store: {e}") from e
             db = await aiosqlite.connect(
                 self.path, timeout=self._busy_timeout, isolation_level=None
@@ -304,7 +311,26 @@ class SqliteUserStore:
 
 
 def _try_open(path: str) -> None:
+    _make_private(path)
     sqlite3.connect(path).close()
+
+
+def _make_private(path: str) -> None:
+    """Create the file ``0600`` before SQLite does; restrict the files an older botkit made.
+
+    SQLite gives its ``-wal``, ``-shm`` and ``-journal`` files the database file's permissions.
+    """
+    if path in ("", ":memory:"):
+        return
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT, _PRIVATE_FILE))
+    for name in (path, *(path + suffix for suffix in _SIDE_FILES)):
+        try:
+            if stat.S_IMODE(os.stat(name).st_mode) & 0o077:
+                os.chmod(name, _PRIVATE_FILE)
+        except FileNotFoundError:
+            continue
+        except PermissionError as e:  # not ours to change: say so, and keep the bot running
+            log.warning("user_store.permissions_not_restricted", path=name, error=str(e))
 
 
 async def _prepare(db: aiosqlite.Connection, path: str) -> None:

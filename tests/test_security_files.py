@@ -1,0 +1,148 @@
+"""What botkit writes is its owner's alone: files 0600, folders 0700, even under umask 022."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from botkit import Bot, Message, Settings
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.sessions import JsonlSessionStore, SessionEntry
+from botkit.stores import SqliteUserStore
+from botkit.testing import FakeAnthropicServer
+
+ANN = 1101
+
+
+@pytest.fixture(autouse=True)
+def usual_umask() -> Iterator[None]:
+    """The common default umask, under which new files are readable by every local user."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def mode(path: Path | str) -> str:
+    """The permission bits of ``path``, as ``"0o600"``."""
+    return oct(stat.S_IMODE(os.stat(path).st_mode))
+
+
+def modes(*paths: Path | str) -> list[str]:
+    return [mode(path) for path in paths]
+
+
+def user_said(user_id: int, text: str) -> SessionEntry:
+    return SessionEntry.of(user_id, Message.user_text(text))
+
+
+async def test_session_files_and_their_folder_stay_private_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "sessions"
+    store = JsonlSessionStore(folder)
+    await store.append(user_said(1, "my password is hunter2"))
+    await store.close()
+
+    assert mode(folder) == "0o700"
+    assert mode(folder / "1.jsonl") == "0o600"
+
+    restarted = JsonlSessionStore(folder)
+    await restarted.append(user_said(1, "and my pin is 1234"))
+    await restarted.append(user_said(2, "hello"))
+    await restarted.close()
+
+    assert mode(folder) == "0o700"
+    assert modes(folder / "1.jsonl", folder / "2.jsonl") == ["0o600", "0o600"]
+    assert len((await restarted.load(1)).messages) == 2
+
+
+async def test_session_files_an_older_botkit_left_readable_are_made_private(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir(mode=0o755)
+    old_file = folder / "1.jsonl"
+    old_file.write_bytes(user_said(1, "from before").to_line())
+    old_file.chmod(0o644)
+
+    store = JsonlSessionStore(folder)
+    await store.append(user_said(1, "now"))
+    await store.close()
+
+    assert mode(folder) == "0o700"
+    assert mode(old_file) == "0o600"
+    assert len((await store.load(1)).messages) == 2
+
+
+async def test_the_user_store_and_its_wal_stay_private_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "users.db"
+    files = [path, tmp_path / "users.db-wal", tmp_path / "users.db-shm"]
+
+    store = await SqliteUserStore.connect(path)
+    try:
+        await store.upsert_user(1, "user", "Ann")
+        await store.create_invite("admin")
+        assert modes(*files) == ["0o600"] * 3
+    finally:
+        await store.close()
+
+    restarted = await SqliteUserStore.connect(path)
+    try:
+        await restarted.upsert_user(2, "user", "Bo")
+        assert modes(*files) == ["0o600"] * 3
+        assert len(await restarted.list_users()) == 2
+    finally:
+        await restarted.close()
+    assert mode(path) == "0o600"
+
+
+async def test_a_user_store_an_older_botkit_left_readable_is_made_private(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "users.db"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE kept (n INTEGER)")
+    db.close()
+    path.chmod(0o644)
+
+    store = await SqliteUserStore.connect(path)
+    try:
+        await store.upsert_user(1, "user")
+        assert modes(path, f"{path}-wal", f"{path}-shm") == ["0o600"] * 3
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def bot(claude: FakeAnthropicServer, tmp_path: Path) -> AsyncIterator[Bot]:
+    settings = Settings(
+        _env_file=None,
+        allowed_users=frozenset({ANN}),
+        sessions_dir=tmp_path / "sessions",
+        stream_replies=False,
+    )
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    made = Bot(settings=settings, llm=llm)
+    yield made
+    await made.aclose()
+
+
+async def test_a_bot_keeps_its_sessions_folder_and_everything_in_it_private(
+    bot: Bot, tmp_path: Path
+) -> None:
+    users = await bot.user_store()  # opened first, as when serving: it makes the folder
+    await users.upsert_user(ANN, "user", "Ann")
+    [event async for event in bot.stream(ANN, "my address is 1 Main St")]
+
+    folder = tmp_path / "sessions"
+    written = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert mode(folder) == "0o700"
+    assert f"{ANN}.jsonl" in written
+    assert "botkit.db" in written
+    assert {name: oct(m) for name, m in written.items() if m & 0o077} == {}
