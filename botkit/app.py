@@ -1,30 +1,55 @@
-"""Running a bot on Telegram: polling, dispatching turns, shutting down cleanly."""
+"""Running a bot on Telegram: polling, dispatching turns, shutting down cleanly.
+
+The start-up steps the console shares (MCP tools, the Anthropic key check) live here too, so
+both runtimes offer the same tools and fail the same way; aiogram is imported only to serve.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from functools import partial
+from typing import TYPE_CHECKING
 
 import structlog
 
 from botkit.bot import Bot
 from botkit.dispatch import TurnDispatcher
-from botkit.errors import MessengerError
+from botkit.errors import LLMAuthError, MessengerError
 from botkit.inbox import Inbox
-from botkit.messengers.flood import FloodControl, FloodLimits
-from botkit.messengers.telegram import TelegramMessenger
+from botkit.messengers.base import Messenger
 
-__all__ = ["messenger_for", "run_bot", "serve"]
+if TYPE_CHECKING:
+    from botkit.messengers.telegram import TelegramMessenger
+
+__all__ = [
+    "AUTH_FAILURE_TEXT",
+    "check_llm",
+    "mcp_tools",
+    "messenger_for",
+    "run_bot",
+    "serve",
+    "tell_admins",
+]
 
 log = structlog.get_logger(__name__)
 
 INBOX_FILE = "inbox.jsonl"
 
+AUTH_FAILURE_TEXT = (
+    "Anthropic rejected ANTHROPIC_API_KEY, so I cannot answer anyone: set a valid key and "
+    "restart me. Users are told I am unavailable meanwhile; I tell you this once."
+)
+"""What admins are told in Telegram when the key is rejected while serving."""
+
 
 def messenger_for(bot: Bot) -> TelegramMessenger:
     """A Telegram messenger configured from the bot's settings."""
+    from botkit.messengers.flood import FloodControl, FloodLimits
+    from botkit.messengers.telegram import TelegramMessenger
+
     settings = bot.settings
     return TelegramMessenger(
         settings.require_telegram_token(),
@@ -53,9 +78,10 @@ async def serve(
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
     try:
-        async with _mcp_tools(bot):
+        async with mcp_tools(bot):
             me = await messenger.start()
             await bot.on_start()
+            await check_llm(bot, partial(tell_admins, bot, messenger))
             log.info("bot.started", username=me.username, model=bot.settings.model)
             await _publish_commands(bot, messenger)
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
@@ -72,8 +98,8 @@ async def serve(
 
 
 @asynccontextmanager
-async def _mcp_tools(bot: Bot) -> AsyncIterator[None]:
-    """Connect the MCP servers of BOTKIT_MCP_CONFIG and offer their tools while serving."""
+async def mcp_tools(bot: Bot) -> AsyncIterator[None]:
+    """Connect the MCP servers of BOTKIT_MCP_CONFIG and offer their tools inside the block."""
     if not bot.settings.mcp_config:
         yield
         return
@@ -83,6 +109,33 @@ async def _mcp_tools(bot: Bot) -> AsyncIterator[None]:
         for tool in tools:
             bot.tools.register_tool(tool)
         yield
+
+
+async def check_llm(
+    bot: Bot, on_auth_failure: Callable[[LLMAuthError], Awaitable[None]] | None = None
+) -> None:
+    """Check the Anthropic key and model at no token cost (retried while unreachable), and
+    have ``on_auth_failure`` told once if the key is rejected later.
+
+    A rejected key or model raises ``ConfigError``; an LLM of another kind is left alone.
+    """
+    from botkit.llm.anthropic import AnthropicLLM
+
+    llm = bot.llm
+    if not isinstance(llm, AnthropicLLM):
+        return
+    if llm.on_auth_failure is None:
+        llm.on_auth_failure = on_auth_failure
+    await llm.verify()
+
+
+async def tell_admins(bot: Bot, messenger: Messenger, error: LLMAuthError) -> None:
+    """Tell every admin that the key was rejected; a failed send is logged, not raised."""
+    for admin in sorted(bot.settings.admins):
+        try:
+            await messenger.send_text(admin, AUTH_FAILURE_TEXT)
+        except MessengerError as e:
+            log.warning("bot.admin_not_told", admin=admin, error=str(e))
 
 
 async def _publish_commands(bot: Bot, messenger: TelegramMessenger) -> None:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from botkit.bot import Bot
     from botkit.config import Settings
 
-__all__ = ["main"]
+__all__ = ["load_bot", "load_settings", "main"]
 
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
@@ -36,6 +36,15 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--user-id", type=int, default=1, help="who you are in the sessions (default 1)"
     )
+    console.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain text lines, for scripts and pipes (the default when stdout is not a terminal)",
+    )
+    doctor = commands.add_parser(
+        "doctor", help="check the configuration: tokens, model, database, MCP servers, skills"
+    )
+    doctor.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
     migrate = commands.add_parser("migrate", help="apply the PostgreSQL migrations, in order")
     migrate.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
     invite = commands.add_parser("invite", help="create an invite link for new users")
@@ -60,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
         if args.command == "console":
-            return _console(args.target, args.user_id)
+            return _console(args.target, args.user_id, plain=args.plain or not sys.stdout.isatty())
+        if args.command == "doctor":
+            from botkit.doctor import doctor
+
+            return doctor(args.target)
         if args.command == "migrate":
             return _migrate(args.dsn)
         if args.command == "invite":
@@ -81,14 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(target: str | None) -> int:
     from botkit.log import configure_logging
 
-    bot = _load_bot(target)
+    bot = load_bot(target)
     settings = bot.settings
     token = settings.require_telegram_token()
-    if settings.mcp_config:  # a bad MCP file stops us here, with one clear line
-        from botkit.tools.mcp import parse_mcp_config
-
-        parse_mcp_config(settings.mcp_config)
-    bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
+    _check_local_config(bot)
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     configure_logging(settings.log_level, secrets=[token, key])
     from botkit.app import run_bot  # aiogram takes seconds to import: only once we will run
@@ -97,18 +106,31 @@ def _run(target: str | None) -> int:
     return 0
 
 
-def _console(target: str | None, user_id: int) -> int:
-    import asyncio
+def _check_local_config(bot: Bot) -> None:
+    """What can be checked before any network call: the MCP file, the key being set."""
+    if bot.settings.mcp_config:  # a bad MCP file stops us here, with one clear line
+        from botkit.tools.mcp import parse_mcp_config
 
-    from botkit.console import run_console
+        parse_mcp_config(bot.settings.mcp_config)
+    bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
+
+
+def _console(target: str | None, user_id: int, *, plain: bool) -> int:
+    import asyncio
+    from contextlib import suppress
+
+    from botkit.console import ConsoleView, PlainView, RichView, run_console
     from botkit.log import configure_logging
 
-    bot = _load_bot(target)
-    bot.llm  # noqa: B018 - creating the client checks ANTHROPIC_API_KEY before we start
-    configure_logging("WARNING")
+    bot = load_bot(target)
+    _check_local_config(bot)
+    key = bot.settings.anthropic_api_key
+    configure_logging("WARNING", secrets=[key.get_secret_value()] if key else [])
     # The person at the terminal is the operator: admitted, and an admin.
     bot.settings.admins = bot.settings.admins | {user_id}
-    asyncio.run(run_console(bot, user_id=user_id))
+    view: ConsoleView = PlainView(sys.stdout) if plain else RichView()
+    with suppress(KeyboardInterrupt):  # Ctrl-C ends the session like Ctrl-D
+        asyncio.run(run_console(bot, user_id=user_id, view=view))
     return 0
 
 
@@ -118,7 +140,7 @@ def _migrate(dsn: str | None) -> int:
     from botkit.errors import ConfigError
     from botkit.stores.migrate import migrate
 
-    url = dsn or _settings().database_url
+    url = dsn or load_settings().database_url
     if url is None:
         raise ConfigError("BOTKIT_DATABASE_URL is not set (the SQLite store needs no migrations)")
     text = url if isinstance(url, str) else url.get_secret_value()
@@ -143,7 +165,7 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     lifetime = parse_duration(expires)
     if uses < 1:
         raise ConfigError(f"--uses must be at least 1, got {uses}")
-    bot = Bot(settings=_settings())
+    bot = Bot(settings=load_settings())
 
     async def create() -> str:
         try:
@@ -180,7 +202,8 @@ async def _bot_username(bot: Bot) -> str:
     return me.username or ""
 
 
-def _settings() -> Settings:
+def load_settings() -> Settings:
+    """Settings from the environment and .env, or a ConfigError naming the bad one."""
     from pydantic import ValidationError
 
     from botkit.config import Settings
@@ -192,7 +215,8 @@ def _settings() -> Settings:
         raise ConfigError(f"invalid setting: {_first_error(e)}") from e
 
 
-def _load_bot(target: str | None) -> Bot:
+def load_bot(target: str | None) -> Bot:
+    """The bot ``target`` names (the default assistant for ``None``), or a ConfigError."""
     from pydantic import ValidationError
 
     from botkit.bot import Bot

@@ -1,97 +1,310 @@
-"""``python -m botkit console``: talk to a bot in the terminal, same loop and sessions."""
+"""``python -m botkit console``: talk to a bot in the terminal, same loop, tools and sessions.
+
+A person at a terminal gets the rich view: Markdown rendered as it streams in, each tool call
+one dim line (name, arguments, result), errors in red. Scripts and pipes get the plain view
+(``--plain``, and whenever stdout is not a terminal): ``bot>``/``tool>`` lines, nothing else.
+Each line goes through the bot's own ``handle``, so ``/commands`` behave as in Telegram, and
+the MCP servers and the key check are the ones serving uses.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
+from botkit.agent.events import ToolEnd
+from botkit.app import check_llm, mcp_tools
 from botkit.bot import Bot
+from botkit.errors import LLMAuthError
 from botkit.messengers.base import Incoming
+from botkit.types import ToolResultBlock, ToolUseBlock
 
-__all__ = ["ConsoleMessenger", "run_console"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+
+__all__ = ["ConsoleMessenger", "ConsoleView", "PlainView", "RichView", "run_console", "tool_line"]
 
 PROMPT = "you> "
 BOT = "bot> "
+TOOL = "tool> "
+ERROR = "error> "
+MAX_ARGUMENTS = 120
+"""Characters of a tool call's arguments shown before cutting with "…"."""
+MAX_RESULT = 200
+"""Characters of a tool's result shown before cutting with "…"."""
+AUTH_FAILURE_TEXT = "Anthropic rejected ANTHROPIC_API_KEY: set a valid key and start again."
+
+
+def tool_line(call: ToolUseBlock, result: ToolResultBlock) -> str:
+    """``name(arg=value, …) → result`` on one line, both sides cut to a readable length."""
+    arguments = ", ".join(f"{k}={_json(v)}" for k, v in call.input.items())
+    outcome = ("error: " if result.is_error else "") + result.content
+    return f"{call.name}({_cut(arguments, MAX_ARGUMENTS)}) → {_cut(outcome, MAX_RESULT)}"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _cut(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class ConsoleView(Protocol):
+    """How the console shows a turn."""
+
+    def text(self, delta: str) -> None:
+        """Show a piece of the streamed answer."""
+        ...
+
+    def end_text(self) -> None:
+        """The streamed answer (or a part of it, before a tool call) is complete."""
+        ...
+
+    def reply(self, text: str, *, error: bool) -> None:
+        """Show a whole reply; ``error`` when it tells the user something failed."""
+        ...
+
+    def tool(self, call: ToolUseBlock, result: ToolResultBlock) -> None:
+        """Show one finished tool call."""
+        ...
+
+    def notice(self, text: str) -> None:
+        """Show an operator's warning."""
+        ...
+
+    def prompt(self) -> None:
+        """Invite the next line."""
+        ...
+
+
+class PlainView:
+    """Plain lines for scripts and pipes: ``bot>``, ``tool>``, ``error>``."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._open = False  # a streamed line is not yet ended
+
+    def text(self, delta: str) -> None:
+        """Print ``delta`` at once, after ``bot>`` on a new answer."""
+        if not self._open:
+            self.out.write(BOT)
+            self._open = True
+        self._write(delta)
+
+    def end_text(self) -> None:
+        """End the streamed line."""
+        if self._open:
+            self._open = False
+            self._write("\n")
+
+    def reply(self, text: str, *, error: bool) -> None:
+        """One ``bot>`` line."""
+        self.end_text()
+        self._write(f"{BOT}{text}\n")
+
+    def tool(self, call: ToolUseBlock, result: ToolResultBlock) -> None:
+        """One ``tool>`` line."""
+        self.end_text()
+        self._write(f"{TOOL}{tool_line(call, result)}\n")
+
+    def notice(self, text: str) -> None:
+        """One ``error>`` line."""
+        self.end_text()
+        self._write(f"{ERROR}{text}\n")
+
+    def prompt(self) -> None:
+        """``you>``, without a newline."""
+        self._write(PROMPT)
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+
+class RichView:
+    """Markdown rendered for the terminal as it streams; tool calls dim, errors red."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(highlight=False)
+        self._live: Live | None = None
+        self._segment = ""
+
+    def text(self, delta: str) -> None:
+        """Re-render the answer so far as Markdown."""
+        from rich.live import Live
+        from rich.markdown import Markdown
+
+        self._segment += delta
+        if self._live is None:
+            self._live = Live(
+                console=self.console, refresh_per_second=12, vertical_overflow="visible"
+            )
+            self._live.start()
+        self._live.update(Markdown(self._segment))
+
+    def end_text(self) -> None:
+        """Leave the rendered answer on the screen."""
+        from rich.markdown import Markdown
+
+        live, self._live = self._live, None
+        if live is not None:
+            live.update(Markdown(self._segment), refresh=True)
+            live.stop()
+        self._segment = ""
+
+    def reply(self, text: str, *, error: bool) -> None:
+        """Markdown, or red text for an error."""
+        from rich.markdown import Markdown
+        from rich.text import Text
+
+        self.end_text()
+        self.console.print(Text(text, style="red") if error else Markdown(text))
+
+    def tool(self, call: ToolUseBlock, result: ToolResultBlock) -> None:
+        """One dim line (red when the tool failed)."""
+        from rich.text import Text
+
+        self.end_text()
+        style = "red" if result.is_error else "dim"
+        self.console.print(Text(f"⚙ {tool_line(call, result)}", style=style))
+
+    def notice(self, text: str) -> None:
+        """A bold red line."""
+        from rich.text import Text
+
+        self.end_text()
+        self.console.print(Text(text, style="bold red"))
+
+    def prompt(self) -> None:
+        """A bold ``you>``."""
+        self.console.print(PROMPT, style="bold", end="")
 
 
 class ConsoleDraft:
-    """Prints the answer as it streams in."""
+    """Shows the answer as it streams in."""
 
-    def __init__(self, out: TextIO, on_finish: Callable[[str], None]) -> None:
-        self.out = out
+    def __init__(self, view: ConsoleView, on_finish: Callable[[str], None]) -> None:
+        self.view = view
         self.on_finish = on_finish
         self.text = ""
+        self.draft_id = 0  # one chat, one turn at a time: nothing to tell apart
+
+    async def start(self) -> None:
+        """Nothing to show before the first word."""
 
     async def update(self, delta: str) -> None:
-        """Print ``delta`` at once."""
-        if not self.text:
-            self.out.write(BOT)
+        """Show ``delta`` at once."""
         self.text += delta
-        self.out.write(delta)
-        self.out.flush()
+        self.view.text(delta)
 
     async def finish(self) -> None:
-        """End the streamed line."""
-        if self.text:
-            self.out.write("\n")
-            self.out.flush()
+        """End the streamed answer."""
+        self.view.end_text()
         self.on_finish(self.text)
 
 
 class ConsoleMessenger:
     """A messenger whose chat is this terminal."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
-        self.out = out or sys.stdout
+    def __init__(self, view: ConsoleView, error_texts: frozenset[str] = frozenset()) -> None:
+        self.view = view
+        self.error_texts = error_texts
+        """Replies shown as errors (the bot's "something went wrong" texts)."""
         self._streamed: str | None = None
 
-    async def send_text(self, chat_id: int, text: str) -> None:
-        """Print a reply, unless it was just streamed word for word."""
+    async def send_text(
+        self, chat_id: int, text: str, *, thread_id: int | None = None, reply_to: int | None = None
+    ) -> None:
+        """Show a reply, unless it was just streamed word for word."""
         streamed, self._streamed = self._streamed, None
         if streamed is not None and streamed.strip() == text.strip():
             return
-        self.out.write(f"{BOT}{text}\n")
-        self.out.flush()
+        self.view.reply(text, error=text in self.error_texts)
 
-    async def send_typing(self, chat_id: int) -> None:
+    async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Nothing to show: the streamed text is the sign of life."""
 
+    async def download(self, file_id: str) -> bytes | None:
+        """No attachments come from a terminal."""
+        return None
+
     def draft(self, message: Incoming) -> ConsoleDraft:
-        """A draft that prints as it goes."""
-        return ConsoleDraft(self.out, self._remember_streamed)
+        """A draft that shows the answer as it goes."""
+        return ConsoleDraft(self.view, self._remember_streamed)
 
     def _remember_streamed(self, text: str) -> None:
         self._streamed = text
 
 
-async def run_console(bot: Bot, *, user_id: int, stdin: TextIO | None = None) -> None:
-    """Read lines from ``stdin`` and answer each as a turn of ``user_id``; EOF ends."""
+async def run_console(
+    bot: Bot,
+    *,
+    user_id: int,
+    stdin: TextIO | None = None,
+    view: ConsoleView | None = None,
+) -> None:
+    """Read lines from ``stdin`` and answer each as a turn of ``user_id``; EOF ends.
+
+    The MCP servers of BOTKIT_MCP_CONFIG are connected and the Anthropic key is checked
+    first, as when serving on Telegram.
+    """
     source = stdin or sys.stdin
-    messenger = ConsoleMessenger()
+    view = view or PlainView(sys.stdout)
+    messenger = ConsoleMessenger(
+        view, frozenset({bot.options.error_text, bot.options.overloaded_text})
+    )
     bot.messenger = messenger
+    bot.hooks.on("tool_end", _show_tool(view))
     try:
-        await bot.on_start()
-        while True:
-            if source.isatty():
-                sys.stdout.write(PROMPT)
-                sys.stdout.flush()
-            line = await asyncio.to_thread(source.readline)
-            if not line:
-                return
-            text = line.strip()
-            if not text:
-                continue
-            message = Incoming(
-                update_id=-time.time_ns(),  # negative and unique: never a Telegram update id
-                user_id=user_id,
-                chat_id=user_id,
-                text=text,
-                date=datetime.now(UTC),
-            )
-            await bot.handle_safely(message, messenger)
+        async with mcp_tools(bot):
+            await bot.on_start()
+            await check_llm(bot, _notice(view, AUTH_FAILURE_TEXT))
+            await _read_loop(bot, messenger, source, user_id)
     finally:
+        view.end_text()
         await bot.aclose()
+
+
+async def _read_loop(bot: Bot, messenger: ConsoleMessenger, source: TextIO, user_id: int) -> None:
+    """One turn per non-empty line until EOF."""
+    while True:
+        if source.isatty():
+            messenger.view.prompt()
+        line = await asyncio.to_thread(source.readline)
+        if not line:
+            return
+        text = line.strip()
+        if not text:
+            continue
+        message = Incoming(
+            update_id=-time.time_ns(),  # negative and unique: never a Telegram update id
+            user_id=user_id,
+            chat_id=user_id,
+            text=text,
+            date=datetime.now(UTC),
+        )
+        await bot.handle_safely(message, messenger)
+
+
+def _show_tool(view: ConsoleView) -> Callable[[ToolEnd], Awaitable[None]]:
+    async def show(event: ToolEnd) -> None:
+        view.tool(event.call, event.result)
+
+    return show
+
+
+def _notice(view: ConsoleView, text: str) -> Callable[[LLMAuthError], Awaitable[None]]:
+    async def notice(error: LLMAuthError) -> None:
+        view.notice(text)
+
+    return notice

@@ -1,0 +1,286 @@
+"""``python -m botkit doctor``: is this deployment configured right? One line per check.
+
+Each line starts with ✓ or ✗; a ✗ says what to do. The checks ask the real peers (Telegram's
+getMe and getWebhookInfo, a free token count at Anthropic, PostgreSQL, every MCP server) but
+change nothing, and no token, key or password is ever printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+from urllib.parse import urlsplit
+
+from botkit.errors import ConfigError, LLMError, MessengerError
+
+if TYPE_CHECKING:
+    from botkit.bot import Bot
+    from botkit.config import Settings
+    from botkit.tools.mcp import MCPServerConfig
+
+__all__ = ["CheckResult", "doctor", "run_checks"]
+
+OK, FAILED = "✓", "✗"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The outcome of one check: what was checked, whether it passed, and what was found."""
+
+    name: str
+    ok: bool
+    detail: str
+    """What was found; on a failure, also what to do."""
+
+    def line(self) -> str:
+        """``✓ name: detail`` (or ✗)."""
+        return f"{OK if self.ok else FAILED} {self.name}: {self.detail}"
+
+
+def doctor(target: str | None, out: TextIO | None = None) -> int:
+    """Run every check and print one line each; 0 when all passed, 1 otherwise."""
+    from botkit.cli import load_settings
+    from botkit.log import configure_logging
+
+    out = out or sys.stdout
+    try:
+        settings = load_settings()
+    except ConfigError as e:
+        out.write(CheckResult("configuration", False, str(e)).line() + "\n")
+        return 1
+    secrets = _secrets(settings)
+    configure_logging("CRITICAL", secrets=secrets)
+    results = asyncio.run(run_checks(target, settings))
+    for result in results:
+        out.write(_redacted(result.line(), secrets) + "\n")
+    failed = sum(not r.ok for r in results)
+    out.write(f"{failed} of {len(results)} checks failed\n" if failed else "all checks passed\n")
+    return 1 if failed else 0
+
+
+async def run_checks(target: str | None, settings: Settings) -> list[CheckResult]:
+    """Every check, in the order they are printed."""
+    built, bot = _check_bot(target)
+    settings = bot.settings if bot is not None else settings
+    try:
+        telegram, anthropic, database, mcp = await asyncio.gather(
+            _check_telegram(settings),
+            _check_anthropic(bot, settings),
+            _check_database(settings),
+            _check_mcp(settings),
+        )
+    finally:
+        if bot is not None:
+            await bot.aclose()
+    return [
+        built,
+        telegram,
+        anthropic,
+        database,
+        _check_sessions(settings),
+        *mcp,
+        *_skills(settings),
+    ]
+
+
+def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
+    """The bot target imports and builds."""
+    from botkit.cli import load_bot
+
+    what = target or "the default assistant"
+    try:
+        bot = load_bot(target)
+    except ConfigError as e:
+        return CheckResult("bot", False, str(e)), None
+    except Exception as e:  # the target's own code failed: show how
+        return CheckResult("bot", False, f"{what} failed to build: {type(e).__name__}: {e}"), None
+    found = f"{len(bot.tools)} tools, {len(bot.commands)} commands"
+    return CheckResult("bot", True, f"{what} builds ({found})"), bot
+
+
+async def _check_telegram(settings: Settings) -> CheckResult:
+    """The token is accepted (getMe), and whether a webhook is set (getWebhookInfo)."""
+    from botkit.messengers.flood import FloodControl
+    from botkit.messengers.telegram import TelegramMessenger
+
+    try:
+        token = settings.require_telegram_token()
+    except ConfigError as e:
+        return CheckResult("Telegram", False, str(e))
+    messenger = TelegramMessenger(
+        token, api_base=settings.telegram_api_base, flood=FloodControl(max_attempts=2)
+    )
+    try:
+        me = await messenger.start()
+        info = await messenger.flood.send(0, messenger.api.get_webhook_info)
+    except ConfigError as e:
+        return CheckResult("Telegram", False, str(e))
+    except MessengerError as e:
+        return CheckResult("Telegram", False, f"{e}: check the network and TELEGRAM_API_BASE")
+    finally:
+        await messenger.close()
+    webhook = (
+        f"a webhook is set (to {urlsplit(info.url).hostname}); serving removes it and polls"
+        if info.url
+        else "no webhook set"
+    )
+    return CheckResult("Telegram", True, f"@{me.username} answers getMe; {webhook}")
+
+
+async def _check_anthropic(bot: Bot | None, settings: Settings) -> CheckResult:
+    """The key is accepted and the model known, by a call that costs no tokens."""
+    from botkit.llm.anthropic import AnthropicLLM
+
+    try:
+        llm = bot.llm if bot is not None else None
+        own = llm is None
+        if llm is None:
+            llm = AnthropicLLM(
+                api_key=settings.require_anthropic_key(),
+                model=settings.model,
+                base_url=settings.anthropic_base_url,
+                max_concurrency=1,
+            )
+    except ConfigError as e:
+        return CheckResult("Anthropic", False, str(e))
+    if not isinstance(llm, AnthropicLLM):
+        return CheckResult("Anthropic", True, f"the bot uses its own {type(llm).__name__}")
+    try:
+        await llm.verify(attempts=2, max_backoff=1.0)
+    except (ConfigError, LLMError) as e:
+        return CheckResult("Anthropic", False, f"{e}" + _unreachable_hint(e))
+    finally:
+        if own:
+            await llm.close()
+    return CheckResult("Anthropic", True, f"key accepted, model {llm.model!r} known")
+
+
+def _unreachable_hint(error: Exception) -> str:
+    return "" if isinstance(error, ConfigError) else ": check the network and ANTHROPIC_BASE_URL"
+
+
+async def _check_database(settings: Settings) -> CheckResult:
+    """PostgreSQL answers and every migration is applied (when BOTKIT_DATABASE_URL is set)."""
+    if settings.database_url is None:
+        path = settings.database_path or settings.sessions_dir / "botkit.db"
+        return CheckResult("database", True, f"SQLite at {path} (no migrations needed)")
+    import asyncpg  # type: ignore[import-untyped]
+
+    from botkit.stores.migrate import pending_migrations
+
+    try:
+        conn = await asyncpg.connect(settings.database_url.get_secret_value(), timeout=10)
+    except (OSError, ValueError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        return CheckResult(
+            "database",
+            False,
+            f"cannot connect to BOTKIT_DATABASE_URL ({e}): check the URL and that PostgreSQL runs",
+        )
+    try:
+        pending: list[str] = await pending_migrations(conn)
+    finally:
+        await conn.close()
+    if pending:
+        names = ", ".join(pending)
+        return CheckResult(
+            "database",
+            False,
+            f"PostgreSQL answers, but {len(pending)} migrations are not applied ({names}): "
+            "run python -m botkit migrate",
+        )
+    return CheckResult("database", True, "PostgreSQL answers, migrations applied")
+
+
+def _check_sessions(settings: Settings) -> CheckResult:
+    """The sessions folder exists (or can be made) and takes a file."""
+    folder = settings.sessions_dir
+    probe = folder / f".doctor-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return CheckResult(
+            "sessions",
+            False,
+            f"{folder} is not writable ({e.strerror or e}): set BOTKIT_SESSIONS_DIR to a folder "
+            "the bot may write",
+        )
+    return CheckResult("sessions", True, f"{folder.resolve()} is writable")
+
+
+async def _check_mcp(settings: Settings) -> list[CheckResult]:
+    """Each MCP server starts and lists its tools."""
+    from botkit.tools.mcp import parse_mcp_config
+
+    if not settings.mcp_config:
+        return [CheckResult("MCP", True, "no servers configured")]
+    try:
+        configs = parse_mcp_config(settings.mcp_config)
+    except ConfigError as e:
+        return [CheckResult("MCP", False, str(e))]
+    return list(await asyncio.gather(*(_check_mcp_server(c) for c in configs)))
+
+
+async def _check_mcp_server(config: MCPServerConfig) -> CheckResult:
+    from botkit.tools.mcp import MCPConnectError, MCPConnection
+
+    try:
+        async with MCPConnection(config) as connection:
+            names = [tool.name for tool in connection.tools()]
+    except MCPConnectError as e:
+        where = "command" if config.transport == "stdio" else "url"
+        return CheckResult("MCP", False, f"{e}: check its {where} in BOTKIT_MCP_CONFIG")
+    listed = ", ".join(names) or "none"
+    return CheckResult("MCP", True, f"server {config.name!r} started; tools: {listed}")
+
+
+def _skills(settings: Settings) -> list[CheckResult]:
+    """Every skill in BOTKIT_SKILLS_DIR parses."""
+    from botkit.skills import SKILL_FILE, Skill, SkillLibrary
+
+    root = settings.skills_dir
+    if root is None:
+        return [CheckResult("skills", True, "no skills folder configured")]
+    if not root.is_dir():
+        return [CheckResult("skills", False, f"{root} is not a folder: fix BOTKIT_SKILLS_DIR")]
+    skills: list[Skill] = []
+    broken: list[CheckResult] = []
+    for path in sorted(root.glob(f"[!.]*/{SKILL_FILE}")):
+        try:
+            skills.append(Skill.from_file(path))
+        except (OSError, ValueError) as e:
+            broken.append(CheckResult("skills", False, f"{_relative(path)} does not parse: {e}"))
+    try:
+        SkillLibrary(skills)
+    except ConfigError as e:
+        broken.append(CheckResult("skills", False, str(e)))
+    names = ", ".join(skill.name for skill in skills) or "none"
+    return [CheckResult("skills", True, f"{len(skills)} parse in {root}: {names}"), *broken]
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _secrets(settings: Settings) -> list[str]:
+    """What must never be printed: the token, the key, the database URL and its password."""
+    values = [settings.telegram_bot_token, settings.anthropic_api_key, settings.database_url]
+    secrets = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+    if settings.database_url is not None:
+        password = urlsplit(settings.database_url.get_secret_value()).password
+        secrets += [password] if password else []
+    return secrets
+
+
+def _redacted(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
