@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from botkit.testing import FakeTelegramServer
+import pytest
+from structlog.testing import capture_logs
+
+from botkit.errors import LLMError
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -101,3 +107,36 @@ async def test_a_rejected_token_is_one_clear_line(
     assert result.returncode == 2
     assert "Telegram rejected TELEGRAM_BOT_TOKEN" in result.stderr
     assert "Traceback" not in result.stderr and "WRONG" not in result.stderr
+
+
+async def test_an_unknown_model_stops_the_start_naming_it(
+    tmp_path: Path, telegram: FakeTelegramServer
+) -> None:
+    async with FakeAnthropicServer(models=["claude-test"]) as claude:
+        result = await asyncio.to_thread(
+            run_botkit,
+            tmp_path,
+            TELEGRAM_BOT_TOKEN=telegram.token,
+            TELEGRAM_API_BASE=telegram.base_url,
+            ANTHROPIC_API_KEY="k",
+            ANTHROPIC_BASE_URL=claude.base_url,
+            BOTKIT_MODEL="claude-sonet-9",
+            BOTKIT_SESSIONS_DIR=str(tmp_path),
+        )
+    assert result.returncode == 2
+    assert "'claude-sonet-9'" in result.stderr and "BOTKIT_MODEL" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not telegram.requests_for("getUpdates")
+
+
+async def test_an_unreachable_messages_api_is_retried_at_start_then_reported() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=f"http://127.0.0.1:{port}")
+    try:
+        with capture_logs() as logs, pytest.raises(LLMError, match="after 3 attempts"):
+            await llm.verify(attempts=3, max_backoff=0)
+    finally:
+        await llm.close()
+    assert [e["event"] for e in logs] == ["anthropic.check_retry"] * 2

@@ -227,3 +227,75 @@ async def test_a_second_signal_stops_at_once(
     bot_process.stderr += err
     assert bot_process.process.returncode == 0
     assert telegram.sent_messages(ALICE) == []
+
+
+ADMIN = 1009
+
+
+def log_lines(stderr: bytes) -> list[dict[str, object]]:
+    """The JSON log lines of a run (stderr is not a terminal, so every line is JSON)."""
+    return [orjson.loads(line) for line in stderr.splitlines() if line.startswith(b"{")]
+
+
+async def test_a_rejected_key_stops_the_start_with_one_sentence_and_no_polling(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.api_key = "the-right-key"
+    bot = BotProcess(telegram, claude, tmp_path)
+    bot.start()
+    assert bot.process is not None
+    _, err = await asyncio.to_thread(bot.process.communicate, timeout=60)
+    assert bot.process.returncode == 2
+    assert err.decode().strip().splitlines() == [
+        "botkit: Anthropic rejected ANTHROPIC_API_KEY (invalid x-api-key): set a valid key "
+        "from console.anthropic.com."
+    ]
+    assert telegram.requests_for("getMe"), "the token was checked too"
+    assert not telegram.requests_for("getUpdates"), "no update was taken"
+    assert len(claude.count_token_requests) == 1 and not claude.requests, "no token was spent"
+
+
+async def test_a_key_revoked_while_running_is_one_error_line_and_one_admin_message(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    bot_process.env["BOTKIT_ADMINS"] = str(ADMIN)
+    await bot_process.stop()
+    bot_process.start()
+    telegram.send_text(ALICE, "before")
+    assert (await telegram.wait_for_messages(ALICE))[0].text == "echo: before"
+    claude.api_key = "rotated-key"  # the bot's key is revoked
+    for n in range(3):
+        telegram.send_text(ALICE, f"after {n}")
+        await telegram.wait_for_messages(ALICE, 2 + n)
+    telegram.send_text(BOB, "me too")
+    await telegram.wait_for_messages(BOB)
+    told = await telegram.wait_for_messages(ADMIN)
+    assert await bot_process.stop() == 0
+    assert len(claude.requests) == 5, "every turn tried; none was retried by the SDK"
+    assert [m.text for m in telegram.sent_messages(ADMIN)] == [told[0].text]
+    assert "ANTHROPIC_API_KEY" in told[0].text
+    failures = [e for e in log_lines(bot_process.stderr) if e.get("event") == "llm.auth_failed"]
+    assert len(failures) == 1, "four failed turns, one error line"
+    assert failures[0]["level"] == "error"
+    assert b"test-key" not in bot_process.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="botkit/bot.py still logs every failed turn at error level and answers "
+    "error_text; its owner maps LLMAuthError to overloaded_text with a warning",
+)
+async def test_users_are_told_unavailable_and_errors_are_not_repeated_when_the_key_is_revoked(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
+) -> None:
+    telegram.send_text(ALICE, "before")
+    await telegram.wait_for_messages(ALICE)
+    claude.api_key = "rotated-key"
+    for n in range(3):
+        telegram.send_text(ALICE, f"after {n}")
+        await telegram.wait_for_messages(ALICE, 2 + n)
+    assert await bot_process.stop() == 0
+    overloaded = "I'm overloaded right now and couldn't answer. Please try again in a minute."
+    assert [m.text for m in telegram.sent_messages(ALICE)[1:]] == [overloaded] * 3
+    errors = [e for e in log_lines(bot_process.stderr) if e.get("level") == "error"]
+    assert [e["event"] for e in errors] == ["llm.auth_failed"]
