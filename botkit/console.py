@@ -95,6 +95,9 @@ class PlainView:
     def text(self, delta: str) -> None:
         """Print ``delta`` at once, after ``bot>`` on a new answer."""
         if not self._open:
+            delta = delta.lstrip()  # the blank line between two calls' texts
+            if not delta:
+                return
             self.out.write(BOT)
             self._open = True
         self._write(delta)
@@ -144,7 +147,9 @@ class RichView:
         from rich.live import Live
         from rich.markdown import Markdown
 
-        self._segment += delta
+        self._segment = (self._segment + delta).lstrip()
+        if not self._segment:
+            return
         if self._live is None:
             self._live = Live(
                 console=self.console, refresh_per_second=12, vertical_overflow="visible"
@@ -225,9 +230,9 @@ class ConsoleMessenger:
     async def send_text(
         self, chat_id: int, text: str, *, thread_id: int | None = None, reply_to: int | None = None
     ) -> None:
-        """Show a reply, unless it was just streamed word for word."""
+        """Show a reply, unless it was just streamed (it ends what was streamed)."""
         streamed, self._streamed = self._streamed, None
-        if streamed is not None and streamed.strip() == text.strip():
+        if streamed is not None and streamed.strip().endswith(text.strip()):
             return
         self.view.reply(text, error=text in self.error_texts)
 

@@ -29,7 +29,7 @@ def scripted_model(request: FakeRequest) -> FakeReply:
         return FakeReply.text(f"The tool said: {results[0]['content']}")
     text = request.last_user_text()
     if "time" in text:
-        return FakeReply.tool_use("current_time", {"timezone": "UTC"})
+        return FakeReply.tool_use("current_time", {"timezone": "UTC"}, text="Let me look.")
     if "add" in text:
         return FakeReply.tool_use("example__add", {"a": 2, "b": 40})
     if "fail" in text:
@@ -76,8 +76,11 @@ async def test_console_shows_each_tool_call_with_its_result(
     result = await run_console(tmp_path, claude, ["what time is it?", "add them", "/model"])
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
-    clock = [line for line in out if line.startswith('tool> current_time(timezone="UTC") → ')]
-    assert len(clock) == 1 and "UTC" in clock[0].split("→")[1], result.stdout
+    clock = out.index("bot> Let me look.") + 1
+    assert out[clock].startswith('tool> current_time(timezone="UTC") → '), result.stdout
+    assert "UTC" in out[clock].split("→")[1]
+    assert out[clock + 1].startswith("bot> The tool said: "), "no blank bot> line in between"
+    assert sum(line.startswith("bot> The tool said: ") for line in out) == 2, "none repeated"
     assert "tool> example__add(a=2, b=40) → 42" in out, "the MCP server's tool, as when serving"
     assert "bot> The tool said: 42" in out
     assert "bot> Model: claude-test" in out, "/commands work as in Telegram"
