@@ -10,6 +10,7 @@ journaled as ``unparseable`` (raw, with the reason) so an operator can see what 
 
 from __future__ import annotations
 
+import json
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -156,7 +157,10 @@ class Inbox:
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record) + b"\n"
+    try:
+        return orjson.dumps(record) + b"\n"
+    except TypeError:  # an integer past 64 bits in a raw update: orjson refuses, json does not
+        return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def _unparseable_line(item: InboxItem) -> bytes:

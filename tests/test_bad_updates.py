@@ -228,7 +228,9 @@ async def test_a_failed_photo_download_does_not_stop_polling(
         telegram.send_text(BOB, "next one")
         [reply] = await telegram.wait_for_messages(BOB)
     assert "next one" in reply.plain_text
-    assert telegram.token not in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "download_failed" in printed.out + printed.err, "the failure was logged"
+    assert telegram.token not in printed.out + printed.err
 
 
 # ---- property: any mangled update -------------------------------------------------------
