@@ -29,6 +29,7 @@ from botkit.config import Settings
 from botkit.errors import (
     BotkitError,
     ConfigError,
+    LLMAuthError,
     LLMError,
     LLMOverloadedError,
     MessengerError,
@@ -81,6 +82,7 @@ __all__ = [
     "Incoming",
     "Invite",
     "JsonlSessionStore",
+    "LLMAuthError",
     "LLMError",
     "LLMOverloadedError",
     "LLMRequest",

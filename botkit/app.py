@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from botkit.bot import Bot
+from botkit.config import FREE_RATE
 from botkit.dispatch import TurnDispatcher
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.inbox import Inbox
@@ -55,9 +56,10 @@ def messenger_for(bot: Bot) -> TelegramMessenger:
         settings.require_telegram_token(),
         api_base=settings.telegram_api_base,
         poll_timeout=settings.poll_timeout,
-        flood=FloodControl(FloodLimits(global_per_second=settings.global_rate)),
+        flood=FloodControl(FloodLimits(global_per_second=settings.send_rate)),
         inbox=Inbox(settings.sessions_dir / INBOX_FILE),
         answer_groups=settings.answer_groups,
+        paid_broadcast=settings.paid_broadcast and settings.global_rate > FREE_RATE,
     )
 
 
@@ -84,6 +86,7 @@ async def serve(
             await check_llm(bot, partial(tell_admins, bot, messenger))
             log.info("bot.started", username=me.username, model=bot.settings.model)
             await _publish_commands(bot, messenger)
+            messenger.known_commands = frozenset(bot.commands) | {"start"}
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period

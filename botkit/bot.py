@@ -19,11 +19,19 @@ import structlog
 
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
-from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
+from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta, ToolCall
 from botkit.agent.loop import AgentLoop, LoopTexts, TurnResult
+from botkit.chats import (
+    Conversation,
+    RejectionLimiter,
+    conversation_of,
+    framed_text,
+    group_note,
+    speaker_name,
+)
 from botkit.commands import Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
-from botkit.errors import LLMError, LLMOverloadedError, ToolError
+from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, ToolError
 from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
@@ -85,6 +93,7 @@ class BotOptions:
         "Sorry, I can only read text and photos. Please write your message as text."
     )
     stopped_text: str = "Stopped."
+    unknown_command_text: str = "I don't know /{command}. These are my commands:"
     max_input_chars: int = 16_000
     """Longer user messages are cut, with a note telling the model so."""
     max_contexts: int = 1_000
@@ -92,6 +101,7 @@ class BotOptions:
     max_context_chars: int = 200_000
     """A context past 80 % of this is compacted: older messages become a summary."""
     admin_only_text: str = "Only admins can do that."
+    group_admin_only_text: str = "Only this group's admins can do that."
     welcome_text: str = "Welcome! You're in. Just write to me."
     already_registered_text: str = "You're already registered. Just write to me."
     invite_unknown_text: str = "This invite link is not valid. Ask for a new one."
@@ -142,8 +152,9 @@ class Bot:
         self._users = users
         self._users_lock = asyncio.Lock()
         self._user_cache: dict[int, tuple[float, UserRecord | None]] = {}
-        self._contexts: OrderedDict[int, asyncio.Task[ContextManager]] = OrderedDict()
-        self._turns: dict[int, asyncio.Task[str]] = {}
+        self._contexts: OrderedDict[int | str, asyncio.Task[ContextManager]] = OrderedDict()
+        self._turns: dict[tuple[int, int], asyncio.Task[str]] = {}
+        self._group_rejections = RejectionLimiter(self.settings.group_rejection_interval)
         self.model_override: str | None = None
         """Set by an admin's ``/model``: the model every turn uses from then on."""
         self.usage_by_model: dict[str, Usage] = {}
@@ -210,40 +221,78 @@ class Bot:
         if message.command == "start":
             welcome = await self.handle_start(message, message.command_args)
             if welcome:
-                await messenger.send_text(message.chat_id, welcome)
+                await self._reply(messenger, message, welcome)
                 return
         rejection = await self.authorize(message)
         if rejection:
-            log.info("turn.rejected", user_id=message.user_id)
-            await messenger.send_text(message.chat_id, rejection)
+            await self._reject(messenger, message, rejection)
             return
         message = replace(message, user=await self.user_record(message))
+        message = await self._with_images(message, messenger)
         if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
-            await messenger.send_text(message.chat_id, self.options.unsupported_text)
+            await self._reply(messenger, message, self.options.unsupported_text)
             return
-        command = self.commands.get(message.command or "")
-        if command is not None:
-            await messenger.send_text(message.chat_id, await self._run_command(command, message))
+        if message.command is not None:
+            await self._reply(messenger, message, await self._answer_command(message))
             return
         if await self.over_budget(message.user_id):
-            await messenger.send_text(message.chat_id, self.options.budget_text)
+            await self._reply(messenger, message, self.options.budget_text)
             return
         extra = await self.build_extra(message)
         tools = _as_registry(await self.build_tools(message))
-        system = await self.build_prompt(message)
-        context = await self.context_for(message.user_id)
-        async with context.lock, self._typing(messenger, message.chat_id):
+        system = _with_note(await self.build_prompt(message), group_note(message))
+        context = await self.context_for_message(message)
+        async with context.lock, self._typing(messenger, message):
             await context.flush_pending()
             if not context.has_turn(message.update_id):
-                user_turn = user_message(message, self.options.max_input_chars)
-                await context.append(user_turn, update_id=message.update_id)
+                await context.append(self._user_turn(message), **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
-                await messenger.send_text(message.chat_id, answered)
+                await self._reply(messenger, message, answered)
                 return
             tool_context = self._tool_context(message, extra)
             reply = await self._answer(message, messenger, context, system, tools, tool_context)
-            await messenger.send_text(message.chat_id, reply)
+            await self._reply(messenger, message, reply)
+
+    async def _reply(self, messenger: Messenger, message: Incoming, text: str) -> None:
+        """Answer in the message's chat and topic; in a group, as a reply to it."""
+        reply_to = message.message_id if message.in_group else None
+        await messenger.send_text(
+            message.chat_id, text, thread_id=message.thread_id, reply_to=reply_to
+        )
+
+    async def _reject(self, messenger: Messenger, message: Incoming, rejection: str) -> None:
+        """Turn a stranger away: always in private, at most once an interval in a group."""
+        log.info("turn.rejected", user_id=message.user_id, chat_id=message.chat_id)
+        if message.in_group and not self._group_rejections.allow(message.chat_id, message.user_id):
+            return
+        await self._reply(messenger, message, rejection)
+
+    async def _with_images(self, message: Incoming, messenger: Messenger) -> Incoming:
+        """The message with its photos fetched (only ever for an admitted sender)."""
+        if not message.photo_ids or message.images:
+            return message
+        fetched = [await messenger.download(file_id) for file_id in message.photo_ids]
+        return replace(message, images=tuple(data for data in fetched if data))
+
+    def _user_turn(self, message: Incoming) -> Message:
+        """The user's message as the model sees it: framed with speaker, reply and quote."""
+        turn = user_message(message, self.options.max_input_chars)
+        if not (message.in_group or message.reply_to or message.quote):
+            return turn
+        text = framed_text(message, turn.text)
+        images = [block for block in turn.content if not isinstance(block, TextBlock)]
+        return Message(role="user", content=[*images, TextBlock(text=text)])
+
+    async def _answer_command(self, message: Incoming) -> str:
+        """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
+        command = self.commands.get(message.command or "")
+        if command is not None:
+            return await self._run_command(command, message)
+        menu = "\n".join(f"/{c.name} — {c.description}" for c in self.commands.values())
+        if message.command == "start":
+            return f"{self.options.help_text}\n{menu}"
+        return f"{self.options.unknown_command_text.format(command=message.command)}\n{menu}"
 
     async def _answer(
         self,
@@ -258,19 +307,25 @@ class Bot:
         draft = messenger.draft(message) if self.settings.stream_replies else None
         emit = _draft_sink(draft) if draft is not None else None
         task_id = f"{message.user_id}:{message.update_id}"
+        if draft is not None:
+            await draft.start()
+        first = context.appended
         turn = asyncio.create_task(
             self._run_loop(context, system, tools, tool_context, emit=emit, task_id=task_id)
         )
-        self._turns[message.chat_id] = turn
+        stop_key = (message.chat_id, draft.draft_id) if draft is not None else None
+        if stop_key is not None:
+            self._turns[stop_key] = turn
         try:
-            return await turn
+            return _all_text(context, first, await turn)
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if not turn.cancelled() or (this is not None and this.cancelling()):
                 raise
             return await self._stopped(context, draft)
         finally:
-            self._turns.pop(message.chat_id, None)
+            if stop_key is not None:
+                self._turns.pop(stop_key, None)
             if draft is not None:
                 await draft.finish()
 
@@ -283,9 +338,9 @@ class Bot:
             await context.append(shown, stop_reason="stopped_by_user")
         return partial or self.options.stopped_text
 
-    def stop_turn(self, chat_id: int) -> bool:
-        """Cancel the turn running in ``chat_id`` (the user pressed stop); ``False`` if none."""
-        turn = self._turns.get(chat_id)
+    def stop_turn(self, chat_id: int, draft_id: int) -> bool:
+        """Cancel the turn whose draft ``draft_id`` shows in ``chat_id`` (its stop button)."""
+        turn = self._turns.get((chat_id, draft_id))
         if turn is None or turn.done():
             return False
         turn.cancel()
@@ -320,7 +375,8 @@ class Bot:
                 task_id=task_id,
             )
         except LLMError as e:
-            overloaded = isinstance(e, LLMOverloadedError)
+            # A rejected key is reported once by the LLM client; users hear "unavailable".
+            overloaded = isinstance(e, LLMOverloadedError | LLMAuthError)
             log.log(
                 logging.WARNING if overloaded else logging.ERROR,
                 "turn.llm_failed",
@@ -343,7 +399,7 @@ class Bot:
         if self.settings.daily_token_budget is not None:
             spent = result.usage.input_tokens + result.usage.output_tokens
             spent += result.usage.cache_creation_input_tokens
-            await (await self.user_store()).add_usage(context.user_id, _today(), spent)
+            await (await self.user_store()).add_usage(tool_context.user_id, _today(), spent)
         log.info(
             "turn.done",
             user_id=context.user_id,
@@ -422,21 +478,35 @@ class Bot:
     async def on_start(self) -> None:
         """Called once before the bot takes messages; raise ``ConfigError`` to stop cleanly."""
 
-    async def context_for(self, user_id: int) -> ContextManager:
-        """The user's context, created on first use from what their session file recorded."""
-        task = self._contexts.get(user_id)
+    async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
+        """A conversation's context, created on first use from what its session file recorded.
+
+        ``user_id`` alone is that user's private conversation; a group's has its ``conversation``
+        key (see ``context_for_message``).
+        """
+        key: int | str = conversation or user_id
+        task = self._contexts.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._load_context(user_id))
-            self._contexts[user_id] = task
+            task = asyncio.ensure_future(self._load_context(user_id, conversation))
+            self._contexts[key] = task
             self._evict_idle_contexts()
         else:
-            self._contexts.move_to_end(user_id)
+            self._contexts.move_to_end(key)
         try:
             return await asyncio.shield(task)
         except Exception:
-            if self._contexts.get(user_id) is task:
-                del self._contexts[user_id]
+            if self._contexts.get(key) is task:
+                del self._contexts[key]
             raise
+
+    def conversation_of(self, message: Incoming) -> Conversation:
+        """Which conversation ``message`` belongs to: private, or its group's (and topic's)."""
+        return conversation_of(message, self.settings.group_context)
+
+    async def context_for_message(self, message: Incoming) -> ContextManager:
+        """The context of the conversation ``message`` was written in."""
+        conversation = self.conversation_of(message)
+        return await self.context_for(conversation.owner_id, conversation.key)
 
     def _evict_idle_contexts(self) -> None:
         """Drop the least recently used contexts beyond ``max_contexts`` that are not in use."""
@@ -444,10 +514,10 @@ class Bot:
         if excess <= 0:
             return
         # The oldest entries come first; busy ones are skipped, so look a little further.
-        for user_id in list(itertools.islice(self._contexts, excess + 16)):
-            task = self._contexts[user_id]
+        for key in list(itertools.islice(self._contexts, excess + 16)):
+            task = self._contexts[key]
             if task.done() and not task.exception() and not task.result().lock.locked():
-                del self._contexts[user_id]
+                del self._contexts[key]
                 excess -= 1
                 if excess <= 0:
                     return
@@ -457,11 +527,12 @@ class Bot:
         """How many user contexts are in memory now."""
         return len(self._contexts)
 
-    async def _load_context(self, user_id: int) -> ContextManager:
-        recorded = await self.sessions.load(user_id)
+    async def _load_context(self, user_id: int, conversation: str | None) -> ContextManager:
+        recorded = await self.sessions.load(conversation or user_id)
         return ContextManager.restore(
             user_id,
             recorded.entries,
+            conversation=conversation,
             max_messages=self.options.max_messages,
             on_append=self.sessions.append,
         )
@@ -521,6 +592,14 @@ class Bot:
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""
         return user_id in self.settings.admins
+
+    async def is_group_admin(self, message: Incoming) -> bool:
+        """Whether the sender may manage the group's conversation: the bot's admin or the chat's."""
+        if self.is_admin(message.user_id) or (message.user and message.user.role == "admin"):
+            return True
+        if self.messenger is None:
+            return False
+        return await self.messenger.is_chat_admin(message.chat_id, message.user_id)
 
     # ---- events, injection, relaying ------------------------------------------------
 
@@ -638,14 +717,14 @@ class Bot:
         run_bot(self)
 
     @asynccontextmanager
-    async def _typing(self, messenger: Messenger, chat_id: int) -> AsyncIterator[None]:
-        """Keep "typing…" visible in the chat while the block runs."""
+    async def _typing(self, messenger: Messenger, message: Incoming) -> AsyncIterator[None]:
+        """Keep "typing…" visible in the chat (and topic) while the block runs."""
 
         async def keep_typing() -> None:
             await asyncio.sleep(self.options.typing_delay)
             while True:
                 with suppress(Exception):
-                    await messenger.send_typing(chat_id)
+                    await messenger.send_typing(message.chat_id, thread_id=message.thread_id)
                 await asyncio.sleep(self.options.typing_interval)
 
         task = asyncio.create_task(keep_typing())
@@ -696,13 +775,44 @@ def _as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
 
 
 def _draft_sink(draft: Draft) -> EventSink:
-    """Streams the text deltas of a turn into a messenger's draft."""
+    """Streams the text deltas of a turn into a messenger's draft, each call's text apart."""
+    after_tool = False
 
     async def sink(event: Event) -> None:
-        if isinstance(event, TextDelta):
+        nonlocal after_tool
+        if isinstance(event, ToolCall):
+            after_tool = True
+        elif isinstance(event, TextDelta):
+            if after_tool and draft.text.strip():
+                await draft.update("\n\n")
+            after_tool = False
             await draft.update(event.text)
 
     return sink
+
+
+def _all_text(context: ContextManager, first: int, reply: str) -> str:
+    """Everything the model wrote this turn (text before tool calls too), ending with ``reply``.
+
+    The draft showed all of it, so the final message must not hold less.
+    """
+    texts = [m.text.strip() for m in context.since(first) if m.role == "assistant"]
+    texts = [text for text in texts if text]
+    if not texts or texts[-1] != reply.strip():
+        texts.append(reply)
+    return "\n\n".join(texts)
+
+
+def _with_note(system: str, note: str | None) -> str:
+    return f"{system}\n\n{note}" if note else system
+
+
+def _turn_meta(message: Incoming) -> dict[str, Any]:
+    """What the session records with a user message: its update, and in a group its speaker."""
+    meta: dict[str, Any] = {"update_id": message.update_id}
+    if message.in_group:
+        meta.update(user_id=message.user_id, speaker=speaker_name(message))
+    return meta
 
 
 def _now() -> datetime:
@@ -725,5 +835,5 @@ async def _open_user_store(settings: Settings) -> UserStore:
     from botkit.stores.sqlite import SqliteUserStore
 
     path = settings.database_path or settings.sessions_dir / "botkit.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return SqliteUserStore(path)

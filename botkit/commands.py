@@ -41,9 +41,13 @@ def register_builtin_commands(bot: Bot) -> None:
         return "\n".join([bot.options.help_text, *lines])
 
     async def clear(message: Incoming, args: str) -> str:
-        context = await bot.context_for(message.user_id)
+        if message.in_group and not await bot.is_group_admin(message):
+            return bot.options.group_admin_only_text
+        context = await bot.context_for_message(message)
         async with context.lock:
             await context.reset("/clear")
+        if message.in_group:
+            return "Done: I've forgotten this group's conversation."
         return "Done: I've forgotten our conversation. What's next?"
 
     async def usage(message: Incoming, args: str) -> str:

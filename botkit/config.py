@@ -13,6 +13,8 @@ from botkit.errors import ConfigError
 __all__ = ["DEFAULT_MODEL", "Settings"]
 
 DEFAULT_MODEL = "claude-sonnet-5"
+FREE_RATE = 30.0
+"""Messages per second Telegram allows a bot across all chats without paid broadcasts."""
 
 IdList = Annotated[frozenset[int], NoDecode]
 
@@ -67,7 +69,26 @@ class Settings(BaseSettings):
     global_rate: float = Field(
         30.0, validation_alias=AliasChoices("BOTKIT_GLOBAL_RATE", "global_rate")
     )
-    """BOTKIT_GLOBAL_RATE: messages per second across all chats (Telegram allows ~30)."""
+    """BOTKIT_GLOBAL_RATE: messages per second across all chats (Telegram allows ~30; more
+    only with BOTKIT_PAID_BROADCAST)."""
+    paid_broadcast: bool = Field(
+        False, validation_alias=AliasChoices("BOTKIT_PAID_BROADCAST", "paid_broadcast")
+    )
+    """BOTKIT_PAID_BROADCAST: send ``allow_paid_broadcast`` so a BOTKIT_GLOBAL_RATE over 30
+    holds (Telegram charges Stars for every message over the free limit)."""
+    group_context: Literal["shared", "per_user"] = Field(
+        "shared", validation_alias=AliasChoices("BOTKIT_GROUP_CONTEXT", "group_context")
+    )
+    """BOTKIT_GROUP_CONTEXT: ``shared`` (one conversation per group and topic) or ``per_user``
+    (one per member in each group and topic). Private chats never share anything."""
+    group_rejection_interval: float = Field(
+        3600.0,
+        validation_alias=AliasChoices(
+            "BOTKIT_GROUP_REJECTION_INTERVAL", "group_rejection_interval"
+        ),
+    )
+    """BOTKIT_GROUP_REJECTION_INTERVAL: seconds between two rejections of one stranger in one
+    group (``0``: never say anything to strangers in groups)."""
     access: Literal["invite", "allowlist", "open"] = Field(
         "invite", validation_alias=AliasChoices("BOTKIT_ACCESS", "access")
     )
@@ -106,6 +127,11 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
         return value
+
+    @property
+    def send_rate(self) -> float:
+        """Messages per second the limiter allows: over Telegram's free 30 only when paid."""
+        return self.global_rate if self.paid_broadcast else min(self.global_rate, FREE_RATE)
 
     def require_telegram_token(self) -> str:
         """The bot token, or a ConfigError saying how to set it."""

@@ -243,6 +243,10 @@ class ConsoleMessenger:
         """No attachments come from a terminal."""
         return None
 
+    async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
+        """The console is a private chat: there is no group to administer."""
+        return False
+
     def draft(self, message: Incoming) -> ConsoleDraft:
         """A draft that shows the answer as it goes."""
         return ConsoleDraft(self.view, self._remember_streamed)

@@ -1,16 +1,27 @@
-"""Turn scheduling: one user's messages in order, many users at once, within a bound."""
+"""Turn scheduling: one user's messages in order, many users at once, within a bound.
+
+Messages a user sends while their turn runs wait in their queue; when that turn ends, the
+plain ones among them (text and photos in the same chat and topic, no commands) are gathered
+into one message, so a burst gets one answer that has read all of it. Messages that arrive
+together before any of them started are still answered one by one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import structlog
 
 from botkit.messengers.base import Incoming
 
-__all__ = ["TurnDispatcher"]
+__all__ = ["TurnDispatcher", "gather"]
+
+MAX_BURST = 20
+"""Most queued messages gathered into one turn."""
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +45,8 @@ class TurnDispatcher:
         self._queues: dict[int, deque[Incoming]] = {}
         self._workers: set[asyncio.Task[None]] = set()
         self._unfinished: set[int] = set()
+        self._running: set[int] = set()
+        self._during_turn: set[int] = set()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -50,6 +63,8 @@ class TurnDispatcher:
         self._idle.clear()
         queue = self._queues.get(message.user_id)
         if queue is not None:
+            if message.user_id in self._running:
+                self._during_turn.add(message.update_id)
             queue.append(message)
             return
         self._queues[message.user_id] = deque([message])
@@ -61,13 +76,39 @@ class TurnDispatcher:
         queue = self._queues[user_id]
         try:
             while queue:
-                message = queue[0]
+                burst = self._burst(queue)
                 async with self._slots:
-                    await self._run(message)
-                queue.popleft()
-                self._finish(message)
+                    self._running.add(user_id)
+                    try:
+                        await self._run(gather(burst))
+                    finally:
+                        self._running.discard(user_id)
+                for message in burst:
+                    queue.popleft()
+                    self._during_turn.discard(message.update_id)
+                    self._finish(message)
         finally:
             self._queues.pop(user_id, None)
+
+    def _burst(self, queue: deque[Incoming]) -> list[Incoming]:
+        """The first queued message, and the plain ones behind it sent during the last turn."""
+        first = queue[0]
+        burst = [first]
+        if not self._joins(first, first):
+            return burst
+        for message in itertools.islice(queue, 1, MAX_BURST):
+            if not self._joins(message, first):
+                break
+            burst.append(message)
+        return burst
+
+    def _joins(self, message: Incoming, first: Incoming) -> bool:
+        return (
+            message.update_id in self._during_turn
+            and message.command is None
+            and message.kind in ("text", "photo")
+            and (message.chat_id, message.thread_id) == (first.chat_id, first.thread_id)
+        )
 
     async def _run(self, message: Incoming) -> None:
         try:
@@ -96,3 +137,21 @@ class TurnDispatcher:
         for worker in list(self._workers):
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+
+
+def gather(messages: Sequence[Incoming]) -> Incoming:
+    """Several messages of one user as one: texts in order, all photos, replying to the last."""
+    if len(messages) == 1:
+        return messages[0]
+    first, last = messages[0], messages[-1]
+    return replace(
+        first,
+        text="\n\n".join(m.text for m in messages if m.text),
+        images=tuple(image for m in messages for image in m.images),
+        photo_ids=tuple(file_id for m in messages for file_id in m.photo_ids),
+        kind="photo" if any(m.kind == "photo" for m in messages) else "text",
+        message_id=last.message_id,
+        reply_to=next((m.reply_to for m in messages if m.reply_to), None),
+        quote=next((m.quote for m in messages if m.quote), None),
+        update_ids=tuple(m.update_id for m in messages),
+    )

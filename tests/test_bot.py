@@ -58,8 +58,11 @@ async def test_handle_start_reply_ends_the_update_before_authorize(
         started = await telegram.wait_for_messages(USER)
     assert welcome[0].text == "Welcome aboard!", "the stranger was greeted before authorize"
     assert seen == [(STRANGER, "invite-42"), (USER, "")]
-    assert started[0].text == "echo: /start", "no reply from handle_start: the turn goes on"
-    assert len(claude.requests) == 1
+    assert started[0].plain_text.startswith(bot.options.help_text), (
+        "no reply from handle_start: /start alone gets the help text"
+    )
+    assert "/help" in started[0].plain_text
+    assert claude.requests == [], "/start alone costs no LLM call"
 
 
 class TeamBot(Bot):

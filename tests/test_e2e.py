@@ -280,11 +280,6 @@ async def test_a_key_revoked_while_running_is_one_error_line_and_one_admin_messa
     assert b"test-key" not in bot_process.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="botkit/bot.py still logs every failed turn at error level and answers "
-    "error_text; its owner maps LLMAuthError to overloaded_text with a warning",
-)
 async def test_users_are_told_unavailable_and_errors_are_not_repeated_when_the_key_is_revoked(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
 ) -> None:

@@ -98,7 +98,7 @@ async def test_drafts_stream_then_exactly_one_final_message(
     drafts = telegram.drafts(USERS[0])
     assert drafts, "the answer was streamed"
     assert all(d.params.get("can_stop") is True for d in drafts), "with a stop button"
-    assert all("**" not in d.params["text"] for d in drafts), "no half-formatted markup"
+    assert all("**" not in d.params.get("text", "") for d in drafts), "no half-formatted markup"
     final = telegram.sent_messages(USERS[0])
     assert len(final) == 1 and "<b>bold</b>" in final[0].text
     methods = [
@@ -164,7 +164,11 @@ async def test_group_messages_are_answered_only_when_addressed(
             user, "and then?", chat_id=group, chat_type="group", reply_to_message_id=reply_to
         )
         replies = await telegram.wait_for_messages(group, 2)
-    assert [r.text for r in replies] == ["echo: what now?", "echo: and then?"]
+    speaker = f"[User (id {user}) wrote:]"
+    assert [r.plain_text for r in replies] == [
+        f"echo: {speaker}\nwhat now?",
+        f"echo: {speaker}\n[In reply to your message: «echo: {speaker}\nwhat now?»]\nand then?",
+    ]
     assert len(claude.requests) == 2, "the unaddressed message cost nothing"
     assert telegram.drafts(group) == [], "no drafts in groups"
 

@@ -24,12 +24,13 @@ ConvertToLLM = Callable[[list[Message]], list[Message]]
 
 
 class ContextManager:
-    """The conversation of one user: messages in memory, every append recorded."""
+    """One conversation, a user's or a group's: messages in memory, every append recorded."""
 
     def __init__(
         self,
         user_id: int,
         *,
+        conversation: str | None = None,
         messages: Iterable[Message] = (),
         max_messages: int = 40,
         transform_context: TransformContext | None = None,
@@ -37,6 +38,9 @@ class ContextManager:
         on_append: OnAppend | Sequence[OnAppend] = (),
     ) -> None:
         self.user_id = user_id
+        """The user of a private conversation; for a group's, the chat (or the member)."""
+        self.conversation = conversation
+        """A group conversation's key (``chat_<id>[_<topic>]``); ``None`` for a private one."""
         self.max_messages = max_messages
         self.transform_context = transform_context
         self.convert_to_llm = convert_to_llm
@@ -44,6 +48,8 @@ class ContextManager:
         self.lock = asyncio.Lock()
         """Held for the length of a turn, so one user's turns never overlap."""
         self._messages: list[Message] = list(messages)
+        self.appended = 0
+        """Messages appended since this context was built (compaction does not lower it)."""
         self._turn_starts: dict[int, int] = {}
         self.pending: list[Message] = []
         """Messages injected while a turn ran; appended before the next one."""
@@ -72,12 +78,17 @@ class ContextManager:
     def __len__(self) -> int:
         return len(self._messages)
 
-    async def append(self, message: Message, **meta: object) -> SessionEntry:
+    async def append(
+        self, message: Message, *, user_id: int | None = None, **meta: object
+    ) -> SessionEntry:
         """Record ``message`` through the ``on_append`` hooks, then add it to the context.
 
-        ``meta`` (e.g. ``update_id``, ``model``, ``stop_reason``) goes into the record only.
+        ``meta`` (e.g. ``update_id``, ``model``, ``stop_reason``; in a group, the ``speaker``'s
+        name) goes into the record only, with ``user_id`` when someone else than the
+        context's user wrote it (a group member).
         """
-        entry = SessionEntry.of(self.user_id, message, **meta)
+        author = self.user_id if user_id is None else user_id
+        entry = SessionEntry.of(author, message, conversation=self.conversation, **meta)
         await self._record(entry)
         self._add(message, entry.update_id)
         return entry
@@ -86,11 +97,17 @@ class ContextManager:
         if update_id is not None:
             self._turn_starts[update_id] = len(self._messages)
         self._messages.append(message)
+        self.appended += 1
 
     async def flush_pending(self) -> None:
         """Append the messages injected while the context was busy (hold ``lock``)."""
         while self.pending:
             await self.append(self.pending.pop(0))
+
+    def since(self, appended: int) -> list[Message]:
+        """The messages appended after ``appended`` was read (those still in the context)."""
+        count = min(self.appended - appended, len(self._messages))
+        return self._messages[len(self._messages) - count :] if count > 0 else []
 
     def has_turn(self, update_id: int) -> bool:
         """Whether the message of ``update_id`` is already in this context."""
@@ -120,7 +137,8 @@ class ContextManager:
 
     async def reset(self, reason: str | None = None) -> None:
         """Start a fresh conversation; the session file records the reset."""
-        await self._record(ResetEntry(user_id=self.user_id, reason=reason))
+        reset = ResetEntry(user_id=self.user_id, conversation=self.conversation, reason=reason)
+        await self._record(reset)
         self.clear()
 
     async def compact(
@@ -128,7 +146,12 @@ class ContextManager:
     ) -> None:
         """Replace all but the last ``kept`` messages by ``summary``, and record it."""
         entry = CompactionEntry(
-            user_id=self.user_id, summary=summary, kept=kept, usage=usage, model=model
+            user_id=self.user_id,
+            conversation=self.conversation,
+            summary=summary,
+            kept=kept,
+            usage=usage,
+            model=model,
         )
         await self._record(entry)
         self._apply_compaction(summary, kept)

@@ -9,7 +9,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from botkit.stores.base import UserRecord
 
-__all__ = ["Draft", "Incoming", "Messenger"]
+__all__ = ["Draft", "Incoming", "Messenger", "ReplyContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyContext:
+    """The message a user replied to, as the model is told about it."""
+
+    text: str
+    """Its text or caption (empty for media without one)."""
+    author: str
+    """Who wrote it, as a display name."""
+    from_bot: bool
+    """Whether it was this bot's own message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +45,30 @@ class Incoming:
     """The messenger's own update object, for bots that need more."""
     user: UserRecord | None = field(default=None, compare=False)
     """Who sent it, as the user store knows them; filled in once ``authorize`` admitted it."""
+    message_id: int | None = None
+    """The message's id in its chat, for replying to it."""
+    thread_id: int | None = None
+    """The forum topic it was written in (``None`` in General and outside forums)."""
+    chat_title: str | None = None
+    """The group's title; ``None`` in private chats."""
+    reply_to: ReplyContext | None = None
+    """The message this one replies to, if any."""
+    quote: str | None = None
+    """The part of the replied-to message the user quoted, if any."""
+    photo_ids: tuple[str, ...] = ()
+    """Photos still to be fetched with ``Messenger.download`` (only once the sender is admitted)."""
+    update_ids: tuple[int, ...] = ()
+    """Every update gathered into this message (a burst sent during a running turn)."""
+
+    @property
+    def in_group(self) -> bool:
+        """Whether it was written in a group or supergroup (not a private chat)."""
+        return self.chat_type in ("group", "supergroup")
+
+    @property
+    def all_update_ids(self) -> tuple[int, ...]:
+        """The updates this message stands for: its own, or all of a gathered burst."""
+        return self.update_ids or (self.update_id,)
 
     @property
     def command(self) -> str | None:
@@ -54,6 +90,12 @@ class Draft(Protocol):
 
     text: str
     """Everything streamed into the draft so far."""
+    draft_id: int
+    """Names this draft: a stop press carries it, so it stops this turn and no other."""
+
+    async def start(self) -> None:
+        """Show the draft (empty: a "thinking" placeholder with a stop button) right away."""
+        ...
 
     async def update(self, delta: str) -> None:
         """Add ``delta`` to the draft (the messenger decides how often to show it)."""
@@ -67,12 +109,22 @@ class Draft(Protocol):
 class Messenger(Protocol):
     """Sends the bot's output to a chat."""
 
-    async def send_text(self, chat_id: int, text: str) -> None:
-        """Deliver ``text`` to ``chat_id`` (splitting or retrying as the messenger needs)."""
+    async def send_text(
+        self, chat_id: int, text: str, *, thread_id: int | None = None, reply_to: int | None = None
+    ) -> None:
+        """Deliver ``text`` to ``chat_id`` (in topic ``thread_id``, replying to ``reply_to``)."""
         ...
 
-    async def send_typing(self, chat_id: int) -> None:
+    async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Show that the bot is working on an answer."""
+        ...
+
+    async def download(self, file_id: str) -> bytes | None:
+        """The bytes of an attachment; ``None`` when it cannot be fetched."""
+        ...
+
+    async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
+        """Whether ``user_id`` administers the group ``chat_id``."""
         ...
 
     def draft(self, message: Incoming) -> Draft | None:

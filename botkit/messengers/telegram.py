@@ -23,12 +23,12 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BotCommand, Update, User
+from aiogram.types import BotCommand, ReplyParameters, Update, User
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
 from botkit.inbox import Inbox
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import Incoming, ReplyContext
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 from botkit.messengers.updates import RawGetUpdates, parse_update
@@ -38,6 +38,12 @@ __all__ = ["TelegramDraft", "TelegramMessenger"]
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_LENGTH = 4096
+GENERAL_TOPIC = 1
+"""A forum's General topic: messages for it are sent without a ``message_thread_id``."""
+DRAFT_REFRESH = 20.0
+"""Seconds after which a draft is re-sent: Telegram drops one after about 30 s."""
+DRAFT_TAIL = 3_000
+"""Characters of a long answer's end a draft shows once the whole would not fit."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
 ALLOWED_UPDATES = ["message", "stopped_message_generation"]
@@ -58,8 +64,8 @@ OTHER_KINDS = (
 )
 
 OnMessage = Callable[[Incoming], None]
-OnStop = Callable[[int], object]
-"""Called with the chat id when the user presses a draft's stop button."""
+OnStop = Callable[[int, int], object]
+"""Called with the chat id and the draft id when the user presses a draft's stop button."""
 
 _draft_ids = itertools.count(1)
 
@@ -78,6 +84,8 @@ class TelegramMessenger:
         answer_groups: str = "mention",
         draft_interval: float = 0.3,
         conflict_timeout: float = 60.0,
+        paid_broadcast: bool = False,
+        known_commands: frozenset[str] = frozenset(),
     ) -> None:
         session = AiohttpSession(api=TelegramAPIServer.from_base(api_base)) if api_base else None
         self.api = AiogramBot(token, session=session)
@@ -89,6 +97,10 @@ class TelegramMessenger:
         self.draft_interval = draft_interval
         self.conflict_timeout = conflict_timeout
         """How long another instance may hold the poll (409) before this one gives up."""
+        self.paid_broadcast = paid_broadcast
+        """Send ``allow_paid_broadcast`` (Telegram charges Stars for messages over 30/s)."""
+        self.known_commands = known_commands
+        """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.me: User | None = None
 
     async def start(self) -> User:
@@ -109,32 +121,75 @@ class TelegramMessenger:
 
     # ---- output -----------------------------------------------------------------------
 
-    async def send_text(self, chat_id: int, text: str) -> None:
-        """Send Markdown ``text`` as formatted messages, split where Telegram needs it."""
-        for chunk in render_chunks(text, MAX_MESSAGE_LENGTH) or [text.strip() or "…"]:
-            await self._send_chunk(chat_id, chunk)
+    async def send_text(
+        self, chat_id: int, text: str, *, thread_id: int | None = None, reply_to: int | None = None
+    ) -> None:
+        """Send Markdown ``text`` as formatted messages, split where Telegram needs it.
 
-    async def _send_chunk(self, chat_id: int, chunk: str) -> None:
-        try:
-            await self.flood.send(
-                chat_id, partial(self.api.send_message, chat_id, chunk, parse_mode="HTML")
+        The first message replies to ``reply_to`` (if that message is gone, it is sent anyway);
+        all of them go to the forum topic ``thread_id``.
+        """
+        for chunk in render_chunks(text, MAX_MESSAGE_LENGTH) or [text.strip() or "…"]:
+            await self._send_chunk(chat_id, chunk, self._placement(thread_id, reply_to))
+            reply_to = None
+
+    def _placement(self, thread_id: int | None, reply_to: int | None) -> dict[str, Any]:
+        """The keyword arguments that put a message in its topic, as a reply, paid or not."""
+        placement: dict[str, Any] = {}
+        if thread_id is not None and thread_id != GENERAL_TOPIC:
+            placement["message_thread_id"] = thread_id
+        if reply_to is not None:
+            placement["reply_parameters"] = ReplyParameters(
+                message_id=reply_to, allow_sending_without_reply=True
             )
+        if self.paid_broadcast:
+            placement["allow_paid_broadcast"] = True
+        return placement
+
+    async def _send_chunk(self, chat_id: int, chunk: str, placement: dict[str, Any]) -> None:
+        send = partial(self.api.send_message, chat_id, **placement)
+        try:
+            await self.flood.send(chat_id, partial(send, chunk, parse_mode="HTML"))
         except MessengerError as e:
             if not _is_entity_error(e):
                 raise
             log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
-            plain = html_to_plain(chunk)
-            await self.flood.send(chat_id, partial(self.api.send_message, chat_id, plain))
+            await self.flood.send(chat_id, partial(send, html_to_plain(chunk)))
 
-    async def send_typing(self, chat_id: int) -> None:
+    async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Show "typing…" in the chat (best effort, never retried)."""
-        await self.api.send_chat_action(chat_id, "typing")
+        topic = thread_id if thread_id != GENERAL_TOPIC else None
+        await self.api.send_chat_action(chat_id, "typing", message_thread_id=topic)
+
+    async def download(self, file_id: str) -> bytes | None:
+        """The bytes of a file the user sent; ``None`` (and a log line) when that fails."""
+        try:
+            data = await self.api.download(file_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # aiohttp errors and timeouts too: the turn goes on without it
+            log.warning("telegram.download_failed", error=_describe_error(e))
+            return None
+        return data.read() if data is not None else None
+
+    async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
+        """Whether ``user_id`` is an owner or administrator of ``chat_id`` (``False`` on errors)."""
+        try:
+            member = await self.flood.send(0, partial(self.api.get_chat_member, chat_id, user_id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # unknown to aiogram or unreachable: not an admin, for now
+            log.warning("telegram.chat_member_failed", chat_id=chat_id, error=_describe_error(e))
+            return False
+        return member.status in ("creator", "administrator")
 
     def draft(self, message: Incoming) -> TelegramDraft | None:
         """A streamed draft for private chats; groups get the final message only."""
         if message.chat_type != "private":
             return None
-        return TelegramDraft(self.api, message.chat_id, interval=self.draft_interval)
+        return TelegramDraft(
+            self.api, message.chat_id, interval=self.draft_interval, thread_id=message.thread_id
+        )
 
     async def sync_commands(self, commands: Sequence[tuple[str, str]]) -> bool:
         """Set the bot's command menu, only if it differs (setMyCommands is rate limited)."""
@@ -219,7 +274,8 @@ class TelegramMessenger:
             log.info("telegram.update_degraded", update_id=update_id, dropped=parsed.dropped)
         update = parsed.update
         if update.stopped_message_generation is not None:
-            on_stop(update.stopped_message_generation.chat.id)
+            stopped = update.stopped_message_generation
+            on_stop(stopped.chat.id, stopped.draft_id)
             return
         message = await self._incoming(update)
         if message is None:
@@ -229,8 +285,12 @@ class TelegramMessenger:
         on_message(message)
 
     def _reject(self, update_id: int, raw: dict[str, Any], error: str) -> None:
-        if self.inbox is not None:
+        if self.inbox is None:
+            return
+        try:
             self.inbox.reject(update_id, raw, error)
+        except Exception:  # the journal is for the operator: polling goes on without it
+            log.exception("telegram.reject_not_journaled", update_id=update_id)
 
     async def _get_updates(self, offset: int | None, stop: asyncio.Event) -> list[Any]:
         """One long poll, as raw JSON objects, abandoned as soon as ``stop`` is set."""
@@ -261,7 +321,6 @@ class TelegramMessenger:
             if addressed is None:
                 return None
             text = addressed
-        images = await self._photos(message)
         return Incoming(
             update_id=update.update_id,
             user_id=message.from_user.id,
@@ -271,36 +330,61 @@ class TelegramMessenger:
             chat_type=message.chat.type,
             username=message.from_user.username,
             first_name=message.from_user.first_name,
-            images=images,
             kind=_kind(message),
             raw=update,
+            message_id=message.message_id,
+            thread_id=message.message_thread_id if message.is_topic_message else None,
+            chat_title=message.chat.title,
+            reply_to=self._reply_context(message),
+            quote=message.quote.text if message.quote else None,
+            photo_ids=(message.photo[-1].file_id,) if message.photo else (),
         )
 
     def _addressed_text(self, message: TgMessage, text: str) -> str | None:
-        """In a group: the text without the mention if the bot was addressed, else ``None``."""
-        if self.answer_groups == "all" or self.me is None:
+        """In a group: the text without the mention if the bot was addressed, else ``None``.
+
+        Addressed means: an entity mentions the bot's username exactly or ``text_mention``s
+        its id, the message replies to the bot, or it is a command for this bot
+        (``/cmd@thisbot``, or a bare ``/cmd`` this bot knows).
+        """
+        if self.me is None:
             return text
-        mention = f"@{self.me.username}".lower()
+        username = (self.me.username or "").lower()
+        for entity in message.entities or message.caption_entities or []:
+            word = entity.extract_from(text)
+            if entity.type == "mention" and word[1:].lower() == username:
+                return _without(text, word)
+            if entity.type == "text_mention" and entity.user and entity.user.id == self.me.id:
+                return text
+            if entity.type == "bot_command" and entity.offset == 0:
+                return self._command_text(text, word, username)
         replied = message.reply_to_message
         if replied and replied.from_user and replied.from_user.id == self.me.id:
             return text
-        if mention in text.lower():
-            start = text.lower().index(mention)
-            return (text[:start] + text[start + len(mention) :]).strip()
-        return None
+        return text if self.answer_groups == "all" else None
 
-    async def _photos(self, message: TgMessage) -> tuple[bytes, ...]:
-        if not message.photo:
-            return ()
-        largest = message.photo[-1]
-        try:
-            data = await self.api.download(largest.file_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # aiohttp errors and timeouts too: the turn goes on without it
-            log.warning("telegram.photo_download_failed", error=_describe_error(e))
-            return ()
-        return (data.read(),) if data is not None else ()
+    def _command_text(self, text: str, command: str, username: str) -> str | None:
+        """A group command: kept if it names this bot, or names none and this bot knows it."""
+        name, _, target = command[1:].partition("@")
+        if target:
+            return text.replace(command, f"/{name}", 1) if target.lower() == username else None
+        return text if name.lower() in self.known_commands else None
+
+    def _reply_context(self, message: TgMessage) -> ReplyContext | None:
+        """What the model is told about the message this one replies to."""
+        replied = message.reply_to_message
+        if replied is None or (message.is_topic_message and replied.forum_topic_created):
+            return None  # in a topic, every message "replies" to the topic's first message
+        author = replied.from_user
+        from_bot = author is not None and self.me is not None and author.id == self.me.id
+        name = (author.first_name or author.username or str(author.id)) if author else "someone"
+        return ReplyContext(replied.text or replied.caption or "", name, from_bot)
+
+
+def _without(text: str, word: str) -> str:
+    """``text`` with the first ``word`` taken out, spaces tidied."""
+    start = text.find(word)
+    return " ".join((text[:start] + text[start + len(word) :]).split()) if start >= 0 else text
 
 
 class _PollFailures:
@@ -367,19 +451,39 @@ def _describe_error(error: Exception) -> str:
 
 
 class TelegramDraft:
-    """A reply streamed into Telegram's ``sendMessageDraft``, at most one update per interval."""
+    """A reply streamed into Telegram's ``sendMessageDraft``, at most one update per interval.
 
-    def __init__(self, api: AiogramBot, chat_id: int, *, interval: float = 0.3) -> None:
+    ``start`` shows a "Thinking…" draft with a stop button at once, so a turn that only calls
+    tools can be stopped too; the draft is re-sent before Telegram lets it expire (~30 s).
+    """
+
+    def __init__(
+        self,
+        api: AiogramBot,
+        chat_id: int,
+        *,
+        interval: float = 0.3,
+        thread_id: int | None = None,
+        refresh: float = DRAFT_REFRESH,
+    ) -> None:
         self.api = api
         self.chat_id = chat_id
         self.draft_id = next(_draft_ids)
         self.interval = interval
+        self.thread_id = thread_id if thread_id != GENERAL_TOPIC else None
+        self.refresh = refresh
         self.text = ""
         self._shown = ""
         self._last_sent = 0.0
         self._sender: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Task[None] | None = None
         self._sending = False
         self._finished = False
+
+    async def start(self) -> None:
+        """Show the empty draft ("Thinking…", with the stop button) and keep it alive."""
+        await self._send("")
+        self._keeper = asyncio.create_task(self._keep_alive())
 
     async def update(self, delta: str) -> None:
         """Add ``delta``; the draft is refreshed now or at the end of the interval."""
@@ -391,6 +495,9 @@ class TelegramDraft:
     async def finish(self) -> None:
         """Send no more updates; wait for one in flight, so none can land after the reply."""
         self._finished = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
         if self._sender is None or self._sender.done():
             return
         if not self._sending:
@@ -404,11 +511,28 @@ class TelegramDraft:
         html = draft_html(self.text)
         if self._finished or not html or html == self._shown:
             return
+        await self._send(html)
+
+    async def _keep_alive(self) -> None:
+        """Re-send what is shown before it expires, however long a tool call takes."""
+        while not self._finished:
+            await asyncio.sleep(max(self._last_sent + self.refresh - time.monotonic(), 0.05))
+            stale = time.monotonic() - self._last_sent >= self.refresh
+            if stale and not self._sending and not self._finished:
+                await self._send(self._shown)
+
+    async def _send(self, html: str) -> None:
         self._sending = True
         self._last_sent = time.monotonic()
         try:
             await self.api.send_message_draft(
-                self.chat_id, self.draft_id, text=html, parse_mode="HTML", can_stop=True
+                self.chat_id,
+                self.draft_id,
+                text=html,
+                parse_mode="HTML",
+                message_thread_id=self.thread_id,
+                can_stop=True,
+                keep_on_stop=True,
             )
             self._shown = html
         except TelegramAPIError as e:  # a draft is a courtesy: the final message still comes
@@ -421,14 +545,22 @@ def draft_html(text: str) -> str:
     """A growing answer as draft HTML: finished lines formatted, the last line plain.
 
     Formatting only the finished lines keeps half-typed markup (an unclosed ``**``) from
-    showing up and then vanishing, the flicker users of other bots complain about.
+    showing up and then vanishing, the flicker users of other bots complain about. An answer
+    longer than a message shows its tail.
     """
+    rendered = _draft_html(text)
+    while len(html_to_plain(rendered)) > MAX_MESSAGE_LENGTH and len(text) > DRAFT_TAIL:
+        text = "…\n" + text[-DRAFT_TAIL:].split("\n", 1)[-1]
+        rendered = _draft_html(text)
+    return rendered if len(html_to_plain(rendered)) <= MAX_MESSAGE_LENGTH else ""
+
+
+def _draft_html(text: str) -> str:
     cut = text.rfind("\n")
     head, tail = (text[:cut], text[cut + 1 :]) if cut >= 0 else ("", text)
     parts = [markdown_to_html(head) if head.strip() else ""]
     parts.append(html.escape(tail.translate(_MARKUP)).strip())
-    rendered = "\n".join(p for p in parts if p)
-    return rendered if len(html_to_plain(rendered)) <= MAX_MESSAGE_LENGTH else ""
+    return "\n".join(p for p in parts if p)
 
 
 _MARKUP = str.maketrans("", "", "*_`~#>")

@@ -10,12 +10,12 @@ __all__ = ["SessionStore"]
 
 
 class SessionStore(Protocol):
-    """Records every append to a user's context and reads it back."""
+    """Records every append to a conversation's context and reads it back."""
 
     async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
         """Persist one entry, after those before it."""
         ...
 
-    async def load(self, user_id: int) -> SessionFile:
-        """Everything recorded for ``user_id``, oldest first."""
+    async def load(self, key: int | str) -> SessionFile:
+        """Everything recorded for a conversation (a user id or a group's key), oldest first."""
         ...

@@ -1,5 +1,8 @@
 """Session files: one JSON line per append, ``<sessions_dir>/<user_id>.jsonl``.
 
+A group's conversation has a file of its own, ``chat_<chat id>[_<topic>].jsonl``, with the
+same entries, each carrying its ``conversation`` key and, on user messages, the speaker.
+
 Conversations are private: the folder is made ``0700`` and each file ``0600``, and the store
 takes group and other permissions away from a folder or file an older botkit left open.
 """
@@ -47,6 +50,14 @@ class _Entry(BaseModel):
     version: int = SCHEMA_VERSION
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
     user_id: int
+    """Whose private conversation this is; in a group conversation, who spoke (or the chat)."""
+    conversation: str | None = None
+    """A group conversation's key (``chat_<chat id>[_<topic>]``); absent in private chats."""
+
+    @property
+    def key(self) -> str:
+        """The conversation the entry belongs to: its session file's name without ``.jsonl``."""
+        return self.conversation or str(self.user_id)
 
     def to_line(self) -> bytes:
         """The entry as one JSON line, newline included."""
@@ -66,6 +77,8 @@ class SessionEntry(_Entry):
     """What the LLM call cost, on assistant messages."""
     model: str | None = None
     stop_reason: str | None = None
+    speaker: str | None = None
+    """Who wrote a user message in a group conversation (their display name)."""
 
     @classmethod
     def of(cls, user_id: int, message: Message, **meta: object) -> SessionEntry:
@@ -162,39 +175,40 @@ class JsonlSessionStore:
     def __init__(self, directory: Path | str, *, open_files: int = 128) -> None:
         self.directory = Path(directory)
         self._directory_ready = False
-        self._checked: set[int] = set()
+        self._checked: set[str] = set()
         self._open_files = open_files
-        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._fds: OrderedDict[str, int] = OrderedDict()
 
-    def path_for(self, user_id: int) -> Path:
-        """The session file of ``user_id``."""
-        return self.directory / f"{user_id}.jsonl"
+    def path_for(self, key: int | str) -> Path:
+        """The session file of a conversation: a user id, or a group's ``chat_…`` key."""
+        return self.directory / f"{key}.jsonl"
 
     async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
-        """Write ``entry`` as one line at the end of its user's file."""
-        path = self.path_for(entry.user_id)
+        """Write ``entry`` as one line at the end of its conversation's file."""
+        key = entry.key
+        path = self.path_for(key)
         line = entry.to_line()
         try:
             if not self._directory_ready:
                 _make_private_dir(self.directory)
                 self._directory_ready = True
-            if entry.user_id not in self._checked:
+            if key not in self._checked:
                 line = self._mend_torn_tail(path) + line
-                self._checked.add(entry.user_id)
+                self._checked.add(key)
             # One write on an O_APPEND descriptor: a line is never interleaved with another.
-            os.write(self._fd_for(entry.user_id, path), line)
+            os.write(self._fd_for(key, path), line)
         except OSError as e:
             raise SessionError(f"cannot write session file {path}: {e}") from e
 
-    def _fd_for(self, user_id: int, path: Path) -> int:
-        """An open descriptor for the user's file; the least recently used are closed."""
-        fd = self._fds.get(user_id)
+    def _fd_for(self, key: str, path: Path) -> int:
+        """An open descriptor for the conversation's file; the least recently used are closed."""
+        fd = self._fds.get(key)
         if fd is not None:
-            self._fds.move_to_end(user_id)
+            self._fds.move_to_end(key)
             return fd
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _PRIVATE_FILE)
         _restrict(fd, _PRIVATE_FILE, path)
-        self._fds[user_id] = fd
+        self._fds[key] = fd
         while len(self._fds) > self._open_files:
             os.close(self._fds.popitem(last=False)[1])
         return fd
@@ -204,9 +218,9 @@ class JsonlSessionStore:
         while self._fds:
             os.close(self._fds.popitem()[1])
 
-    async def load(self, user_id: int) -> SessionFile:
-        """Everything recorded for ``user_id``."""
-        return read_session_file(self.path_for(user_id))
+    async def load(self, key: int | str) -> SessionFile:
+        """Everything recorded for a conversation (a user id, or a group's key)."""
+        return read_session_file(self.path_for(key))
 
     def _mend_torn_tail(self, path: Path) -> bytes:
         """A newline to end a torn last line, so the next entry starts on its own line."""

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from botkit.app import serve
 from botkit.bot import Bot
+from botkit.config import FREE_RATE
 from botkit.inbox import Inbox
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.telegram import TelegramMessenger
@@ -35,6 +36,7 @@ async def running(
         flood=flood or FloodControl.unlimited(),
         inbox=Inbox(bot.settings.sessions_dir / "inbox.jsonl"),
         answer_groups=bot.settings.answer_groups,
+        paid_broadcast=bot.settings.paid_broadcast and bot.settings.global_rate > FREE_RATE,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(

@@ -83,8 +83,41 @@ _DEFAULT_DESCRIPTIONS = {
     502: "Bad Gateway",
 }
 
+_ADMIN_RIGHTS = {
+    "can_be_edited": False,
+    "is_anonymous": False,
+    "can_manage_chat": True,
+    "can_delete_messages": True,
+    "can_manage_video_chats": True,
+    "can_restrict_members": True,
+    "can_promote_members": False,
+    "can_change_info": True,
+    "can_invite_users": True,
+    "can_post_stories": False,
+    "can_edit_stories": False,
+    "can_delete_stories": False,
+    "can_send_welcome_messages": False,
+}
+
 _COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]+)?")
 _BOT_COMMAND_NAME_RE = re.compile(r"^[a-z0-9_]{1,32}$")
+
+
+_MENTION_RE = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{4,32}\b")
+
+
+def _text_entities(text: str) -> list[dict[str, Any]]:
+    """The ``bot_command`` and ``mention`` entities Telegram would attach to ``text``."""
+    entities: list[dict[str, Any]] = []
+    command = _COMMAND_RE.match(text)
+    if command:
+        entities.append({"type": "bot_command", "offset": 0, "length": _utf16_len(command[0])})
+    for mention in _MENTION_RE.finditer(text):
+        if command and mention.start() < command.end():
+            continue
+        offset = _utf16_len(text[: mention.start()])
+        entities.append({"type": "mention", "offset": offset, "length": _utf16_len(mention[0])})
+    return entities
 
 
 def _make_png() -> bytes:
@@ -338,6 +371,8 @@ class FakeTelegramServer(LoopbackServer):
         self.base_url = ""
         self.requests: list[RecordedRequest] = []
         self.pending_updates: list[dict[str, Any]] = []
+        self.injected: dict[int, dict[str, Any]] = {}
+        """Every update injected, by update_id (confirmed or not)."""
         self.confirmed_offset = 0
         self.flood_ratio = 0.0
         self.flood_retry_after = 1
@@ -355,6 +390,7 @@ class FakeTelegramServer(LoopbackServer):
         self._files: dict[str, tuple[str, bytes]] = {}
         self._blocked: set[int] = set()
         self._download_faults: list[int] = []
+        self._chat_admins: set[tuple[int, int]] = set()
         self._poll_generation = 0
         self._stopping = False
         self._activity = asyncio.Event()
@@ -373,6 +409,7 @@ class FakeTelegramServer(LoopbackServer):
             "getmycommands": self._get_my_commands,
             "deletemycommands": self._delete_my_commands,
             "getfile": self._get_file,
+            "getchatmember": self._get_chat_member,
             "answercallbackquery": self._return_true,
             "close": self._return_true,
             "logout": self._return_true,
@@ -414,6 +451,7 @@ class FakeTelegramServer(LoopbackServer):
             if isinstance(message, dict):
                 self._track_incoming(message)
         self.pending_updates.append(update)
+        self.injected[update_id] = update
         self._notify()
         return update_id
 
@@ -428,12 +466,16 @@ class FakeTelegramServer(LoopbackServer):
         username: str | None = None,
         reply_to_message_id: int | None = None,
         chat_title: str = "Test Group",
+        thread_id: int | None = None,
+        quote: str | None = None,
     ) -> int:
         """Inject a text message from ``user_id`` and return its update_id.
 
         ``chat_id`` defaults to ``user_id`` for private chats and to a negative id derived
         from ``user_id`` for groups (``-user_id``) and supergroups/channels
-        (``-100…user_id``).
+        (``-100…user_id``). ``thread_id`` puts it in that topic of a forum supergroup;
+        ``quote`` quotes part of the message it replies to. Commands and ``@mentions`` carry
+        their entities, as Telegram sends them.
         """
         message = self._incoming_message(
             user_id,
@@ -445,12 +487,20 @@ class FakeTelegramServer(LoopbackServer):
             chat_title=chat_title,
         )
         message["text"] = text
-        command = _COMMAND_RE.match(text)
-        if command:
-            message["entities"] = [
-                {"type": "bot_command", "offset": 0, "length": _utf16_len(command.group())}
-            ]
+        entities = _text_entities(text)
+        if entities:
+            message["entities"] = entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+            message["chat"] = {**message["chat"], "is_forum": True}
+        if quote is not None:
+            message["quote"] = {"text": quote, "position": 0}
         return self.inject_update({self._update_key(chat_type): message})
+
+    def make_chat_admin(self, chat_id: int, user_id: int) -> None:
+        """Make ``getChatMember`` report ``user_id`` as an administrator of ``chat_id``."""
+        self._chat_admins.add((chat_id, user_id))
 
     def send_photo(
         self,
@@ -491,6 +541,8 @@ class FakeTelegramServer(LoopbackServer):
         message["photo"] = sizes
         if caption is not None:
             message["caption"] = caption
+            if entities := _text_entities(caption):
+                message["caption_entities"] = entities
         return self.inject_update({self._update_key(chat_type): message})
 
     def block_user(self, chat_id: int) -> None:
@@ -1094,6 +1146,16 @@ class FakeTelegramServer(LoopbackServer):
         key = self._commands_key(params.get("scope"), params.get("language_code"))
         self._commands.pop(key, None)
         return True
+
+    async def _get_chat_member(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        user_id = self._int_param(params, "user_id")
+        if user_id is None:
+            raise _ApiError(400, "Bad Request: invalid user_id specified")
+        user = {"id": user_id, "is_bot": False, "first_name": "User"}
+        if (chat_id, user_id) in self._chat_admins:
+            return {"status": "administrator", "user": user, **_ADMIN_RIGHTS}
+        return {"status": "member", "user": user}
 
     async def _get_file(self, params: dict[str, Any]) -> dict[str, Any]:
         file_id = params.get("file_id")
