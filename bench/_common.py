@@ -417,11 +417,11 @@ def _answer_text(message: Any) -> str:
 
 async def _run_botkit(spec: BotSpec, stop: asyncio.Event) -> None:
     from botkit import Bot
-    from botkit.app import INBOX_FILE, serve
-    from botkit.inbox import Inbox
     from botkit.log import configure_logging
     from botkit.messengers.flood import FloodControl
     from botkit.messengers.telegram import TelegramMessenger
+    from botkit.runtime.inbox import Inbox
+    from botkit.runtime.telegram import INBOX_FILE, serve
 
     settings = botkit_settings(spec)
     configure_logging(settings.log_level, secrets=[TOKEN, API_KEY])

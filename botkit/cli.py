@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from botkit.targets import load_bot, load_settings
+
 if TYPE_CHECKING:
     from botkit.bot import Bot
-    from botkit.config import Settings
 
-__all__ = ["load_bot", "load_settings", "main"]
+__all__ = ["main"]
 
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
@@ -100,7 +100,8 @@ def _run(target: str | None) -> int:
     _check_local_config(bot)
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     configure_logging(settings.log_level, secrets=[token, key])
-    from botkit.app import run_bot  # aiogram takes seconds to import: only once we will run
+    # aiogram takes seconds to import: only once we will run
+    from botkit.runtime.telegram import run_bot
 
     run_bot(bot)
     return 0
@@ -119,8 +120,8 @@ def _console(target: str | None, user_id: int, *, plain: bool) -> int:
     import asyncio
     from contextlib import suppress
 
-    from botkit.console import ConsoleView, PlainView, RichView, run_console
     from botkit.log import configure_logging
+    from botkit.runtime.console import ConsoleView, PlainView, RichView, run_console
 
     bot = load_bot(target)
     _check_local_config(bot)
@@ -183,14 +184,9 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
 async def _bot_username(bot: Bot) -> str:
     from botkit.errors import ConfigError, MessengerError
     from botkit.messengers.flood import FloodControl
-    from botkit.messengers.telegram import TelegramMessenger
+    from botkit.runtime.telegram import messenger_for
 
-    settings = bot.settings
-    messenger = TelegramMessenger(
-        settings.require_telegram_token(),
-        api_base=settings.telegram_api_base,
-        flood=FloodControl(max_attempts=2),
-    )
+    messenger = messenger_for(bot.settings, flood=FloodControl(max_attempts=2), inbox=False)
     try:
         me = await messenger.start()
     except MessengerError as e:
@@ -200,63 +196,3 @@ async def _bot_username(bot: Bot) -> str:
     finally:
         await messenger.close()
     return me.username or ""
-
-
-def load_settings() -> Settings:
-    """Settings from the environment and .env, or a ConfigError naming the bad one."""
-    from pydantic import ValidationError
-
-    from botkit.config import Settings
-    from botkit.errors import ConfigError
-
-    try:
-        return Settings()
-    except ValidationError as e:
-        raise ConfigError(f"invalid setting: {_first_error(e)}") from e
-
-
-def load_bot(target: str | None) -> Bot:
-    """The bot ``target`` names (the default assistant for ``None``), or a ConfigError."""
-    from pydantic import ValidationError
-
-    from botkit.bot import Bot
-    from botkit.errors import ConfigError
-
-    try:
-        if target is None:
-            from botkit.assistant import default_bot
-
-            return default_bot()
-        found = _import_target(target)
-        bot = found() if callable(found) and not isinstance(found, Bot) else found
-    except ValidationError as e:
-        raise ConfigError(f"invalid setting: {_first_error(e)}") from e
-    if not isinstance(bot, Bot):
-        raise ConfigError(f"{target} is a {type(bot).__name__}, not a botkit.Bot")
-    return bot
-
-
-def _import_target(target: str) -> object:
-    from botkit.errors import ConfigError
-
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"expected 'package.module:name', got {target!r}")
-    sys.path.insert(0, ".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"cannot import {module_name!r}: {e}") from e
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ConfigError(f"{module_name!r} has no attribute {attribute!r}") from None
-
-
-def _first_error(e: object) -> str:
-    from pydantic import ValidationError
-
-    assert isinstance(e, ValidationError)
-    error = e.errors()[0]
-    where = ".".join(str(p) for p in error["loc"]) or "settings"
-    return f"{where}: {error['msg']}"

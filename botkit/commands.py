@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
+from botkit.agent.context import ContextManager
+from botkit.config import Settings
 from botkit.messengers.base import Incoming
+from botkit.options import BotOptions
 from botkit.pricing import estimate
+from botkit.skills import SkillLibrary
 from botkit.types import Usage
 
-if TYPE_CHECKING:
-    from botkit.bot import Bot
-
-__all__ = ["Command", "CommandHandler", "register_builtin_commands"]
+__all__ = ["Command", "CommandHandler", "CommandHost", "register_builtin_commands"]
 
 log = structlog.get_logger(__name__)
 
@@ -33,7 +34,39 @@ class Command:
     admin_only: bool = False
 
 
-def register_builtin_commands(bot: Bot) -> None:
+class CommandHost(Protocol):
+    """What the built-in commands need of a bot."""
+
+    settings: Settings
+    options: BotOptions
+    commands: dict[str, Command]
+    skills: SkillLibrary
+    model_override: str | None
+
+    def command(
+        self, name: str, description: str, *, admin_only: bool = False
+    ) -> Callable[[CommandHandler], CommandHandler]:
+        """Register a command."""
+        ...
+
+    def is_admin(self, user_id: int) -> bool:
+        """Whether ``user_id`` is one of the bot's admins."""
+        ...
+
+    async def is_group_admin(self, message: Incoming) -> bool:
+        """Whether the sender may manage the group's conversation."""
+        ...
+
+    async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
+        """A conversation's context."""
+        ...
+
+    async def context_for_message(self, message: Incoming) -> ContextManager:
+        """The context of the conversation ``message`` was written in."""
+        ...
+
+
+def register_builtin_commands(bot: CommandHost) -> None:
     """``/help``, ``/clear``, ``/usage``, ``/model`` and, with skills, ``/skills``."""
 
     async def help_(message: Incoming, args: str) -> str:

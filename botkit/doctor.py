@@ -43,8 +43,8 @@ class CheckResult:
 
 def doctor(target: str | None, out: TextIO | None = None) -> int:
     """Run every check and print one line each; 0 when all passed, 1 otherwise."""
-    from botkit.cli import load_settings
     from botkit.log import configure_logging
+    from botkit.targets import load_settings
 
     out = out or sys.stdout
     try:
@@ -89,7 +89,7 @@ async def run_checks(target: str | None, settings: Settings) -> list[CheckResult
 
 def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
     """The bot target imports and builds."""
-    from botkit.cli import load_bot
+    from botkit.targets import load_bot
 
     what = target or "the default assistant"
     try:
@@ -105,15 +105,12 @@ def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
 async def _check_telegram(settings: Settings) -> CheckResult:
     """The token is accepted (getMe), and whether a webhook is set (getWebhookInfo)."""
     from botkit.messengers.flood import FloodControl
-    from botkit.messengers.telegram import TelegramMessenger
+    from botkit.runtime.telegram import messenger_for
 
     try:
-        token = settings.require_telegram_token()
+        messenger = messenger_for(settings, flood=FloodControl(max_attempts=2), inbox=False)
     except ConfigError as e:
         return CheckResult("Telegram", False, str(e))
-    messenger = TelegramMessenger(
-        token, api_base=settings.telegram_api_base, flood=FloodControl(max_attempts=2)
-    )
     try:
         me = await messenger.start()
         info = await messenger.flood.send(0, messenger.api.get_webhook_info)

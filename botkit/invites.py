@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from botkit.errors import ConfigError, ToolError
+from botkit.messengers.base import Messenger
+from botkit.stores.base import UserStore
 from botkit.tools import Tool, ToolContext, tool
 
-if TYPE_CHECKING:
-    from botkit.bot import Bot
-
-__all__ = ["invite_link", "invite_tool", "parse_duration"]
+__all__ = ["InviteHost", "invite_link", "invite_tool", "parse_duration"]
 
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
@@ -31,7 +30,21 @@ def invite_link(bot_username: str, code: str) -> str:
     return f"https://t.me/{bot_username.lstrip('@')}?start={code}"
 
 
-def invite_tool(bot: Bot) -> Tool:
+class InviteHost(Protocol):
+    """What the invite tool needs of a bot."""
+
+    messenger: Messenger | None
+
+    def is_admin(self, user_id: int) -> bool:
+        """Whether ``user_id`` is one of the bot's admins."""
+        ...
+
+    async def user_store(self) -> UserStore:
+        """The users and invites store."""
+        ...
+
+
+def invite_tool(bot: InviteHost) -> Tool:
     """``create_invite``: an admin asks for an invite link in chat."""
 
     @tool(name="create_invite")

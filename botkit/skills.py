@@ -35,8 +35,7 @@ import structlog
 import yaml
 
 from botkit.errors import ConfigError, ToolError
-from botkit.tools.base import ToolSet
-from botkit.tools.decorator import tool
+from botkit.tools.decorator import ToolSet, tool
 
 __all__ = ["SKILL_FILE", "Skill", "SkillLibrary", "load_skills"]
 

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from botkit import Bot, ConfigError, Settings
-from botkit.app import serve
-from botkit.inbox import Inbox
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.telegram import TelegramMessenger
 from botkit.messengers.updates import parse_update
+from botkit.runtime.inbox import Inbox
+from botkit.runtime.telegram import serve
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
 
 ALICE, BOB, CAROL = 801, 802, 803

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from botkit.console import PlainView, RichView, tool_line
+from botkit.runtime.console import PlainView, RichView, tool_line
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.types import ToolResultBlock, ToolUseBlock
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from botkit.inbox import Inbox
+from botkit.runtime.inbox import Inbox
 
 
 def test_unfinished_updates_come_back_after_a_restart(tmp_path: Path) -> None:

@@ -57,3 +57,7 @@ class LLM(Protocol):
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer ``request``; stream text deltas to ``on_text`` when given."""
         ...
+
+    async def close(self) -> None:
+        """Release the client's connections."""
+        ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from botkit.stores.base import UserRecord
 
-__all__ = ["Draft", "Incoming", "Messenger", "ReplyContext"]
+__all__ = ["Draft", "Incoming", "JournaledUpdate", "Messenger", "ReplyContext", "UpdateJournal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +130,46 @@ class Messenger(Protocol):
 
     def draft(self, message: Incoming) -> Draft | None:
         """A live draft for the reply to ``message``, or ``None`` where drafts are unavailable."""
+        ...
+
+
+class JournaledUpdate(Protocol):
+    """An update the journal accepted: its id and its raw payload."""
+
+    @property
+    def update_id(self) -> int:
+        """The messenger's id of the update."""
+        ...
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The update as the messenger received it."""
+        ...
+
+
+class UpdateJournal(Protocol):
+    """Where a messenger writes down updates before confirming them (``runtime.inbox``)."""
+
+    def seen(self, update_id: int) -> bool:
+        """Whether ``update_id`` was accepted (or rejected) before."""
+        ...
+
+    def accept(self, update_id: int, payload: dict[str, Any]) -> bool:
+        """Journal an update about to be handled; ``False`` if it was accepted before."""
+        ...
+
+    def reject(self, update_id: int, payload: dict[str, Any], error: str) -> None:
+        """Journal an update that could not be read."""
+        ...
+
+    def done(self, update_id: int) -> None:
+        """Mark the turn of ``update_id`` finished: its reply was sent."""
+        ...
+
+    def pending(self) -> Sequence[JournaledUpdate]:
+        """Accepted updates whose turn has not finished, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Close the journal."""
         ...

@@ -27,8 +27,7 @@ from aiogram.types import BotCommand, ReplyParameters, Update, User
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
-from botkit.inbox import Inbox
-from botkit.messengers.base import Incoming, ReplyContext
+from botkit.messengers.base import Incoming, ReplyContext, UpdateJournal
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 from botkit.messengers.updates import RawGetUpdates, parse_update
@@ -80,7 +79,7 @@ class TelegramMessenger:
         api_base: str | None = None,
         poll_timeout: int = 30,
         flood: FloodControl | None = None,
-        inbox: Inbox | None = None,
+        inbox: UpdateJournal | None = None,
         answer_groups: str = "mention",
         draft_interval: float = 0.3,
         conflict_timeout: float = 60.0,

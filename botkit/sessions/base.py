@@ -19,3 +19,7 @@ class SessionStore(Protocol):
     async def load(self, key: int | str) -> SessionFile:
         """Everything recorded for a conversation (a user id or a group's key), oldest first."""
         ...
+
+    async def close(self) -> None:
+        """Release open files or connections."""
+        ...

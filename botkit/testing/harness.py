@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from botkit.app import serve
+from pydantic import SecretStr
+
 from botkit.bot import Bot
-from botkit.config import FREE_RATE
-from botkit.inbox import Inbox
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.telegram import TelegramMessenger
+from botkit.runtime.telegram import messenger_for, serve
 from botkit.testing.telegram import FakeTelegramServer
 
 __all__ = ["running"]
@@ -29,15 +29,13 @@ async def running(
 
     Sends are unpaced unless ``flood`` is given, so tests do not wait on Telegram's limits.
     """
-    messenger = TelegramMessenger(
-        telegram.token,
-        api_base=telegram.base_url,
-        poll_timeout=1,
-        flood=flood or FloodControl.unlimited(),
-        inbox=Inbox(bot.settings.sessions_dir / "inbox.jsonl"),
-        answer_groups=bot.settings.answer_groups,
-        paid_broadcast=bot.settings.paid_broadcast and bot.settings.global_rate > FREE_RATE,
+    settings = bot.settings.model_copy(
+        update={
+            "telegram_bot_token": SecretStr(telegram.token),
+            "telegram_api_base": telegram.base_url,
+        }
     )
+    messenger = messenger_for(settings, flood=flood or FloodControl.unlimited(), poll_timeout=1)
     stop = asyncio.Event()
     task = asyncio.create_task(
         serve(bot, stop, messenger=messenger, grace_period=grace_period), name="botkit-serve"

@@ -1,7 +1,7 @@
 """Tools the model can call: definitions, the ``@tool`` decorator and the registry."""
 
-from botkit.tools.base import ContextInjector, Tool, ToolContext, ToolSet
-from botkit.tools.decorator import FunctionTool, tool
+from botkit.tools.base import ContextInjector, Tool, ToolContext
+from botkit.tools.decorator import FunctionTool, ToolSet, tool
 from botkit.tools.registry import ToolRegistry
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from botkit.types import Message, ToolDef
 
-__all__ = ["ContextInjector", "Tool", "ToolContext", "ToolSet"]
+__all__ = ["ContextInjector", "Tool", "ToolContext"]
 
 
 class ContextInjector(Protocol):
@@ -54,13 +54,3 @@ class Tool(ABC):
     def name(self) -> str:
         """The tool's name, as the model calls it."""
         return self.definition.name
-
-
-class ToolSet:
-    """A group of tools sharing state: methods decorated with ``@tool`` become bound tools."""
-
-    def tools(self) -> list[Tool]:
-        """The tools of this set, bound to this instance."""
-        from botkit.tools.decorator import bound_tools
-
-        return bound_tools(self)

@@ -22,10 +22,10 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from botkit.tools.base import Tool, ToolContext, ToolSet
+from botkit.tools.base import Tool, ToolContext
 from botkit.types import ToolDef
 
-__all__ = ["FunctionTool", "bound_tools", "tool"]
+__all__ = ["FunctionTool", "ToolSet", "bound_tools", "tool"]
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION_RE = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
@@ -295,3 +295,11 @@ def bound_tools(obj: ToolSet | object) -> list[Tool]:
         if isinstance(attr, FunctionTool):
             tools.append(attr.__get__(obj, type(obj)))
     return tools
+
+
+class ToolSet:
+    """A group of tools sharing state: methods decorated with ``@tool`` become bound tools."""
+
+    def tools(self) -> list[Tool]:
+        """The tools of this set, bound to this instance."""
+        return bound_tools(self)

@@ -11,8 +11,8 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from botkit.errors import ToolError
-from botkit.tools.base import Tool, ToolContext, ToolSet
-from botkit.tools.decorator import FunctionTool, tool
+from botkit.tools.base import Tool, ToolContext
+from botkit.tools.decorator import FunctionTool, ToolSet, tool
 from botkit.types import ToolDef, ToolResultBlock, ToolUseBlock
 
 __all__ = ["MAX_OUTPUT_CHARS", "NO_OUTPUT", "ToolRegistry"]

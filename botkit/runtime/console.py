@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from botkit.agent.events import ToolEnd
-from botkit.app import check_llm, mcp_tools
 from botkit.bot import Bot
 from botkit.errors import LLMAuthError
 from botkit.messengers.base import Incoming
+from botkit.runtime.setup import check_llm, mcp_tools
 from botkit.types import ToolResultBlock, ToolUseBlock
 
 if TYPE_CHECKING:

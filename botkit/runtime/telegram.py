@@ -1,39 +1,28 @@
-"""Running a bot on Telegram: polling, dispatching turns, shutting down cleanly.
-
-The start-up steps the console shares (MCP tools, the Anthropic key check) live here too, so
-both runtimes offer the same tools and fail the same way; aiogram is imported only to serve.
-"""
+"""Running a bot on Telegram in one process: polling, scheduling turns, shutting down cleanly."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
 
-from botkit.bot import Bot
-from botkit.config import FREE_RATE
-from botkit.dispatch import TurnDispatcher
+from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
-from botkit.inbox import Inbox
 from botkit.messengers.base import Messenger
+from botkit.runtime.base import ServedBot
+from botkit.runtime.inbox import Inbox
+from botkit.runtime.scheduler import TurnDispatcher
+from botkit.runtime.setup import check_llm, mcp_tools
 
 if TYPE_CHECKING:
+    from botkit.messengers.flood import FloodControl
     from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = [
-    "AUTH_FAILURE_TEXT",
-    "check_llm",
-    "mcp_tools",
-    "messenger_for",
-    "run_bot",
-    "serve",
-    "tell_admins",
-]
+__all__ = ["AUTH_FAILURE_TEXT", "INBOX_FILE", "messenger_for", "run_bot", "serve", "tell_admins"]
 
 log = structlog.get_logger(__name__)
 
@@ -46,32 +35,42 @@ AUTH_FAILURE_TEXT = (
 """What admins are told in Telegram when the key is rejected while serving."""
 
 
-def messenger_for(bot: Bot) -> TelegramMessenger:
-    """A Telegram messenger configured from the bot's settings."""
+def messenger_for(
+    settings: Settings,
+    *,
+    flood: FloodControl | None = None,
+    poll_timeout: int | None = None,
+    inbox: bool = True,
+) -> TelegramMessenger:
+    """A Telegram messenger configured from ``settings`` (the runtime's, the CLI's, the tests').
+
+    ``flood`` replaces the pacing to Telegram's limits (tests pass an unlimited one);
+    ``inbox=False`` leaves out the journal, for commands that only send.
+    """
     from botkit.messengers.flood import FloodControl, FloodLimits
     from botkit.messengers.telegram import TelegramMessenger
 
-    settings = bot.settings
+    limits = FloodLimits(global_per_second=settings.send_rate)
     return TelegramMessenger(
         settings.require_telegram_token(),
         api_base=settings.telegram_api_base,
-        poll_timeout=settings.poll_timeout,
-        flood=FloodControl(FloodLimits(global_per_second=settings.send_rate)),
-        inbox=Inbox(settings.sessions_dir / INBOX_FILE),
+        poll_timeout=settings.poll_timeout if poll_timeout is None else poll_timeout,
+        flood=flood or FloodControl(limits),
+        inbox=Inbox(settings.sessions_dir / INBOX_FILE) if inbox else None,
         answer_groups=settings.answer_groups,
         paid_broadcast=settings.paid_broadcast and settings.global_rate > FREE_RATE,
     )
 
 
 async def serve(
-    bot: Bot,
+    bot: ServedBot,
     stop: asyncio.Event,
     *,
     messenger: TelegramMessenger | None = None,
     grace_period: float | None = None,
 ) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish."""
-    messenger = messenger or messenger_for(bot)
+    messenger = messenger or messenger_for(bot.settings)
     bot.messenger = messenger
     inbox = messenger.inbox
     dispatcher = TurnDispatcher(
@@ -100,39 +99,7 @@ async def serve(
         await bot.aclose()
 
 
-@asynccontextmanager
-async def mcp_tools(bot: Bot) -> AsyncIterator[None]:
-    """Connect the MCP servers of BOTKIT_MCP_CONFIG and offer their tools inside the block."""
-    if not bot.settings.mcp_config:
-        yield
-        return
-    from botkit.tools.mcp import connect_mcp, parse_mcp_config
-
-    async with connect_mcp(parse_mcp_config(bot.settings.mcp_config)) as tools:
-        for tool in tools:
-            bot.tools.register_tool(tool)
-        yield
-
-
-async def check_llm(
-    bot: Bot, on_auth_failure: Callable[[LLMAuthError], Awaitable[None]] | None = None
-) -> None:
-    """Check the Anthropic key and model at no token cost (retried while unreachable), and
-    have ``on_auth_failure`` told once if the key is rejected later.
-
-    A rejected key or model raises ``ConfigError``; an LLM of another kind is left alone.
-    """
-    from botkit.llm.anthropic import AnthropicLLM
-
-    llm = bot.llm
-    if not isinstance(llm, AnthropicLLM):
-        return
-    if llm.on_auth_failure is None:
-        llm.on_auth_failure = on_auth_failure
-    await llm.verify()
-
-
-async def tell_admins(bot: Bot, messenger: Messenger, error: LLMAuthError) -> None:
+async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError) -> None:
     """Tell every admin that the key was rejected; a failed send is logged, not raised."""
     for admin in sorted(bot.settings.admins):
         try:
@@ -141,7 +108,7 @@ async def tell_admins(bot: Bot, messenger: Messenger, error: LLMAuthError) -> No
             log.warning("bot.admin_not_told", admin=admin, error=str(e))
 
 
-async def _publish_commands(bot: Bot, messenger: TelegramMessenger) -> None:
+async def _publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None:
     """Show the bot's commands in Telegram's menu; a failure here is not fatal."""
     try:
         changed = await messenger.sync_commands(bot.command_menu())
@@ -151,12 +118,12 @@ async def _publish_commands(bot: Bot, messenger: TelegramMessenger) -> None:
     log.info("bot.commands", changed=changed, count=len(bot.commands))
 
 
-def run_bot(bot: Bot) -> None:
+def run_bot(bot: ServedBot) -> None:
     """Run ``bot`` until SIGINT or SIGTERM; a second signal stops at once."""
     asyncio.run(_main(bot))
 
 
-async def _main(bot: Bot) -> None:
+async def _main(bot: ServedBot) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()

@@ -1,0 +1,147 @@
+"""Who may talk to the bot: the default gates, invite redemption, budgets, cached user records.
+
+All of it is built from a ``UserStore`` (SQLite by default, PostgreSQL with
+BOTKIT_DATABASE_URL). A bot's own ``authorize`` and ``handle_start`` replace the defaults here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, date, datetime
+
+import structlog
+
+from botkit.config import Settings
+from botkit.messengers.base import Incoming
+from botkit.options import BotOptions
+from botkit.stores.base import RedeemFailure, UserRecord, UserStore
+from botkit.types import Usage
+
+__all__ = ["USER_CACHE_SECONDS", "Access", "open_user_store"]
+
+log = structlog.get_logger(__name__)
+
+USER_CACHE_SECONDS = 10.0
+"""How long a user record read for a message is trusted (blocking takes effect within it)."""
+USER_CACHE_SIZE = 10_000
+
+
+class Access:
+    """The default ``authorize`` and ``handle_start``, daily budgets and the user-record cache."""
+
+    def __init__(
+        self, settings: Settings, options: BotOptions, users: UserStore | None = None
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self._users = users
+        self._users_lock = asyncio.Lock()
+        self._cache: dict[int, tuple[float, UserRecord | None]] = {}
+
+    async def user_store(self) -> UserStore:
+        """The users and invites store, opened on first use."""
+        if self._users is not None:
+            return self._users
+        async with self._users_lock:
+            if self._users is None:
+                self._users = await open_user_store(self.settings)
+            return self._users
+
+    async def close(self) -> None:
+        """Close the store, if it was opened."""
+        if self._users is not None:
+            await self._users.close()
+            self._users = None
+
+    def is_admin(self, user_id: int) -> bool:
+        """Whether ``user_id`` is one of the configured admins."""
+        return user_id in self.settings.admins
+
+    async def authorize(self, message: Incoming) -> str | None:
+        """Admins, then the access mode: ``None`` admits, the rejection text turns away."""
+        user_id, settings = message.user_id, self.settings
+        if self.is_admin(user_id):
+            return None
+        if settings.access == "allowlist":
+            return None if user_id in settings.allowed_users else self.options.rejection_text
+        record = await self.known_user(user_id)
+        if record is not None and record.blocked:
+            return self.options.rejection_text
+        if settings.access == "open" or record is not None or user_id in settings.allowed_users:
+            return None
+        return self.options.rejection_text
+
+    async def redeem(self, message: Incoming, payload: str) -> str | None:
+        """``/start <code>``: redeem an invite (atomically) and say how it went."""
+        if not payload:
+            return None
+        users = await self.user_store()
+        result = await users.redeem_invite(payload, message.user_id, name_of(message))
+        self._cache.pop(message.user_id, None)
+        if result.ok:
+            fresh = not result.already_registered
+            log.info("invite.redeemed", user_id=message.user_id, fresh=fresh)
+            return self.options.welcome_text if fresh else self.options.already_registered_text
+        log.info("invite.refused", user_id=message.user_id, why=str(result.failure))
+        return {
+            RedeemFailure.EXPIRED: self.options.invite_expired_text,
+            RedeemFailure.USED_UP: self.options.invite_used_up_text,
+        }.get(result.failure or RedeemFailure.UNKNOWN, self.options.invite_unknown_text)
+
+    async def known_user(self, user_id: int) -> UserRecord | None:
+        """The user's record, from a cache of a few seconds (every message needs it)."""
+        cached = self._cache.get(user_id)
+        if cached is not None and time.monotonic() - cached[0] < USER_CACHE_SECONDS:
+            return cached[1]
+        record = await (await self.user_store()).get_user(user_id)
+        if len(self._cache) >= USER_CACHE_SIZE:
+            self._cache.clear()  # cheap and rare: records are re-read on demand
+        self._cache[user_id] = (time.monotonic(), record)
+        return record
+
+    async def user_record(self, message: Incoming) -> UserRecord:
+        """The sender's record; one admitted by configuration alone gets role admin or user."""
+        record = await self.known_user(message.user_id)
+        if record is None:  # admitted by config (allowlist, admin, open): not stored
+            role = "admin" if self.is_admin(message.user_id) else "user"
+            now = datetime.now(UTC)
+            record = UserRecord(message.user_id, role, name_of(message), now, blocked=False)
+        return record
+
+    async def over_budget(self, user_id: int) -> bool:
+        """Whether the user has used up today's token budget (if one is set)."""
+        budget = self.settings.daily_token_budget
+        if budget is None:
+            return False
+        return await (await self.user_store()).usage_on(user_id, today()) >= budget
+
+    async def charge(self, user_id: int, usage: Usage) -> None:
+        """Count what a turn cost against the user's daily budget (when budgets are on)."""
+        if self.settings.daily_token_budget is None:
+            return
+        spent = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
+        await (await self.user_store()).add_usage(user_id, today(), spent)
+
+
+def name_of(message: Incoming) -> str | None:
+    """The sender's display name as Telegram gave it."""
+    return message.first_name or message.username
+
+
+def today() -> date:
+    """Today in UTC: budgets are per UTC day."""
+    return datetime.now(UTC).date()
+
+
+async def open_user_store(settings: Settings) -> UserStore:
+    """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
+    if settings.database_url is not None:
+        from botkit.stores.postgres import PostgresUserStore
+
+        return await PostgresUserStore.connect(settings.database_url.get_secret_value())
+    from botkit.stores.sqlite import SqliteUserStore
+
+    path = settings.database_path or settings.sessions_dir / "botkit.db"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return SqliteUserStore(path)

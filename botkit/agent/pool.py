@@ -1,0 +1,79 @@
+"""``ContextPool``: the contexts in memory, built lazily from the session store, LRU-evicted."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import OrderedDict
+
+from botkit.agent.context import ContextManager
+from botkit.sessions import SessionStore
+from botkit.types import Message
+
+__all__ = ["ContextPool"]
+
+
+class ContextPool:
+    """Contexts by conversation: created on first use from what the session store recorded."""
+
+    def __init__(
+        self, sessions: SessionStore, *, max_contexts: int = 1_000, max_messages: int = 40
+    ) -> None:
+        self.sessions = sessions
+        self.max_contexts = max_contexts
+        """Contexts kept in memory; the least recently used idle ones are dropped beyond it."""
+        self.max_messages = max_messages
+        self._contexts: OrderedDict[int | str, asyncio.Task[ContextManager]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+    async def get(self, owner_id: int, conversation: str | None = None) -> ContextManager:
+        """The context of ``owner_id``'s private conversation, or of a group's ``conversation``."""
+        key: int | str = conversation or owner_id
+        task = self._contexts.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._load(owner_id, conversation))
+            self._contexts[key] = task
+            self._evict_idle()
+        else:
+            self._contexts.move_to_end(key)
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if self._contexts.get(key) is task:
+                del self._contexts[key]
+            raise
+
+    async def inject(self, user_id: int, message: Message) -> None:
+        """Add ``message`` to a user's context (now, or right after their running turn)."""
+        context = await self.get(user_id)
+        if context.lock.locked():
+            context.pending.append(message)
+            return
+        async with context.lock:
+            await context.append(message)
+
+    def _evict_idle(self) -> None:
+        """Drop the least recently used contexts beyond ``max_contexts`` that are not in use."""
+        excess = len(self._contexts) - self.max_contexts
+        if excess <= 0:
+            return
+        # The oldest entries come first; busy ones are skipped, so look a little further.
+        for key in list(itertools.islice(self._contexts, excess + 16)):
+            task = self._contexts[key]
+            if task.done() and not task.exception() and not task.result().lock.locked():
+                del self._contexts[key]
+                excess -= 1
+                if excess <= 0:
+                    return
+
+    async def _load(self, owner_id: int, conversation: str | None) -> ContextManager:
+        recorded = await self.sessions.load(conversation or owner_id)
+        return ContextManager.restore(
+            owner_id,
+            recorded.entries,
+            conversation=conversation,
+            max_messages=self.max_messages,
+            on_append=self.sessions.append,
+        )

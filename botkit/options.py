@@ -1,0 +1,83 @@
+"""How a bot behaves: its options, and the types of the steps a bot may pass as callbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from botkit.agent.loop import LoopTexts
+from botkit.messengers.base import Incoming
+from botkit.tools import Tool, ToolRegistry
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "Authorize",
+    "BotOptions",
+    "BuildExtra",
+    "BuildPrompt",
+    "BuildTools",
+    "HandleStart",
+]
+
+HandleStart = Callable[[Incoming, str], Awaitable[str | None]]
+"""``/start <payload>``: a non-empty reply is sent and ends the update."""
+Authorize = Callable[[Incoming], Awaitable[str | None]]
+"""A non-empty string rejects the message with that text; no LLM call is made."""
+BuildExtra = Callable[[Incoming], Awaitable[Any]]
+"""What tools receive as ``ToolContext.extra`` for this turn (e.g. a database pool)."""
+BuildTools = Callable[[Incoming], Awaitable[ToolRegistry | Sequence[Tool]]]
+"""The tools offered to the model for this turn."""
+BuildPrompt = Callable[[Incoming], Awaitable[str]]
+"""The system prompt for this turn."""
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant talking with people on Telegram. Answer clearly and "
+    "briefly; use tools when they help."
+)
+
+
+@dataclass(frozen=True)
+class BotOptions:
+    """How a bot behaves; callbacks given here replace the methods of the same name."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_iterations: int = 10
+    """LLM calls one turn may make before the user is told it stopped."""
+    max_messages: int = 40
+    """Messages of history sent to the model, at most (tool chains are never split)."""
+    rejection_text: str = "Sorry, this bot is private."
+    overloaded_text: str = (
+        "I'm overloaded right now and couldn't answer. Please try again in a minute."
+    )
+    error_text: str = "Sorry, something went wrong on my side. Please try again."
+    unsupported_text: str = (
+        "Sorry, I can only read text and photos. Please write your message as text."
+    )
+    stopped_text: str = "Stopped."
+    unknown_command_text: str = "I don't know /{command}. These are my commands:"
+    max_input_chars: int = 16_000
+    """Longer user messages are cut, with a note telling the model so."""
+    max_contexts: int = 1_000
+    """Contexts kept in memory; the least recently used are dropped and rebuilt on demand."""
+    max_context_chars: int = 200_000
+    """A context past 80 % of this is compacted: older messages become a summary."""
+    admin_only_text: str = "Only admins can do that."
+    group_admin_only_text: str = "Only this group's admins can do that."
+    welcome_text: str = "Welcome! You're in. Just write to me."
+    already_registered_text: str = "You're already registered. Just write to me."
+    invite_unknown_text: str = "This invite link is not valid. Ask for a new one."
+    invite_expired_text: str = "This invite link has expired. Ask for a new one."
+    invite_used_up_text: str = "This invite link has already been used. Ask for a new one."
+    budget_text: str = "You've used today's allowance of tokens. Please come back tomorrow."
+    help_text: str = "Just write to me; I can also use tools when they help. Commands:"
+    typing_interval: float = 4.0
+    """Seconds between "typing…" signals while a turn runs."""
+    typing_delay: float = 1.0
+    """A turn quicker than this shows no "typing…" at all: its answer is the sign of life."""
+    loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    handle_start: HandleStart | None = None
+    authorize: Authorize | None = None
+    build_extra: BuildExtra | None = None
+    build_tools: BuildTools | None = None
+    build_prompt: BuildPrompt | None = None

@@ -1,0 +1,51 @@
+"""What a runtime needs of a bot: a narrow view, so runtimes never import ``botkit.bot``."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from botkit.agent.events import Hooks
+from botkit.commands import Command
+from botkit.config import Settings
+from botkit.llm.base import LLM
+from botkit.messengers.base import Incoming, Messenger
+from botkit.options import BotOptions
+from botkit.tools import ToolRegistry
+
+__all__ = ["ServedBot"]
+
+
+class ServedBot(Protocol):
+    """A bot as a runtime sees it: its configuration, its turns, its start and end."""
+
+    settings: Settings
+    options: BotOptions
+    hooks: Hooks
+    tools: ToolRegistry
+    commands: dict[str, Command]
+    messenger: Messenger | None
+
+    @property
+    def llm(self) -> LLM:
+        """The model the bot talks to."""
+        ...
+
+    def command_menu(self) -> list[tuple[str, str]]:
+        """The commands as a menu shows them."""
+        ...
+
+    async def on_start(self) -> None:
+        """Called once before messages are taken."""
+        ...
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """Run one message through the turn pipeline; failures become a polite reply."""
+        ...
+
+    def stop_turn(self, chat_id: int, draft_id: int) -> bool:
+        """Cancel the turn whose draft was stopped."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the bot opened."""
+        ...

@@ -1,0 +1,48 @@
+"""What every runtime does before it takes messages, so they all offer the same bot.
+
+The MCP servers of BOTKIT_MCP_CONFIG are connected and their tools registered, and the
+Anthropic key and model are checked at no token cost; serving on Telegram and the console
+(and later queue workers) call these same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from botkit.errors import LLMAuthError
+from botkit.runtime.base import ServedBot
+
+__all__ = ["check_llm", "mcp_tools"]
+
+
+@asynccontextmanager
+async def mcp_tools(bot: ServedBot) -> AsyncIterator[None]:
+    """Connect the MCP servers of BOTKIT_MCP_CONFIG and offer their tools inside the block."""
+    if not bot.settings.mcp_config:
+        yield
+        return
+    from botkit.tools.mcp import connect_mcp, parse_mcp_config
+
+    async with connect_mcp(parse_mcp_config(bot.settings.mcp_config)) as tools:
+        for tool in tools:
+            bot.tools.register_tool(tool)
+        yield
+
+
+async def check_llm(
+    bot: ServedBot, on_auth_failure: Callable[[LLMAuthError], Awaitable[None]] | None = None
+) -> None:
+    """Check the Anthropic key and model at no token cost (retried while unreachable), and
+    have ``on_auth_failure`` told once if the key is rejected later.
+
+    A rejected key or model raises ``ConfigError``; an LLM of another kind is left alone.
+    """
+    from botkit.llm.anthropic import AnthropicLLM
+
+    llm = bot.llm
+    if not isinstance(llm, AnthropicLLM):
+        return
+    if llm.on_auth_failure is None:
+        llm.on_auth_failure = on_auth_failure
+    await llm.verify()

@@ -1,0 +1,77 @@
+"""Loading what a command runs: the settings, and the bot a ``module:name`` target names.
+
+The long-running commands and ``doctor`` share these, so a target that fails to load says so
+the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from botkit.bot import Bot
+    from botkit.config import Settings
+
+__all__ = ["first_error", "load_bot", "load_settings"]
+
+
+def load_settings() -> Settings:
+    """Settings from the environment and .env, or a ConfigError naming the bad one."""
+    from pydantic import ValidationError
+
+    from botkit.config import Settings
+    from botkit.errors import ConfigError
+
+    try:
+        return Settings()
+    except ValidationError as e:
+        raise ConfigError(f"invalid setting: {first_error(e)}") from e
+
+
+def load_bot(target: str | None) -> Bot:
+    """The bot ``target`` names (the default assistant for ``None``), or a ConfigError."""
+    from pydantic import ValidationError
+
+    from botkit.bot import Bot
+    from botkit.errors import ConfigError
+
+    try:
+        if target is None:
+            from botkit.assistant import default_bot
+
+            return default_bot()
+        found = _import_target(target)
+        bot = found() if callable(found) and not isinstance(found, Bot) else found
+    except ValidationError as e:
+        raise ConfigError(f"invalid setting: {first_error(e)}") from e
+    if not isinstance(bot, Bot):
+        raise ConfigError(f"{target} is a {type(bot).__name__}, not a botkit.Bot")
+    return bot
+
+
+def _import_target(target: str) -> object:
+    from botkit.errors import ConfigError
+
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"expected 'package.module:name', got {target!r}")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import {module_name!r}: {e}") from e
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(f"{module_name!r} has no attribute {attribute!r}") from None
+
+
+def first_error(e: object) -> str:
+    from pydantic import ValidationError
+
+    assert isinstance(e, ValidationError)
+    error = e.errors()[0]
+    where = ".".join(str(p) for p in error["loc"]) or "settings"
+    return f"{where}: {error['msg']}"

@@ -1,0 +1,457 @@
+"""The turn pipeline: one incoming message through the bot's steps to its reply.
+
+Telegram turns, ``Bot.stream``, the console and (later) queue workers all run turns here:
+handle_start → authorize → user record → commands → budget → build_extra, build_tools,
+build_prompt → context_for → the tool loop → the reply. LLM errors become user texts here;
+usage is charged, drafts are streamed and the stop button is honoured here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from botkit.access import Access
+from botkit.agent.compaction import Compactor
+from botkit.agent.context import ContextManager
+from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta, ToolCall
+from botkit.agent.loop import AgentLoop, TurnResult
+from botkit.agent.pool import ContextPool
+from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
+from botkit.commands import Command
+from botkit.config import Settings
+from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError
+from botkit.llm.base import LLM
+from botkit.messengers.base import Draft, Incoming, Messenger
+from botkit.options import BotOptions
+from botkit.tools import Tool, ToolContext, ToolRegistry
+from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
+
+__all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
+
+log = structlog.get_logger(__name__)
+
+ANSWERED_KINDS = frozenset({"text", "photo"})
+
+
+class BotSteps(Protocol):
+    """What the pipeline needs of a bot: its configuration and the steps of the turn cycle."""
+
+    settings: Settings
+    options: BotOptions
+    commands: dict[str, Command]
+    hooks: Hooks
+    model_override: str | None
+
+    @property
+    def llm(self) -> LLM:
+        """The model the bot talks to."""
+        ...
+
+    async def handle_start(self, message: Incoming, payload: str) -> str | None:
+        """``/start <payload>``: a non-empty reply ends the update before authorize."""
+        ...
+
+    async def authorize(self, message: Incoming) -> str | None:
+        """``None`` admits the message; a text rejects it."""
+        ...
+
+    async def build_extra(self, message: Incoming) -> Any:
+        """What tools get as ``ToolContext.extra`` this turn."""
+        ...
+
+    async def build_tools(self, message: Incoming) -> ToolRegistry | Sequence[Tool]:
+        """The tools the model may call this turn."""
+        ...
+
+    async def build_prompt(self, message: Incoming) -> str:
+        """The system prompt for this turn."""
+        ...
+
+    async def is_group_admin(self, message: Incoming) -> bool:
+        """Whether the sender may manage the group's conversation."""
+        ...
+
+
+class TurnPipeline:
+    """Runs turns for one bot: the gates, the steps, the context, the loop and the reply."""
+
+    def __init__(self, bot: BotSteps, access: Access, contexts: ContextPool) -> None:
+        self.bot = bot
+        self.access = access
+        self.contexts = contexts
+        self.usage_by_model: dict[str, Usage] = {}
+        """What this process's turns cost, per model."""
+        self._turns: dict[tuple[int, int], asyncio.Task[str]] = {}
+        self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """``handle``, but a failure is logged and the user gets a polite message."""
+        try:
+            await self.handle(message, messenger)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
+            with suppress(Exception):
+                await self._reply(messenger, message, self.bot.options.error_text)
+
+    async def handle(self, message: Incoming, messenger: Messenger) -> None:
+        """Take one incoming message through the gates and the tool loop to a reply."""
+        if message.command == "start":
+            welcome = await self.bot.handle_start(message, message.command_args)
+            if welcome:
+                await self._reply(messenger, message, welcome)
+                return
+        rejection = await self.bot.authorize(message)
+        if rejection:
+            await self._reject(messenger, message, rejection)
+            return
+        message = replace(message, user=await self.access.user_record(message))
+        message = await self._with_images(message, messenger)
+        if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
+            await self._reply(messenger, message, self.bot.options.unsupported_text)
+            return
+        if message.command is not None:
+            await self._reply(messenger, message, await self._answer_command(message))
+            return
+        if await self.access.over_budget(message.user_id):
+            await self._reply(messenger, message, self.bot.options.budget_text)
+            return
+        extra = await self.bot.build_extra(message)
+        tools = as_registry(await self.bot.build_tools(message))
+        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        context = await self.context_for(message)
+        async with context.lock, self._typing(messenger, message):
+            await context.flush_pending()
+            if not context.has_turn(message.update_id):
+                await context.append(self._user_turn(message), **_turn_meta(message))
+            elif (answered := context.answer_to(message.update_id)) is not None:
+                # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
+                await self._reply(messenger, message, answered)
+                return
+            tool_context = self._tool_context(message, extra)
+            reply = await self._answer(message, messenger, context, system, tools, tool_context)
+            await self._reply(messenger, message, reply)
+
+    async def _reply(self, messenger: Messenger, message: Incoming, text: str) -> None:
+        """Answer in the message's chat and topic; in a group, as a reply to it."""
+        reply_to = message.message_id if message.in_group else None
+        await messenger.send_text(
+            message.chat_id, text, thread_id=message.thread_id, reply_to=reply_to
+        )
+
+    async def _reject(self, messenger: Messenger, message: Incoming, rejection: str) -> None:
+        """Turn a stranger away: always in private, at most once an interval in a group."""
+        log.info("turn.rejected", user_id=message.user_id, chat_id=message.chat_id)
+        if message.in_group and not self._group_rejections.allow(message.chat_id, message.user_id):
+            return
+        await self._reply(messenger, message, rejection)
+
+    async def _with_images(self, message: Incoming, messenger: Messenger) -> Incoming:
+        """The message with its photos fetched (only ever for an admitted sender)."""
+        if not message.photo_ids or message.images:
+            return message
+        fetched = [await messenger.download(file_id) for file_id in message.photo_ids]
+        return replace(message, images=tuple(data for data in fetched if data))
+
+    def _user_turn(self, message: Incoming) -> Message:
+        """The user's message as the model sees it: framed with speaker, reply and quote."""
+        turn = user_message(message, self.bot.options.max_input_chars)
+        if not (message.in_group or message.reply_to or message.quote):
+            return turn
+        text = framed_text(message, turn.text)
+        images = [block for block in turn.content if not isinstance(block, TextBlock)]
+        return Message(role="user", content=[*images, TextBlock(text=text)])
+
+    async def _answer_command(self, message: Incoming) -> str:
+        """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
+        command = self.bot.commands.get(message.command or "")
+        if command is not None:
+            return await self._run_command(command, message)
+        menu = "\n".join(f"/{c.name} — {c.description}" for c in self.bot.commands.values())
+        if message.command == "start":
+            return f"{self.bot.options.help_text}\n{menu}"
+        return f"{self.bot.options.unknown_command_text.format(command=message.command)}\n{menu}"
+
+    async def _answer(
+        self,
+        message: Incoming,
+        messenger: Messenger,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        tool_context: ToolContext,
+    ) -> str:
+        """Run the loop as its own task, streaming into a draft, so the user can stop it."""
+        draft = messenger.draft(message) if self.bot.settings.stream_replies else None
+        emit = _draft_sink(draft) if draft is not None else None
+        task_id = f"{message.user_id}:{message.update_id}"
+        if draft is not None:
+            await draft.start()
+        first = context.appended
+        turn = asyncio.create_task(
+            self._run_loop(context, system, tools, tool_context, emit=emit, task_id=task_id)
+        )
+        stop_key = (message.chat_id, draft.draft_id) if draft is not None else None
+        if stop_key is not None:
+            self._turns[stop_key] = turn
+        try:
+            return _all_text(context, first, await turn)
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if not turn.cancelled() or (this is not None and this.cancelling()):
+                raise
+            return await self._stopped(context, draft)
+        finally:
+            if stop_key is not None:
+                self._turns.pop(stop_key, None)
+            if draft is not None:
+                await draft.finish()
+
+    async def _stopped(self, context: ContextManager, draft: Draft | None) -> str:
+        """The user pressed stop: keep what they saw, leave the context valid."""
+        partial = draft.text.strip() if draft is not None else ""
+        log.info("turn.stopped_by_user", user_id=context.user_id, chars=len(partial))
+        if partial:
+            shown = Message(role="assistant", content=[TextBlock(text=partial)])
+            await context.append(shown, stop_reason="stopped_by_user")
+        return partial or self.bot.options.stopped_text
+
+    def stop_turn(self, chat_id: int, draft_id: int) -> bool:
+        """Cancel the turn whose draft ``draft_id`` shows in ``chat_id`` (its stop button)."""
+        turn = self._turns.get((chat_id, draft_id))
+        if turn is None or turn.done():
+            return False
+        turn.cancel()
+        return True
+
+    async def _run_loop(
+        self,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        tool_context: ToolContext,
+        *,
+        emit: EventSink | None = None,
+        task_id: str | None = None,
+    ) -> str:
+        """The loop's reply, or a polite text when the model could not be reached."""
+        loop = AgentLoop(
+            self.bot.llm,
+            max_iterations=self.bot.options.max_iterations,
+            texts=self.bot.options.loop_texts,
+            compactor=Compactor(self.bot.llm, max_context_chars=self.bot.options.max_context_chars),
+            model=self.bot.model_override,
+            hooks=self.bot.hooks,
+        )
+        try:
+            result: TurnResult = await loop.run(
+                context,
+                system=system,
+                tools=tools,
+                tool_context=tool_context,
+                emit=emit,
+                task_id=task_id,
+            )
+        except LLMError as e:
+            # A rejected key is reported once by the LLM client; users hear "unavailable".
+            overloaded = isinstance(e, LLMOverloadedError | LLMAuthError)
+            log.log(
+                logging.WARNING if overloaded else logging.ERROR,
+                "turn.llm_failed",
+                user_id=context.user_id,
+                error=str(e),
+            )
+            text = self.bot.options.overloaded_text if overloaded else self.bot.options.error_text
+            if emit is not None:
+                await emit(
+                    ErrorEvent(
+                        context_id=context.user_id,
+                        task_id=task_id or "",
+                        error=str(e),
+                        message=text,
+                    )
+                )
+            return text
+        model = self.bot.model_override or self.bot.settings.model
+        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + result.usage
+        await self.access.charge(tool_context.user_id, result.usage)
+        log.info(
+            "turn.done",
+            user_id=context.user_id,
+            iterations=result.iterations,
+            stop_reason=result.stop_reason,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
+        )
+        return result.text
+
+    async def context_for(self, message: Incoming) -> ContextManager:
+        """The context of the conversation ``message`` was written in."""
+        conversation = conversation_of(message, self.bot.settings.group_context)
+        return await self.contexts.get(conversation.owner_id, conversation.key)
+
+    async def stream(
+        self, user_id: int, text: str, *, chat_id: int | None = None
+    ) -> AsyncIterator[Event]:
+        """Run one turn for ``user_id`` outside any messenger, yielding its events as they come.
+
+        No gates or commands: this is the agent itself, for consoles, tests and other hosts.
+        """
+        message = Incoming(
+            update_id=0, user_id=user_id, chat_id=chat_id or user_id, text=text, date=_now()
+        )
+        events: asyncio.Queue[Event | None] = asyncio.Queue()
+        worker = asyncio.create_task(self._stream_turn(message, events))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            await worker
+        finally:
+            worker.cancel()
+            with suppress(asyncio.CancelledError):
+                await worker
+
+    async def _stream_turn(self, message: Incoming, events: asyncio.Queue[Event | None]) -> None:
+        try:
+            extra = await self.bot.build_extra(message)
+            tools = as_registry(await self.bot.build_tools(message))
+            system = await self.bot.build_prompt(message)
+            context = await self.contexts.get(message.user_id)
+            async with context.lock:
+                await context.flush_pending()
+                await context.append(user_message(message, self.bot.options.max_input_chars))
+                tool_context = self._tool_context(message, extra)
+                task_id = f"{message.user_id}:{uuid.uuid4().hex[:8]}"
+                await self._run_loop(
+                    context, system, tools, tool_context, emit=events.put, task_id=task_id
+                )
+        finally:
+            await events.put(None)
+
+    def _tool_context(self, message: Incoming, extra: Any) -> ToolContext:
+        return ToolContext(
+            user_id=message.user_id,
+            chat_id=message.chat_id,
+            timestamp=message.date,
+            extra=extra,
+            injector=self.contexts,
+        )
+
+    async def _run_command(self, command: Command, message: Incoming) -> str:
+        if command.admin_only and not self.access.is_admin(message.user_id):
+            return self.bot.options.admin_only_text
+        log.info("command", name=command.name, user_id=message.user_id)
+        return await command.handler(message, message.command_args)
+
+    @asynccontextmanager
+    async def _typing(self, messenger: Messenger, message: Incoming) -> AsyncIterator[None]:
+        """Keep "typing…" visible in the chat (and topic) while the block runs."""
+
+        async def keep_typing() -> None:
+            await asyncio.sleep(self.bot.options.typing_delay)
+            while True:
+                with suppress(Exception):
+                    await messenger.send_typing(message.chat_id, thread_id=message.thread_id)
+                await asyncio.sleep(self.bot.options.typing_interval)
+
+        task = asyncio.create_task(keep_typing())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
+    """The conversation message for an incoming one: its images, then its text (cut if huge)."""
+    content: list[ContentBlock] = [
+        ImageBlock(source=ImageSource(media_type=_image_type(data), data=_b64(data)))
+        for data in message.images
+    ]
+    text = message.text
+    if len(text) > max_chars:
+        omitted = len(text) - max_chars
+        text = f"{text[:max_chars]}\n\n[The message was cut here: {omitted} more characters.]"
+    if text:
+        content.append(TextBlock(text=text))
+    return Message(role="user", content=content)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _image_type(data: bytes) -> str:
+    if data.startswith(b"\x89PNG"):
+        return "image/png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/jpeg"
+
+
+def as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
+    if isinstance(tools, ToolRegistry):
+        return tools
+    registry = ToolRegistry()
+    for item in tools:
+        registry.register_tool(item)
+    return registry
+
+
+def _draft_sink(draft: Draft) -> EventSink:
+    """Streams the text deltas of a turn into a messenger's draft, each call's text apart."""
+    after_tool = False
+
+    async def sink(event: Event) -> None:
+        nonlocal after_tool
+        if isinstance(event, ToolCall):
+            after_tool = True
+        elif isinstance(event, TextDelta):
+            if after_tool and draft.text.strip():
+                await draft.update("\n\n")
+            after_tool = False
+            await draft.update(event.text)
+
+    return sink
+
+
+def _all_text(context: ContextManager, first: int, reply: str) -> str:
+    """Everything the model wrote this turn (text before tool calls too), ending with ``reply``.
+
+    The draft showed all of it, so the final message must not hold less.
+    """
+    texts = [m.text.strip() for m in context.since(first) if m.role == "assistant"]
+    texts = [text for text in texts if text]
+    if not texts or texts[-1] != reply.strip():
+        texts.append(reply)
+    return "\n\n".join(texts)
+
+
+def _with_note(system: str, note: str | None) -> str:
+    return f"{system}\n\n{note}" if note else system
+
+
+def _turn_meta(message: Incoming) -> dict[str, Any]:
+    """What the session records with a user message: its update, and in a group its speaker."""
+    meta: dict[str, Any] = {"update_id": message.update_id}
+    if message.in_group:
+        meta.update(user_id=message.user_id, speaker=speaker_name(message))
+    return meta
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
