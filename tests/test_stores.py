@@ -17,10 +17,12 @@ import pytest
 from botkit.errors import ConfigError
 from botkit.stores import (
     INVITE_CODE_PATTERN,
+    DailyUsage,
     PostgresUserStore,
     RedeemFailure,
     RedeemResult,
     SqliteUserStore,
+    StoredInvite,
     UserRecord,
     UserStore,
     hash_invite_code,
@@ -36,7 +38,7 @@ from botkit.stores.migrate import (
 
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
-ALL = [FIRST, "002_hash_invite_codes"]
+ALL = [FIRST, "002_hash_invite_codes", "003_sessions"]
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,43 @@ async def test_users_are_listed_in_join_order_and_by_role(store: UserStore) -> N
     assert await store.list_users("nobody") == []
 
 
+async def test_blocking_a_user_never_registered_registers_them_blocked(store: UserStore) -> None:
+    before = now()
+    blocked = await store.block_user(404)
+
+    assert (blocked.user_id, blocked.role, blocked.display_name) == (404, "user", None)
+    assert blocked.blocked is True
+    assert before <= blocked.joined_at <= now()
+    assert await store.get_user(404) == blocked
+    assert (await store.block_user(405, role="guest")).role == "guest"
+    assert await store.set_blocked(404, False) is True
+    assert (await registered(store, 404)).blocked is False
+
+
+async def test_blocking_a_registered_user_keeps_their_record(store: UserStore) -> None:
+    ann = await store.upsert_user(1, "manager", "Ann")
+
+    blocked = await store.block_user(1)
+    again = await store.block_user(1, role="user")
+
+    assert blocked == again == UserRecord(1, "manager", "Ann", ann.joined_at, blocked=True)
+    assert await store.get_user(1) == blocked
+
+
+async def test_users_are_listed_by_blocked_flag_and_role(store: UserStore) -> None:
+    for user_id, role in [(30, "user"), (10, "admin"), (20, "user"), (40, "guest")]:
+        await store.upsert_user(user_id, role)
+        await asyncio.sleep(0.002)  # distinct join times
+    await store.set_blocked(20, True)
+    await store.set_blocked(40, True)
+
+    assert [u.user_id for u in await store.list_users(blocked=True)] == [20, 40]
+    assert [u.user_id for u in await store.list_users(blocked=False)] == [30, 10]
+    assert [u.user_id for u in await store.list_users("user", blocked=True)] == [20]
+    assert [u.user_id for u in await store.list_users("user", blocked=False)] == [30]
+    assert await store.list_users("admin", blocked=True) == []
+
+
 async def test_another_store_on_the_same_data_sees_the_same_users(
     store: UserStore, backend: Backend
 ) -> None:
@@ -258,6 +297,87 @@ async def test_the_database_keeps_only_a_hash_and_prefix_of_invite_codes(
     assert hash_invite_code("abc") == (
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # SHA-256 of "abc"
     )
+
+
+async def test_invites_are_listed_oldest_first_without_their_codes(store: UserStore) -> None:
+    expires = now() + timedelta(days=2)
+    first = await store.create_invite("cleaner", uses=3, expires_at=expires, created_by=7)
+    await asyncio.sleep(0.002)  # distinct creation times
+    second = await store.create_invite("manager")
+    await store.redeem_invite(second.code, 1)
+
+    listed = await store.list_invites()
+
+    assert listed == [
+        StoredInvite(first.prefix, "cleaner", 3, expires, 7, first.created_at),
+        StoredInvite(second.prefix, "manager", 0, None, None, second.created_at),
+    ]
+    assert [i.refusal(now()) for i in listed] == [None, RedeemFailure.USED_UP]
+    assert all(len(i.prefix) == 4 for i in listed)
+
+
+async def test_an_invite_revoked_by_its_code_can_no_longer_be_redeemed(store: UserStore) -> None:
+    kept = await store.create_invite("user")
+    invite = await store.create_invite("user", uses=5, created_by=3)
+
+    result = await store.revoke_invite(invite.code)
+
+    assert result.revoked is not None and not result.ambiguous
+    assert (result.revoked.prefix, result.revoked.uses_left) == (invite.prefix, 5)
+    assert await store.get_invite(invite.code) is None
+    assert_failed(await store.redeem_invite(invite.code, 1), RedeemFailure.UNKNOWN)
+    assert (await store.revoke_invite(invite.code)).matches == ()
+    assert [i.prefix for i in await store.list_invites()] == [kept.prefix]
+
+
+async def test_an_invite_is_revoked_by_its_prefix(store: UserStore) -> None:
+    invite = await store.create_invite("user")
+
+    result = await store.revoke_invite(invite.prefix)
+
+    assert result.revoked is not None and result.revoked.prefix == invite.prefix
+    assert await store.list_invites() == []
+    assert_failed(await store.redeem_invite(invite.code, 1), RedeemFailure.UNKNOWN)
+
+
+async def test_a_prefix_several_invites_share_revokes_none(store: UserStore) -> None:
+    codes = [(await store.create_invite("user")).code for _ in range(65)]
+    shared = next(c[0] for c in codes if sum(o[0] == c[0] for o in codes) > 1)  # 64 letters
+
+    result = await store.revoke_invite(shared)
+
+    assert result.ambiguous and result.revoked is None
+    assert len(result.matches) == sum(code[0] == shared for code in codes)
+    assert all(invite.prefix.startswith(shared) for invite in result.matches)
+    assert len(await store.list_invites()) == 65
+
+
+async def test_revoking_text_that_names_no_invite_revokes_nothing(store: UserStore) -> None:
+    invite = await store.create_invite("user")
+    while invite.code.startswith("_"):
+        invite = await store.create_invite("user")
+    texts = ["", "_", "%", invite.code[:3] + "!", invite.code + "x", invite.code[:5]]
+
+    results = [await store.revoke_invite(text) for text in texts]
+
+    assert [r.matches for r in results] == [()] * len(texts)
+    assert await store.get_invite(invite.code) == invite
+
+
+async def test_racing_revocations_of_one_invite_revoke_it_once(
+    store: UserStore, backend: Backend
+) -> None:
+    invite = await store.create_invite("user")
+    other = await backend.open()
+    try:
+        results = await asyncio.gather(
+            *(s.revoke_invite(invite.code) for s in [store, other] * 10)
+        )
+    finally:
+        await other.close()
+
+    assert sum(r.revoked is not None for r in results) == 1
+    assert await store.list_invites() == []
 
 
 # --- redeeming -----------------------------------------------------------------------------
@@ -431,6 +551,23 @@ async def test_concurrent_usage_is_not_lost(store: UserStore) -> None:
     assert await store.usage_on(1, day) == 400
 
 
+async def test_usage_is_listed_per_user_per_day_from_a_day_on(store: UserStore) -> None:
+    sunday, monday, tuesday = date(2025, 3, 2), date(2025, 3, 3), date(2025, 3, 4)
+    await store.add_usage(2, tuesday, 5)
+    await store.add_usage(1, sunday, 99)
+    await store.add_usage(3, monday, 7)
+    await store.add_usage(1, monday, 10)
+    await store.add_usage(1, monday, 1)
+
+    assert await store.usage_since(monday) == [
+        DailyUsage(1, monday, 11),
+        DailyUsage(3, monday, 7),
+        DailyUsage(2, tuesday, 5),
+    ]
+    assert len(await store.usage_since(sunday)) == 4
+    assert await store.usage_since(date(2025, 3, 5)) == []
+
+
 # --- SQLite only ---------------------------------------------------------------------------
 
 
@@ -546,7 +683,7 @@ async def test_a_failing_migration_leaves_no_trace(postgres_db: str, tmp_path: P
 def test_the_packaged_migrations_are_found() -> None:
     migrations = load_migrations()
 
-    assert [m.name for m in migrations][:2] == ALL
+    assert [m.name for m in migrations][: len(ALL)] == ALL
     assert [m.number for m in migrations] == sorted({m.number for m in migrations})
     assert "CREATE TABLE IF NOT EXISTS botkit_users" in migrations[0].sql
     assert (MIGRATIONS / f"{FIRST}.sql").is_file()

@@ -13,13 +13,17 @@ from typing import Protocol
 __all__ = [
     "INVITE_CODE_PATTERN",
     "INVITE_PREFIX_LENGTH",
+    "DailyUsage",
     "Invite",
     "RedeemFailure",
     "RedeemResult",
+    "RevokeResult",
+    "StoredInvite",
     "UserRecord",
     "UserStore",
     "check_tokens",
     "hash_invite_code",
+    "is_invite_prefix",
     "new_invite",
     "new_invite_code",
     "utc",
@@ -102,11 +106,72 @@ class Invite:
 
     def refusal(self, now: datetime) -> RedeemFailure | None:
         """Why the invite cannot be redeemed at ``now``, or ``None`` if it can."""
-        if self.expires_at is not None and self.expires_at <= now:
-            return RedeemFailure.EXPIRED
-        if self.uses_left < 1:
-            return RedeemFailure.USED_UP
-        return None
+        return _refusal(self.expires_at, self.uses_left, now)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInvite:
+    """An invite as a store lists it: everything but the code, of which it keeps no copy."""
+
+    prefix: str
+    """The first characters of the code (:data:`INVITE_PREFIX_LENGTH`)."""
+    role: str
+    """The role given to users who redeem it."""
+    uses_left: int
+    """How many more users can redeem it."""
+    expires_at: datetime | None
+    """After this moment (UTC) it can no longer be redeemed; ``None``: never expires."""
+    created_by: int | None
+    """The user id of whoever made it, if a user did."""
+    created_at: datetime
+    """When it was made, in UTC."""
+
+    def refusal(self, now: datetime) -> RedeemFailure | None:
+        """Why the invite cannot be redeemed at ``now``, or ``None`` if it can."""
+        return _refusal(self.expires_at, self.uses_left, now)
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeResult:
+    """The outcome of revoking an invite by its code or its prefix."""
+
+    matches: tuple[StoredInvite, ...]
+    """The invites the code or prefix named; one was revoked only if it named exactly one."""
+
+    @property
+    def revoked(self) -> StoredInvite | None:
+        """The invite revoked (deleted), or ``None`` if the text named none or several."""
+        return self.matches[0] if len(self.matches) == 1 else None
+
+    @property
+    def ambiguous(self) -> bool:
+        """Several invites start with the prefix: none was revoked."""
+        return len(self.matches) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    """The tokens one user spent on one UTC day."""
+
+    user_id: int
+    """The Telegram user id."""
+    day: date
+    """The UTC day."""
+    tokens: int
+    """Tokens counted against the user's budget that day."""
+
+
+def is_invite_prefix(text: str) -> bool:
+    """Whether ``text`` is short enough to be matched against the prefixes stores keep."""
+    return 0 < len(text) <= INVITE_PREFIX_LENGTH
+
+
+def _refusal(expires_at: datetime | None, uses_left: int, now: datetime) -> RedeemFailure | None:
+    if expires_at is not None and expires_at <= now:
+        return RedeemFailure.EXPIRED
+    if uses_left < 1:
+        return RedeemFailure.USED_UP
+    return None
 
 
 def new_invite(role: str, uses: int, expires_at: datetime | None, created_by: int | None) -> Invite:
@@ -193,8 +258,14 @@ class UserStore(Protocol):
         """Change a user's role; ``False`` if there is no such user."""
         ...
 
-    async def list_users(self, role: str | None = None) -> list[UserRecord]:
-        """Every user (or those with ``role``), in the order they joined."""
+    async def block_user(self, user_id: int, role: str = "user") -> UserRecord:
+        """Block the user; one never registered is registered now, with ``role``, blocked."""
+        ...
+
+    async def list_users(
+        self, role: str | None = None, *, blocked: bool | None = None
+    ) -> list[UserRecord]:
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
         ...
 
     async def create_invite(
@@ -221,12 +292,28 @@ class UserStore(Protocol):
         """
         ...
 
+    async def list_invites(self) -> list[StoredInvite]:
+        """Every invite, used up and expired ones too, oldest first."""
+        ...
+
+    async def revoke_invite(self, code: str) -> RevokeResult:
+        """Delete the invite with this code, or the only one whose prefix starts with it.
+
+        ``code`` is a whole code, or up to :data:`INVITE_PREFIX_LENGTH` leading characters
+        of one; a prefix several invites share revokes none of them.
+        """
+        ...
+
     async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
         """Add ``tokens`` to what the user spent on ``day``."""
         ...
 
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
+        ...
+
+    async def usage_since(self, first_day: date) -> list[DailyUsage]:
+        """What each user spent on each day from ``first_day`` on, by day, then user id."""
         ...
 
     async def close(self) -> None:

@@ -11,12 +11,16 @@ import asyncpg  # type: ignore[import-untyped]
 
 from botkit.errors import ConfigError
 from botkit.stores.base import (
+    DailyUsage,
     Invite,
     RedeemFailure,
     RedeemResult,
+    RevokeResult,
+    StoredInvite,
     UserRecord,
     check_tokens,
     hash_invite_code,
+    is_invite_prefix,
     new_invite,
 )
 from botkit.stores.migrate import pending_migrations
@@ -35,6 +39,21 @@ _UPSERT_USER = f"""
         role = excluded.role,
         display_name = coalesce(excluded.display_name, botkit_users.display_name)
     RETURNING {_USER}"""
+_BLOCK_USER = f"""
+    INSERT INTO botkit_users (user_id, role, joined_at, blocked) VALUES ($1, $2, $3, true)
+    ON CONFLICT (user_id) DO UPDATE SET blocked = true
+    RETURNING {_USER}"""
+_LIST_USERS = f"""
+    SELECT {_USER} FROM botkit_users
+    WHERE ($1::text IS NULL OR role = $1) AND ($2::boolean IS NULL OR blocked = $2)
+    ORDER BY joined_at, user_id"""
+_LISTED = f"code_hash, code_prefix, {_INVITE}"
+_INVITE_BY_HASH = f"SELECT {_LISTED} FROM botkit_invites WHERE code_hash = $1 FOR UPDATE"
+_INVITES_BY_PREFIX = f"""
+    SELECT {_LISTED} FROM botkit_invites WHERE left(code_prefix, length($1)) = $1
+    ORDER BY created_at, code_hash FOR UPDATE"""
+_USAGE_SINCE = """
+    SELECT user_id, day, tokens FROM botkit_usage WHERE day >= $1 ORDER BY day, user_id"""
 _REGISTER = f"""
     INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES ($1, $2, $3, $4)
     ON CONFLICT (user_id) DO NOTHING
@@ -69,6 +88,17 @@ def _user(row: Any) -> UserRecord:
 def _invite(code: str, row: Any) -> Invite:
     return Invite(
         code=code,
+        role=row["role"],
+        uses_left=row["uses_left"],
+        expires_at=row["expires_at"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+    )
+
+
+def _stored_invite(row: Any) -> StoredInvite:
+    return StoredInvite(
+        prefix=row["code_prefix"],
         role=row["role"],
         uses_left=row["uses_left"],
         expires_at=row["expires_at"],
@@ -148,12 +178,18 @@ class PostgresUserStore:
         async with self._connection() as conn:
             return await conn.fetchrow(sql, user_id, role) is not None
 
-    async def list_users(self, role: str | None = None) -> list[UserRecord]:
-        """Every user (or those with ``role``), in the order they joined."""
-        sql = f"""SELECT {_USER} FROM botkit_users
-                  WHERE $1::text IS NULL OR role = $1 ORDER BY joined_at, user_id"""
+    async def block_user(self, user_id: int, role: str = "user") -> UserRecord:
+        """Block the user; one never registered is registered now, with ``role``, blocked."""
         async with self._connection() as conn:
-            rows = await conn.fetch(sql, role)
+            row = await conn.fetchrow(_BLOCK_USER, user_id, role, datetime.now(UTC))
+        return _user(row)
+
+    async def list_users(
+        self, role: str | None = None, *, blocked: bool | None = None
+    ) -> list[UserRecord]:
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_LIST_USERS, role, blocked)
         return [_user(row) for row in rows]
 
     async def create_invite(
@@ -192,6 +228,28 @@ class PostgresUserStore:
                 row = await conn.fetchrow(_GET_USER, user_id)
                 return RedeemResult.success(_user(row), already_registered=True)
 
+    async def list_invites(self) -> list[StoredInvite]:
+        """Every invite, used up and expired ones too, oldest first."""
+        sql = f"SELECT code_prefix, {_INVITE} FROM botkit_invites ORDER BY created_at, code_hash"
+        async with self._connection() as conn:
+            rows = await conn.fetch(sql)
+        return [_stored_invite(row) for row in rows]
+
+    async def revoke_invite(self, code: str) -> RevokeResult:
+        """Delete the invite with this code, or the only one whose prefix starts with it.
+
+        ``code`` is a whole code, or up to :data:`INVITE_PREFIX_LENGTH` leading characters
+        of one; a prefix several invites share revokes none of them.
+        """
+        async with self._connection() as conn, conn.transaction():
+            rows = await conn.fetch(_INVITE_BY_HASH, hash_invite_code(code))
+            if not rows and is_invite_prefix(code):
+                rows = await conn.fetch(_INVITES_BY_PREFIX, code)
+            if len(rows) == 1:
+                sql = "DELETE FROM botkit_invites WHERE code_hash = $1"
+                await conn.execute(sql, rows[0]["code_hash"])
+        return RevokeResult(tuple(_stored_invite(row) for row in rows))
+
     async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
         """Add ``tokens`` to what the user spent on ``day``."""
         async with self._connection() as conn:
@@ -203,6 +261,12 @@ class PostgresUserStore:
         async with self._connection() as conn:
             tokens = await conn.fetchval(sql, user_id, day)
         return 0 if tokens is None else int(tokens)
+
+    async def usage_since(self, first_day: date) -> list[DailyUsage]:
+        """What each user spent on each day from ``first_day`` on, by day, then user id."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_USAGE_SINCE, first_day)
+        return [DailyUsage(row["user_id"], row["day"], int(row["tokens"])) for row in rows]
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:

@@ -17,12 +17,16 @@ import structlog
 from botkit.errors import ConfigError
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
+    DailyUsage,
     Invite,
     RedeemFailure,
     RedeemResult,
+    RevokeResult,
+    StoredInvite,
     UserRecord,
     check_tokens,
     hash_invite_code,
+    is_invite_prefix,
     new_invite,
     utc,
 )
@@ -81,6 +85,19 @@ _UPSERT_USER = f"""
         role = excluded.role,
         display_name = coalesce(excluded.display_name, botkit_users.display_name)
     RETURNING {_USER}"""
+_BLOCK_USER = f"""
+    INSERT INTO botkit_users (user_id, role, joined_at, blocked) VALUES (?, ?, ?, 1)
+    ON CONFLICT (user_id) DO UPDATE SET blocked = 1
+    RETURNING {_USER}"""
+_LIST_USERS = f"""
+    SELECT {_USER} FROM botkit_users
+    WHERE (?1 IS NULL OR role = ?1) AND (?2 IS NULL OR blocked = ?2)
+    ORDER BY joined_at, user_id"""
+_LISTED = f"code_hash, code_prefix, {_INVITE}"
+_INVITE_BY_HASH = f"SELECT {_LISTED} FROM botkit_invites WHERE code_hash = ?"
+_INVITES_BY_PREFIX = f"""
+    SELECT {_LISTED} FROM botkit_invites WHERE substr(code_prefix, 1, length(?1)) = ?1
+    ORDER BY created_at, code_hash"""
 _INSERT_USER = f"""
     INSERT INTO botkit_users (user_id, role, display_name, joined_at) VALUES (?, ?, ?, ?)
     RETURNING {_USER}"""
@@ -110,6 +127,12 @@ def _invite(code: str, row: Sequence[Any]) -> Invite:
     role, uses_left, expires_at, created_by, created_at = row
     expires = None if expires_at is None else _from_db(expires_at)
     return Invite(code, role, uses_left, expires, created_by, _from_db(created_at))
+
+
+def _stored_invite(row: Sequence[Any]) -> StoredInvite:
+    prefix, role, uses_left, expires_at, created_by, created_at = row
+    expires = None if expires_at is None else _from_db(expires_at)
+    return StoredInvite(prefix, role, uses_left, expires, created_by, _from_db(created_at))
 
 
 def _first(rows: Iterable[Sequence[Any]]) -> Sequence[Any] | None:
@@ -188,12 +211,21 @@ class SqliteUserStore:
             rows = await db.execute_fetchall(sql, (role, user_id))
         return _first(rows) is not None
 
-    async def list_users(self, role: str | None = None) -> list[UserRecord]:
-        """Every user (or those with ``role``), in the order they joined."""
-        where, params = ("", ()) if role is None else ("WHERE role = ?", (role,))
-        sql = f"SELECT {_USER} FROM botkit_users {where} ORDER BY joined_at, user_id"
+    async def block_user(self, user_id: int, role: str = "user") -> UserRecord:
+        """Block the user; one never registered is registered now, with ``role``, blocked."""
+        async with self._transaction() as db:
+            rows = await db.execute_fetchall(
+                _BLOCK_USER, (user_id, role, _to_db(datetime.now(UTC)))
+            )
+        return _user(_one(rows))
+
+    async def list_users(
+        self, role: str | None = None, *, blocked: bool | None = None
+    ) -> list[UserRecord]:
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        flag = None if blocked is None else int(blocked)
         async with self._read() as db:
-            rows = await db.execute_fetchall(sql, params)
+            rows = await db.execute_fetchall(_LIST_USERS, (role, flag))
         return [_user(row) for row in rows]
 
     async def create_invite(
@@ -243,6 +275,27 @@ class SqliteUserStore:
             rows = await db.execute_fetchall(_INSERT_USER, values)
         return RedeemResult.success(_user(_one(rows)))
 
+    async def list_invites(self) -> list[StoredInvite]:
+        """Every invite, used up and expired ones too, oldest first."""
+        sql = f"SELECT code_prefix, {_INVITE} FROM botkit_invites ORDER BY created_at, code_hash"
+        async with self._read() as db:
+            rows = await db.execute_fetchall(sql)
+        return [_stored_invite(row) for row in rows]
+
+    async def revoke_invite(self, code: str) -> RevokeResult:
+        """Delete the invite with this code, or the only one whose prefix starts with it.
+
+        ``code`` is a whole code, or up to :data:`INVITE_PREFIX_LENGTH` leading characters
+        of one; a prefix several invites share revokes none of them.
+        """
+        async with self._transaction() as db:
+            rows = list(await db.execute_fetchall(_INVITE_BY_HASH, (hash_invite_code(code),)))
+            if not rows and is_invite_prefix(code):
+                rows = list(await db.execute_fetchall(_INVITES_BY_PREFIX, (code,)))
+            if len(rows) == 1:
+                await db.execute("DELETE FROM botkit_invites WHERE code_hash = ?", (rows[0][0],))
+        return RevokeResult(tuple(_stored_invite(row[1:]) for row in rows))
+
     async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
         """Add ``tokens`` to what the user spent on ``day``."""
         values = (user_id, day.isoformat(), check_tokens(tokens))
@@ -255,6 +308,13 @@ class SqliteUserStore:
         async with self._read() as db:
             row = _first(await db.execute_fetchall(sql, (user_id, day.isoformat())))
         return 0 if row is None else int(row[0])
+
+    async def usage_since(self, first_day: date) -> list[DailyUsage]:
+        """What each user spent on each day from ``first_day`` on, by day, then user id."""
+        sql = "SELECT user_id, day, tokens FROM botkit_usage WHERE day >= ? ORDER BY day, user_id"
+        async with self._read() as db:
+            rows = await db.execute_fetchall(sql, (first_day.isoformat(),))
+        return [DailyUsage(int(u), date.fromisoformat(d), int(t)) for u, d, t in rows]
 
     @staticmethod
     async def _get_invite(db: aiosqlite.Connection, code: str) -> Invite | None:
