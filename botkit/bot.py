@@ -32,7 +32,7 @@ from botkit.options import (
 )
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.relay import relay, send_user_message_tool
-from botkit.sessions import JsonlSessionStore, SessionStore
+from botkit.sessions import SessionStore, session_store_for
 from botkit.skills import SkillLibrary, load_skills
 from botkit.stores.base import UserRecord, UserStore
 from botkit.tools import Tool, ToolRegistry
@@ -76,7 +76,7 @@ class Bot:
         self.tools = ToolRegistry()
         for item in tools:
             self.tools.register(item)
-        self.sessions: SessionStore = sessions or JsonlSessionStore(self.settings.sessions_dir)
+        self.sessions: SessionStore = sessions or session_store_for(self.settings)
         self.model_override: str | None = None
         """Set by an admin's ``/model``: the model every turn uses from then on."""
         self.skills = (

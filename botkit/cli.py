@@ -57,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("session", help="a session file, or a user id (looked up in sessions)")
     replay.add_argument("--json", action="store_true", help="one JSON object per line")
+    from botkit.admin import add_commands
+
+    add_commands(commands)  # users, invites, usage
+    sessions = commands.add_parser(
+        "sessions", help="move sessions between JSONL files and PostgreSQL"
+    )
+    sessions.add_argument(
+        "action", choices=["export", "import"], help="export to or import from DIR"
+    )
+    sessions.add_argument("directory", metavar="DIR", help="a folder of <user_id>.jsonl files")
+    sessions.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
     return parser
 
 
@@ -82,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from botkit.replay import replay
 
             return replay(args.session, as_json=args.json)
+        if args.command in ("users", "invites", "usage"):
+            from botkit.admin import run_command
+
+            return run_command(args, load_settings())
+        if args.command == "sessions":
+            return _sessions(args.action, args.directory, args.dsn)
     except ConfigError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -152,6 +169,27 @@ def _migrate(dsn: str | None) -> int:
     except (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
         raise ConfigError(f"cannot migrate the database: {e}") from e
     print("applied: " + ", ".join(applied) if applied else "nothing to apply: up to date")
+    return 0
+
+
+def _sessions(action: str, directory: str, dsn: str | None) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from botkit.errors import ConfigError, SessionError
+    from botkit.sessions.transfer import transfer
+
+    url = dsn or load_settings().database_url
+    if url is None:
+        raise ConfigError("BOTKIT_DATABASE_URL is not set: sessions are JSONL files already")
+    text = url if isinstance(url, str) else url.get_secret_value()
+    try:
+        report = asyncio.run(transfer(action, text, Path(directory)))
+    except SessionError as e:
+        raise ConfigError(f"cannot {action} sessions: {e}") from e
+    for note in report.notes:
+        print(note, file=sys.stderr)
+    print(report.summary)
     return 0
 
 

@@ -1,7 +1,11 @@
-"""``python -m botkit replay``: a session file as a readable transcript, or as JSON lines."""
+"""``python -m botkit replay``: a session as a readable transcript, or as JSON lines.
+
+The session comes from its file, or from PostgreSQL when BOTKIT_DATABASE_URL is set.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -15,12 +19,15 @@ from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from botkit.config import Settings
-from botkit.errors import SessionError
+from botkit.errors import BotkitError, SessionError
 from botkit.sessions import (
     CompactionEntry,
+    NumberedSessionFile,
+    PostgresSessionStore,
     ResetEntry,
     SessionEntry,
     SessionFile,
+    is_conversation_key,
     read_session_file,
 )
 from botkit.types import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
@@ -46,9 +53,11 @@ class _ReplayError(Exception):
 def replay(session: str, *, as_json: bool = False) -> int:
     """Print a session (a file path, or a user id) and return the exit status.
 
-    ``session`` made only of digits is a user id, looked up as
-    ``Settings().sessions_dir / "<id>.jsonl"``; anything else is a path. A missing or unreadable
-    file, or invalid settings, give one line on stderr and exit status 2.
+    ``session`` made only of digits is a user id, read from PostgreSQL when
+    ``Settings().database_url`` is set (a group's ``chat_…`` key too, if no such file exists),
+    else looked up as ``Settings().sessions_dir / "<id>.jsonl"``; anything else is a path. A
+    missing or unreadable session, an unreachable database, or invalid settings, give one line
+    on stderr and exit status 2. Row numbers stand for line numbers when read from PostgreSQL.
 
     Torn or corrupt lines do not stop the replay: each is reported on stderr as
     ``line N: <reason> (skipped)`` (and, with ``as_json``, as a ``problem`` object on stdout in its
@@ -57,15 +66,11 @@ def replay(session: str, *, as_json: bool = False) -> int:
     early (``| head``) ends the output quietly with status 1.
     """
     try:
-        path = _resolve(session)
-        file = _read(path)
+        source, file, numbers = _load(session)
     except _ReplayError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    if as_json:
-        text = _json_lines(file, _entry_line_numbers(path, file))
-    else:
-        text = format_transcript(file, source=str(path))
+    text = _json_lines(file, numbers) if as_json else format_transcript(file, source=source)
     for number, reason in file.problems:
         print(f"line {number}: {reason} (skipped)", file=sys.stderr)
     return _write(text)
@@ -84,14 +89,55 @@ def format_transcript(file: SessionFile, *, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- finding and reading the file ---------------------------------------------------------------
+# --- finding and reading the session ------------------------------------------------------------
+
+
+def _load(session: str) -> tuple[str, SessionFile, list[int]]:
+    """Where the session came from, what it holds, and each entry's line (or row) number."""
+    if _is_key(session):
+        settings = _settings()
+        if settings.database_url is not None:
+            dsn = settings.database_url.get_secret_value()
+            rows = asyncio.run(_from_database(dsn, session))
+            return f"PostgreSQL conversation {session}", rows, rows.numbers
+    path = _resolve(session)
+    file = _read(path)
+    return str(path), file, _entry_line_numbers(path, file)
+
+
+def _is_key(session: str) -> bool:
+    """A user id; or a group's key that is not also the name of a file here."""
+    if session.isascii() and session.isdigit():
+        return True
+    return is_conversation_key(session) and not Path(session).exists()
+
+
+async def _from_database(dsn: str, key: str) -> NumberedSessionFile:
+    """The conversation's rows in PostgreSQL; a _ReplayError when there are none or no database."""
+    try:
+        store = await PostgresSessionStore.connect(dsn)
+        try:
+            with capture_logs():  # damaged rows are reported by replay(), not logged on stdout
+                file = await store.load(key)
+        finally:
+            await store.close()
+    except BotkitError as e:
+        raise _ReplayError(f"cannot read sessions from the database: {e}") from None
+    if not file.entries and not file.problems:
+        raise _ReplayError(f"no session for {_who(key)} in the database")
+    return file
+
+
+def _who(key: str) -> str:
+    """``user 42``, or ``conversation chat_-100_7``."""
+    return f"user {key}" if key.isdigit() else f"conversation {key}"
 
 
 def _resolve(session: str) -> Path:
     """The session file ``session`` names; a _ReplayError when there is none."""
-    if session.isascii() and session.isdigit():
+    if _is_key(session):
         path = _sessions_dir() / f"{session}.jsonl"
-        missing = f"no session file for user {session} at {path}"
+        missing = f"no session file for {_who(session)} at {path}"
     else:
         path = Path(session)
         missing = f"no session file at {path}"
@@ -104,8 +150,13 @@ def _resolve(session: str) -> Path:
 
 def _sessions_dir() -> Path:
     """Where session files live, per the settings (env, ``.env``)."""
+    return _settings().sessions_dir
+
+
+def _settings() -> Settings:
+    """The settings (env, ``.env``); a _ReplayError when they are invalid."""
     try:
-        return Settings().sessions_dir
+        return Settings()
     except ValidationError as e:
         error = e.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "settings"

@@ -1,0 +1,256 @@
+"""Sessions in PostgreSQL: the entries of the JSONL files, one row each, numbered per conversation.
+
+Each row holds the entry's JSONL line (without its newline) as text, so what is read back, or
+exported, is byte for byte what was written. An append takes its conversation's next number under
+the lock of that conversation's row in ``botkit_session_heads``: numbers commit in order, so a
+reader that has seen up to N and asks for "everything after N" never misses an entry (another
+worker's included). Within one process, appends to a conversation are numbered in call order.
+The tables come from ``python -m botkit migrate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg  # type: ignore[import-untyped]
+import orjson
+import structlog
+from pydantic import ValidationError
+
+from botkit.errors import ConfigError, SessionError
+from botkit.sessions.base import NumberedSessionFile
+from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, parse_entry
+
+__all__ = ["PostgresSessionStore"]
+
+Entry = SessionEntry | ResetEntry | CompactionEntry
+
+_RUN_MIGRATE = "run `python -m botkit migrate`"
+_TABLES = ("botkit_sessions", "botkit_session_heads")
+_DEFAULT_POOL = {"min_size": 1, "max_size": 10}
+
+_APPEND = """
+    WITH head AS (
+        INSERT INTO botkit_session_heads AS h (conversation, last_seq) VALUES ($1, 1)
+        ON CONFLICT (conversation) DO UPDATE SET last_seq = h.last_seq + 1
+        RETURNING last_seq
+    )
+    INSERT INTO botkit_sessions (conversation, seq, entry, recorded_at)
+    SELECT $1, last_seq, $2, $3 FROM head"""
+_LOAD_AFTER = """
+    SELECT seq, entry FROM botkit_sessions WHERE conversation = $1 AND seq > $2 ORDER BY seq"""
+_LAST = "SELECT last_seq FROM botkit_session_heads WHERE conversation = $1"
+_LOCK_HEAD = """
+    INSERT INTO botkit_session_heads (conversation, last_seq) VALUES ($1, 0)
+    ON CONFLICT (conversation) DO UPDATE SET last_seq = botkit_session_heads.last_seq
+    RETURNING last_seq"""
+_SET_HEAD = "UPDATE botkit_session_heads SET last_seq = $2 WHERE conversation = $1"
+_COLUMNS = ["conversation", "seq", "entry", "recorded_at"]
+_CONVERSATIONS = """
+    SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
+
+log = structlog.get_logger(__name__)
+
+
+class PostgresSessionStore:
+    """A :class:`~botkit.sessions.SessionStore` in PostgreSQL, over an asyncpg pool.
+
+    It never creates tables: ``python -m botkit migrate`` does. Before its first query it checks
+    that they are there, and raises :class:`ConfigError` if not. Database failures are
+    :class:`SessionError`, without the password.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self._pool: Any = pool
+        self._dsn: str | None = None
+        self._pool_options: dict[str, Any] = {}
+        self._owns_pool = False
+        self._schema_ok = False
+        self._connecting = asyncio.Lock()
+        self._order = _KeyedLocks()
+
+    @classmethod
+    def lazy(cls, dsn: str, **pool_options: Any) -> PostgresSessionStore:
+        """A store that makes its pool (``asyncpg.create_pool``) on first use, and closes it."""
+        store = cls(None)
+        store._dsn = dsn
+        store._pool_options = {**_DEFAULT_POOL, **pool_options}
+        store._owns_pool = True
+        return store
+
+    @classmethod
+    async def connect(cls, dsn: str, **pool_options: Any) -> PostgresSessionStore:
+        """A store on a new pool, connected and its tables checked now."""
+        store = cls.lazy(dsn, **pool_options)
+        try:
+            await store.check_schema()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def check_schema(self) -> None:
+        """Raise :class:`ConfigError` unless the session tables exist."""
+        pool = await self._ensure_pool()
+        async with self._errors_converted(), pool.acquire() as conn:
+            missing = [t for t in _TABLES if await _missing(conn, t)]
+        if missing:
+            raise ConfigError(
+                f"the database lacks botkit's session tables ({', '.join(missing)}): {_RUN_MIGRATE}"
+            )
+        self._schema_ok = True
+
+    async def close(self) -> None:
+        """Close the pool if this store made it; a pool passed in is left to its owner."""
+        async with self._connecting:
+            if self._owns_pool and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.close()
+
+    async def append(self, entry: Entry) -> None:
+        """Record ``entry`` as its conversation's next numbered row."""
+        async with self._order.holding(entry.key), self._connection() as conn:
+            await conn.execute(_APPEND, entry.key, *_stored(entry))
+
+    async def load(self, key: int | str) -> NumberedSessionFile:
+        """Everything recorded for a conversation (a user id, or a group's key), oldest first."""
+        return await self.load_after(key, 0)
+
+    async def load_after(self, key: int | str, seq: int) -> NumberedSessionFile:
+        """The conversation's entries numbered after ``seq``; damaged rows reported by number."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_LOAD_AFTER, str(key), seq)
+        return _numbered(str(key), [(row["seq"], row["entry"]) for row in rows], seq)
+
+    async def last_sequence(self, key: int | str) -> int:
+        """The number of the conversation's last entry (0 when it has none)."""
+        async with self._connection() as conn:
+            last = await conn.fetchval(_LAST, str(key))
+        return 0 if last is None else int(last)
+
+    async def conversations(self) -> list[str]:
+        """The keys of every conversation with entries, sorted."""
+        async with self._connection() as conn:
+            return [row["conversation"] for row in await conn.fetch(_CONVERSATIONS)]
+
+    async def lines(self, key: int | str) -> list[bytes]:
+        """The conversation's entries as stored: JSONL lines, newline included, oldest first."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_LOAD_AFTER, str(key), 0)
+        return [row["entry"].encode() + b"\n" for row in rows]
+
+    async def import_entries(self, key: int | str, entries: Iterable[Entry]) -> int:
+        """Record ``entries`` as a conversation that has none yet; how many it had before.
+
+        A conversation that already has entries is left as it is (and its count returned), so
+        importing the same session twice never duplicates it.
+        """
+        conversation = str(key)
+        records = [(conversation, n, *_stored(e)) for n, e in enumerate(entries, start=1)]
+        async with self._connection() as conn, conn.transaction():
+            existing = int(await conn.fetchval(_LOCK_HEAD, conversation))
+            if existing or not records:
+                return existing
+            await conn.copy_records_to_table("botkit_sessions", records=records, columns=_COLUMNS)
+            await conn.execute(_SET_HEAD, conversation, len(records))
+        return 0
+
+    async def _ensure_pool(self) -> Any:
+        """The pool, made on first use by a lazy store."""
+        if self._pool is not None:
+            return self._pool
+        async with self._connecting:
+            if self._pool is None:
+                self._pool = await self._create_pool()
+        return self._pool
+
+    async def _create_pool(self) -> Any:
+        dsn = self._dsn or ""
+        try:
+            return await asyncpg.create_pool(dsn, **self._pool_options)
+        except (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            message = _without_password(str(e), dsn)
+            raise SessionError(f"cannot connect to the session database: {message}") from e
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A pooled connection, once the tables are known to be there."""
+        if not self._schema_ok:
+            await self.check_schema()
+        pool = await self._ensure_pool()
+        async with self._errors_converted(), pool.acquire() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _errors_converted(self) -> AsyncIterator[None]:
+        """asyncpg's errors as botkit's: a missing table says to migrate, the rest SessionError."""
+        try:
+            yield
+        except asyncpg.UndefinedTableError as e:
+            raise ConfigError(f"{e}: {_RUN_MIGRATE}") from e
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            message = _without_password(str(e), self._dsn or "")
+            raise SessionError(f"session database: {message}") from e
+
+
+class _KeyedLocks:
+    """One FIFO lock per key, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def holding(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock: callers get it in the order they asked."""
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+async def _missing(conn: Any, table: str) -> bool:
+    return await conn.fetchval("SELECT to_regclass($1)", table) is None
+
+
+def _numbered(key: str, rows: list[tuple[int, str]], after: int) -> NumberedSessionFile:
+    """Rows parsed into entries; a row that does not parse is reported with its number."""
+    entries: list[Entry] = []
+    numbers: list[int] = []
+    problems: list[tuple[int, str]] = []
+    for seq, line in rows:
+        try:
+            entries.append(parse_entry(line))
+            numbers.append(seq)
+        except (orjson.JSONDecodeError, ValidationError) as e:
+            reason = (str(e).splitlines() or [type(e).__name__])[0]
+            problems.append((seq, reason))
+            log.warning("session.row_skipped", conversation=key, seq=seq, reason=reason)
+    last = rows[-1][0] if rows else after
+    return NumberedSessionFile(entries, problems, numbers=numbers, last_seq=last)
+
+
+def _stored(entry: Entry) -> tuple[str, datetime]:
+    """What a row holds of ``entry``: its JSONL line (no newline), and when it was written."""
+    stamp = entry.timestamp if entry.timestamp.tzinfo else entry.timestamp.replace(tzinfo=UTC)
+    return entry.to_line().rstrip(b"\n").decode(), stamp
+
+
+def _without_password(text: str, dsn: str) -> str:
+    """``text`` with the DSN's password, if it shows, replaced by ``***``."""
+    try:
+        password = urlsplit(dsn).password
+    except ValueError:
+        return text
+    return text.replace(password, "***") if password else text
