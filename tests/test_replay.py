@@ -19,10 +19,12 @@ from botkit.replay import format_transcript, replay
 from botkit.sessions import (
     CompactionEntry,
     JsonlSessionStore,
+    PostgresSessionStore,
     ResetEntry,
     SessionEntry,
     read_session_file,
 )
+from botkit.stores.migrate import migrate
 from botkit.types import (
     ImageBlock,
     ImageSource,
@@ -358,6 +360,7 @@ def test_invalid_settings_are_one_line_and_exit_2(
 def run_replay(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
     clean.pop("BOTKIT_SESSIONS_DIR", None)
+    clean.pop("BOTKIT_DATABASE_URL", None)
     clean.update(env, PYTHONIOENCODING="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "botkit", "replay", *args],
@@ -426,3 +429,50 @@ def test_cli_reader_going_away_is_no_traceback(tmp_path: Path) -> None:
         assert process.wait(timeout=60) in (0, 1)
     assert "Traceback" not in stderr
     assert "Exception ignored" not in stderr
+
+
+# --- from PostgreSQL ------------------------------------------------------------------------------
+
+
+async def test_cli_reads_the_session_from_postgres_when_configured(
+    postgres_db: str, tmp_path: Path
+) -> None:
+    await migrate(postgres_db)
+    files = JsonlSessionStore(tmp_path / "files")
+    store = await PostgresSessionStore.connect(postgres_db)
+    for entry in conversation():
+        await store.append(entry)
+        await files.append(entry)
+    await store.close()
+    await files.close()
+    path = files.path_for(USER)
+    env = {"BOTKIT_SESSIONS_DIR": str(tmp_path / "empty"), "BOTKIT_DATABASE_URL": postgres_db}
+
+    from_db = run_replay(tmp_path, str(USER), **env)
+    from_file = run_replay(tmp_path, str(path))
+    json_from_db = run_replay(tmp_path, str(USER), "--json", **env)
+    json_from_file = run_replay(tmp_path, str(path), "--json")
+
+    assert from_db.returncode == 0 and from_db.stderr == ""
+    assert from_db.stdout.splitlines()[0].startswith(
+        f"session of user {USER} · PostgreSQL conversation {USER} · "
+    )
+    assert from_db.stdout.splitlines()[1:] == from_file.stdout.splitlines()[1:]
+    assert json_from_db.stdout == json_from_file.stdout and json_from_db.returncode == 0
+
+
+async def test_cli_missing_user_in_postgres_is_one_line_and_exit_2(
+    postgres_db: str, tmp_path: Path
+) -> None:
+    await migrate(postgres_db)
+
+    missing = run_replay(tmp_path, "12345", BOTKIT_DATABASE_URL=postgres_db)
+    unreachable = run_replay(
+        tmp_path, "12345", BOTKIT_DATABASE_URL="postgresql://u:hunter2@127.0.0.1:9/db"
+    )
+
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr == "botkit: no session for user 12345 in the database\n"
+    assert unreachable.returncode == 2 and len(unreachable.stderr.splitlines()) == 1
+    assert unreachable.stderr.startswith("botkit: cannot read sessions from the database")
+    assert "hunter2" not in unreachable.stderr and "Traceback" not in unreachable.stderr
