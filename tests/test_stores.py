@@ -370,9 +370,7 @@ async def test_racing_revocations_of_one_invite_revoke_it_once(
     invite = await store.create_invite("user")
     other = await backend.open()
     try:
-        results = await asyncio.gather(
-            *(s.revoke_invite(invite.code) for s in [store, other] * 10)
-        )
+        results = await asyncio.gather(*(s.revoke_invite(invite.code) for s in [store, other] * 10))
     finally:
         await other.close()
 

@@ -1,0 +1,441 @@
+"""Administration of users, invites and usage, from the command line or any other front end.
+
+:class:`Admin` holds the actions that change something (block, unblock, set a role, revoke an
+invite); each writes one ``admin.action`` log line saying who did what to whom, so the logs are
+an audit trail. The ``python -m botkit users|invites|usage`` commands below print what the store
+holds and call those actions, with the bot's own configuration: SQLite by default, PostgreSQL
+with BOTKIT_DATABASE_URL. They work while the bot runs; the bot re-reads a user's record within
+``USER_CACHE_SECONDS``, so a block takes effect in a running bot within that time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from botkit.config import Settings
+from botkit.errors import ConfigError
+from botkit.pricing import FALLBACK, price_for
+from botkit.stores.base import (
+    INVITE_PREFIX_LENGTH,
+    DailyUsage,
+    RevokeResult,
+    StoredInvite,
+    UserRecord,
+    UserStore,
+    is_invite_prefix,
+)
+
+__all__ = ["Admin", "add_commands", "format_table", "run_command"]
+
+EXIT_NOT_FOUND = 1
+
+log = structlog.get_logger("botkit.admin")
+
+
+class Admin:
+    """Administrative changes to a user store, each written as one ``admin.action`` log line."""
+
+    def __init__(self, store: UserStore, actor: str | int, **who: Any) -> None:
+        self.store = store
+        """The users and invites store."""
+        self.actor = actor
+        """Who acts: ``"cli"``, or the user id of an admin in chat."""
+        self._who = who
+
+    async def block(self, user_id: int) -> UserRecord:
+        """Block the user; one never registered (say, admitted by the allowlist) is registered."""
+        known = await self.store.get_user(user_id) is not None
+        record = await self.store.block_user(user_id)
+        self._audit("users.block", user_id, registered=not known)
+        return record
+
+    async def unblock(self, user_id: int) -> bool:
+        """Unblock the user; ``False`` if there is no such user."""
+        done = await self.store.set_blocked(user_id, False)
+        if done:
+            self._audit("users.unblock", user_id)
+        return done
+
+    async def set_role(self, user_id: int, role: str, *, register: bool = False) -> bool:
+        """Give the user ``role``; ``False`` if unknown, unless ``register`` registers them."""
+        if await self.store.set_role(user_id, role):
+            self._audit("users.role", user_id, role=role)
+            return True
+        if not register:
+            return False
+        await self.store.upsert_user(user_id, role)
+        self._audit("users.role", user_id, role=role, registered=True)
+        return True
+
+    async def revoke(self, code: str) -> RevokeResult:
+        """Revoke the invite with this code, or the only one whose prefix starts with it."""
+        result = await self.store.revoke_invite(code)
+        if result.revoked is not None:  # the prefix only: the code is a secret
+            self._audit("invites.revoke", result.revoked.prefix, role=result.revoked.role)
+        return result
+
+    def _audit(self, action: str, target: int | str, **details: Any) -> None:
+        log.info(
+            "admin.action", actor=self.actor, action=action, target=target, **self._who, **details
+        )
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``users``, ``invites`` and ``usage`` commands to ``python -m botkit``."""
+    _add_users(commands.add_parser("users", help="list, show, block, unblock users; set roles"))
+    invites = commands.add_parser("invites", help="list or revoke invites")
+    actions = invites.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="code prefix, role, uses left, expiry, creator")
+    listing.add_argument("--json", action="store_true", help="a JSON array")
+    revoke = actions.add_parser("revoke", help="revoke an invite by its code or its prefix")
+    revoke.add_argument("code", help="the code (from the link) or its first characters")
+    usage = commands.add_parser("usage", help="tokens and estimated cost per user and day")
+    usage.add_argument("--days", type=int, default=7, help="how many days back (default 7)")
+    usage.add_argument("--json", action="store_true", help="a JSON object")
+
+
+def _add_users(users: argparse.ArgumentParser) -> None:
+    actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="the registered users, in the order they joined")
+    listing.add_argument("--role", help="only users with this role")
+    listing.add_argument("--blocked", action="store_true", help="only blocked users")
+    listing.add_argument("--json", action="store_true", help="a JSON array")
+    for name, text in [
+        ("show", "one user's record"),
+        ("block", "refuse the user service (any user id)"),
+        ("unblock", "serve a blocked user again"),
+    ]:
+        actions.add_parser(name, help=text).add_argument("user_id", type=int, metavar="ID")
+    role = actions.add_parser("role", help="set a user's role")
+    role.add_argument("user_id", type=int, metavar="ID")
+    role.add_argument("role", metavar="ROLE")
+
+
+def run_command(args: argparse.Namespace, settings: Settings) -> int:
+    """Run a ``users``, ``invites`` or ``usage`` command with ``settings``; its exit status."""
+    from botkit.log import configure_logging
+
+    url = settings.database_url
+    configure_logging(settings.log_level, secrets=[url.get_secret_value()] if url else [])
+    handler = _HANDLERS[(args.command, getattr(args, "action", None))]
+    return asyncio.run(_with_store(settings, lambda store: handler(store, settings, args)))
+
+
+async def _with_store(settings: Settings, body: Callable[[UserStore], Awaitable[int]]) -> int:
+    from botkit.access import open_user_store
+
+    store = await open_user_store(settings)
+    try:
+        return await body(store)
+    finally:
+        await store.close()
+
+
+def _cli_admin(store: UserStore) -> Admin:
+    try:
+        os_user: str | None = getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment
+        os_user = None
+    return Admin(store, "cli", os_user=os_user)
+
+
+def _not_found(text: str) -> int:
+    print(f"botkit: {text}", file=sys.stderr)
+    return EXIT_NOT_FOUND
+
+
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+# --- users -------------------------------------------------------------------------------------
+
+
+async def _users_list(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    users = await store.list_users(args.role, blocked=True if args.blocked else None)
+    if args.json:
+        print(json.dumps([_user_json(u) for u in users], ensure_ascii=False))
+    elif not users:
+        print("no users" + (" match" if args.role or args.blocked else " are registered"))
+    else:
+        rows = [
+            [str(u.user_id), u.role, _name(u), _time(u.joined_at), _yes(u.blocked)] for u in users
+        ]
+        print(format_table(["ID", "ROLE", "NAME", "JOINED (UTC)", "BLOCKED"], rows, right={0}))
+    return 0
+
+
+async def _users_show(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    user_id: int = args.user_id
+    record, config = await store.get_user(user_id), _configured_as(settings, user_id)
+    if record is None and config is None:
+        return _not_found(f"no user {user_id}: not registered, not in the configuration")
+    fields = [("user", str(user_id))]
+    if record is None:
+        fields.append(("registered", "no"))
+    else:
+        fields += [("role", record.role), ("name", _name(record))]
+        fields += [("joined", _time(record.joined_at) + " UTC"), ("blocked", _yes(record.blocked))]
+    if config is not None:
+        fields.append(("admitted by", config))
+    print(format_table([], [list(field) for field in fields]))
+    return 0
+
+
+async def _users_block(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    user_id: int = args.user_id
+    record = await _cli_admin(store).block(user_id)
+    print(f"blocked {user_id} (role {record.role})")
+    if user_id in settings.admins:
+        _note(f"{user_id} is in BOTKIT_ADMINS, whom the default authorize always admits")
+    elif settings.access == "allowlist" and user_id in settings.allowed_users:
+        _note("BOTKIT_ACCESS=allowlist does not read blocks: remove them from BOTKIT_ALLOWED_USERS")
+    return 0
+
+
+async def _users_unblock(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    if not await _cli_admin(store).unblock(args.user_id):
+        return _not_found(f"no user {args.user_id} in the user store")
+    print(f"unblocked {args.user_id}")
+    return 0
+
+
+async def _users_role(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    user_id: int = args.user_id
+    configured = _configured_as(settings, user_id) is not None
+    if not await _cli_admin(store).set_role(user_id, args.role, register=configured):
+        return _not_found(f"no user {user_id} in the user store")
+    print(f"{user_id} now has role {args.role}")
+    return 0
+
+
+def _configured_as(settings: Settings, user_id: int) -> str | None:
+    """Which setting admits ``user_id`` without a record, if one does."""
+    if user_id in settings.admins:
+        return "BOTKIT_ADMINS"
+    if user_id in settings.allowed_users:
+        return "BOTKIT_ALLOWED_USERS"
+    return None
+
+
+def _user_json(user: UserRecord) -> dict[str, Any]:
+    return {
+        "user_id": user.user_id,
+        "role": user.role,
+        "display_name": user.display_name,
+        "joined_at": user.joined_at.isoformat(),
+        "blocked": user.blocked,
+    }
+
+
+# --- invites -----------------------------------------------------------------------------------
+
+
+async def _invites_list(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    invites, now = await store.list_invites(), datetime.now(UTC)
+    if args.json:
+        print(json.dumps([_invite_json(i, now) for i in invites]))
+    elif not invites:
+        print("no invites")
+    else:
+        headers = ["PREFIX", "ROLE", "USES LEFT", "EXPIRES (UTC)", "CREATOR", "CREATED", "STATE"]
+        print(format_table(headers, [_invite_row(i, now) for i in invites], right={2}))
+    return 0
+
+
+async def _invites_revoke(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    code: str = args.code
+    result = await _cli_admin(store).revoke(code)
+    if result.ambiguous:
+        return _not_found(f"{len(result.matches)} invites start with {code!r}: give the whole code")
+    if result.revoked is None:
+        shown = code if is_invite_prefix(code) else code[:INVITE_PREFIX_LENGTH] + "…"
+        return _not_found(f"no invite with code or prefix {shown!r}")
+    print(f"revoked invite {result.revoked.prefix}… (role {result.revoked.role})")
+    return 0
+
+
+def _state(invite: StoredInvite, now: datetime) -> str:
+    refusal = invite.refusal(now)
+    return "usable" if refusal is None else str(refusal).replace("_", " ")
+
+
+def _invite_row(invite: StoredInvite, now: datetime) -> list[str]:
+    expires = "never" if invite.expires_at is None else _time(invite.expires_at)
+    creator = "cli" if invite.created_by is None else str(invite.created_by)
+    created = _time(invite.created_at)
+    return [
+        invite.prefix + "…",
+        invite.role,
+        str(invite.uses_left),
+        expires,
+        creator,
+        created,
+        _state(invite, now),
+    ]
+
+
+def _invite_json(invite: StoredInvite, now: datetime) -> dict[str, Any]:
+    return {
+        "prefix": invite.prefix,
+        "role": invite.role,
+        "uses_left": invite.uses_left,
+        "expires_at": None if invite.expires_at is None else invite.expires_at.isoformat(),
+        "created_by": invite.created_by,
+        "created_at": invite.created_at.isoformat(),
+        "state": _state(invite, now),
+    }
+
+
+# --- usage -------------------------------------------------------------------------------------
+
+
+async def _usage(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    days: int = args.days
+    if days < 1:
+        raise ConfigError(f"--days must be at least 1, got {days}")
+    first_day = datetime.now(UTC).date() - timedelta(days=days - 1)
+    usage = await store.usage_since(first_day)
+    names = {u.user_id: _name(u) for u in await store.list_users()}
+    report = _UsageReport(settings.model, first_day, usage, names)
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else report.as_text())
+    if settings.daily_token_budget is None:
+        _note("usage is recorded only while BOTKIT_DAILY_TOKEN_BUDGET is set")
+    return 0
+
+
+class _UsageReport:
+    """Tokens per user and day, with costs estimated at the model's input price."""
+
+    def __init__(
+        self, model: str, first_day: date, usage: list[DailyUsage], names: dict[int, str]
+    ) -> None:
+        self.model, self.first_day, self.usage, self.names = model, first_day, usage, names
+        self.per_million = (price_for(model) or FALLBACK).input
+
+    def cost(self, tokens: int) -> float:
+        """Dollars for ``tokens`` at the input price."""
+        return tokens * self.per_million / 1_000_000
+
+    def totals(self) -> dict[int, int]:
+        """Tokens per user over the whole period, largest first."""
+        totals: dict[int, int] = {}
+        for row in self.usage:
+            totals[row.user_id] = totals.get(row.user_id, 0) + row.tokens
+        return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
+
+    @property
+    def basis(self) -> str:
+        """How costs were estimated, in one sentence."""
+        return (
+            f"cost estimated at {self.model}'s input price (${self.per_million:g} per million "
+            "tokens): the store keeps one token count per user and day, so output tokens, "
+            "which cost more, are priced as input"
+        )
+
+    def as_text(self) -> str:
+        """Per day and per user tables, and the basis of the estimate."""
+        if not self.usage:
+            return f"no usage since {self.first_day.isoformat()}"
+        daily = [
+            [
+                r.day.isoformat(),
+                str(r.user_id),
+                self.names.get(r.user_id, ""),
+                f"{r.tokens:,}",
+                _usd(self.cost(r.tokens)),
+            ]
+            for r in self.usage
+        ]
+        total = [
+            [str(user), self.names.get(user, ""), f"{tokens:,}", _usd(self.cost(tokens))]
+            for user, tokens in self.totals().items()
+        ]
+        return "\n".join(
+            [
+                format_table(["DAY", "USER", "NAME", "TOKENS", "COST"], daily, right={1, 3, 4}),
+                "",
+                format_table(["USER", "NAME", "TOKENS", "COST"], total, right={0, 2, 3}),
+                "",
+                self.basis,
+            ]
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The same, as one JSON-ready object."""
+        return {
+            "since": self.first_day.isoformat(),
+            "model": self.model,
+            "input_price_per_million_usd": self.per_million,
+            "cost_basis": self.basis,
+            "days": [
+                {
+                    "day": r.day.isoformat(),
+                    "user_id": r.user_id,
+                    "tokens": r.tokens,
+                    "cost_usd": self.cost(r.tokens),
+                }
+                for r in self.usage
+            ],
+            "users": [
+                {"user_id": user, "tokens": tokens, "cost_usd": self.cost(tokens)}
+                for user, tokens in self.totals().items()
+            ],
+        }
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Collection[int] = ()
+) -> str:
+    """Rows as aligned columns two spaces apart, under ``headers`` (if any); ``right``-aligned."""
+    lines = [list(headers), *map(list, rows)] if headers else [list(r) for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+
+    def align(i: int, cell: str) -> str:
+        return cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+
+    return "\n".join("  ".join(align(i, c) for i, c in enumerate(line)).rstrip() for line in lines)
+
+
+def _name(user: UserRecord) -> str:
+    return " ".join((user.display_name or "").split())  # no newlines or tabs in a table
+
+
+def _time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _usd(dollars: float) -> str:
+    return f"${dollars:,.4f}"
+
+
+_Handler = Callable[[UserStore, Settings, argparse.Namespace], Awaitable[int]]
+_HANDLERS: dict[tuple[str, str | None], _Handler] = {
+    ("users", "list"): _users_list,
+    ("users", "show"): _users_show,
+    ("users", "block"): _users_block,
+    ("users", "unblock"): _users_unblock,
+    ("users", "role"): _users_role,
+    ("invites", "list"): _invites_list,
+    ("invites", "revoke"): _invites_revoke,
+    ("usage", None): _usage,
+}

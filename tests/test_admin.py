@@ -1,0 +1,360 @@
+"""Administration from the command line: users, invites and usage, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from botkit import Bot, Settings
+from botkit.access import open_user_store
+from botkit.admin import Admin, format_table
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.stores import RedeemFailure, UserStore
+from botkit.stores.migrate import migrate
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+
+ANN, BOB, ALLOWED, STRANGER = 2101, 2102, 2103, 2104
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The configuration a bot and the CLI share, as settings and as environment."""
+
+    tmp_path: Path
+    database_url: str | None
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {
+            "BOTKIT_SESSIONS_DIR": str(self.tmp_path / "sessions"),
+            "BOTKIT_ALLOWED_USERS": str(ALLOWED),
+        }
+        return env | ({"BOTKIT_DATABASE_URL": self.database_url} if self.database_url else {})
+
+    def settings(self, **values: Any) -> Settings:
+        defaults: dict[str, Any] = {
+            "sessions_dir": self.tmp_path / "sessions",
+            "allowed_users": frozenset({ALLOWED}),
+            "database_url": self.database_url,
+            "stream_replies": False,
+        }
+        return Settings(_env_file=None, **(defaults | values))
+
+    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """``python -m botkit ARGS`` with this configuration only."""
+        clean = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TELEGRAM", "ANTHROPIC", "BOTKIT"))
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "botkit", *args],
+            env=clean | self.env | env,
+            cwd=self.tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    async def acli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """:meth:`cli` in a thread, so the event loop (and a running bot) goes on."""
+        return await asyncio.to_thread(self.cli, *args, **env)
+
+
+@pytest.fixture
+async def migrated_db(postgres_db: str) -> str:
+    """A fresh PostgreSQL database with botkit's migrations applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend(tmp_path, None)
+    return Backend(tmp_path, request.getfixturevalue("migrated_db"))
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[UserStore]:
+    opened = await open_user_store(backend.settings())
+    yield opened
+    await opened.close()
+
+
+def audit_lines(stderr: str) -> list[dict[str, Any]]:
+    """The ``admin.action`` log lines in a CLI's stderr (JSON lines, as it is not a terminal)."""
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [line for line in lines if line["event"] == "admin.action"]
+
+
+def fields(shown: str) -> dict[str, str]:
+    """``users show`` output: a label, two or more spaces, a value, on each line."""
+    pairs = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in shown.splitlines()]
+    return {pair[0]: pair[-1] if len(pair) > 1 else "" for pair in pairs}
+
+
+# --- users -------------------------------------------------------------------------------------
+
+
+async def test_users_are_listed_as_an_aligned_table_and_as_json(
+    backend: Backend, store: UserStore
+) -> None:
+    await store.upsert_user(ANN, "manager", "Ann Lee")
+    await asyncio.sleep(0.002)  # distinct join times
+    await store.upsert_user(BOB, "user", "Bob")
+    await store.set_blocked(BOB, True)
+
+    table, as_json, blocked, managers = await asyncio.gather(
+        backend.acli("users", "list"),
+        backend.acli("users", "list", "--json"),
+        backend.acli("users", "list", "--blocked", "--json"),
+        backend.acli("users", "list", "--role", "manager", "--json"),
+    )
+
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["ID", "ROLE", "NAME", "JOINED", "(UTC)", "BLOCKED"]
+    assert [row.split()[0] for row in rows] == [str(ANN), str(BOB)]
+    assert rows[0].index("manager") == header.index("ROLE")
+    assert rows[1].index("Bob") == header.index("NAME")
+    assert rows[1].rstrip().endswith("yes") and rows[0].rstrip().endswith("no")
+    users = json.loads(as_json.stdout)
+    assert [(u["user_id"], u["role"], u["display_name"], u["blocked"]) for u in users] == [
+        (ANN, "manager", "Ann Lee", False),
+        (BOB, "user", "Bob", True),
+    ]
+    assert [u["user_id"] for u in json.loads(blocked.stdout)] == [BOB]
+    assert [u["user_id"] for u in json.loads(managers.stdout)] == [ANN]
+
+
+async def test_users_are_blocked_unblocked_and_given_roles(
+    backend: Backend, store: UserStore
+) -> None:
+    await store.upsert_user(ANN, "user", "Ann")
+
+    block = await backend.acli("users", "block", str(ANN))
+    assert block.returncode == 0, block.stderr
+    assert [u.user_id for u in await store.list_users(blocked=True)] == [ANN]
+    role = await backend.acli("users", "role", str(ANN), "manager")
+    unblock = await backend.acli("users", "unblock", str(ANN))
+    show = await backend.acli("users", "show", str(ANN))
+
+    user = await store.get_user(ANN)
+    assert user is not None and (user.role, user.blocked, user.display_name) == (
+        "manager",
+        False,
+        "Ann",
+    )
+    assert [r.returncode for r in (role, unblock, show)] == [0, 0, 0]
+    assert fields(show.stdout) == {
+        "user": str(ANN),
+        "role": "manager",
+        "name": "Ann",
+        "joined": user.joined_at.strftime("%Y-%m-%d %H:%M UTC"),
+        "blocked": "no",
+    }
+    trail = [audit_lines(r.stderr) for r in (block, role, unblock)]
+    assert [[(a["actor"], a["action"], a["target"]) for a in lines] for lines in trail] == [
+        [("cli", "users.block", ANN)],
+        [("cli", "users.role", ANN)],
+        [("cli", "users.unblock", ANN)],
+    ]
+    assert trail[1][0]["role"] == "manager"
+
+
+async def test_a_user_only_the_allowlist_admits_can_be_shown_and_blocked(
+    backend: Backend, store: UserStore
+) -> None:
+    shown = await backend.acli("users", "show", str(ALLOWED))
+    blocked = await backend.acli("users", "block", str(ALLOWED))
+
+    assert shown.returncode == 0
+    assert fields(shown.stdout) == {
+        "user": str(ALLOWED),
+        "registered": "no",
+        "admitted by": "BOTKIT_ALLOWED_USERS",
+    }
+    assert blocked.returncode == 0, blocked.stderr
+    user = await store.get_user(ALLOWED)
+    assert user is not None and (user.role, user.blocked) == ("user", True)
+    assert audit_lines(blocked.stderr)[0]["registered"] is True
+
+
+async def test_a_stranger_is_blocked_too(backend: Backend, store: UserStore) -> None:
+    result = await backend.acli("users", "block", str(STRANGER))
+
+    assert result.returncode == 0 and result.stdout == f"blocked {STRANGER} (role user)\n"
+    user = await store.get_user(STRANGER)
+    assert user is not None and user.blocked
+
+
+async def test_unknown_ids_and_codes_are_one_line_and_exit_1(
+    backend: Backend, store: UserStore
+) -> None:
+    await store.create_invite("user")
+    results = await asyncio.gather(
+        backend.acli("users", "show", str(STRANGER)),
+        backend.acli("users", "unblock", str(STRANGER)),
+        backend.acli("users", "role", str(STRANGER), "manager"),
+        backend.acli("invites", "revoke", "no-such-code-at-all"),
+        backend.acli("invites", "revoke", "!"),
+    )
+
+    for result in results:
+        assert result.returncode == 1, result
+        assert result.stdout == ""
+        assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("botkit: ")
+        assert "Traceback" not in result.stderr
+    assert str(STRANGER) in results[0].stderr and "invite" in results[3].stderr
+    assert await store.get_user(STRANGER) is None
+    assert len(await store.list_invites()) == 1
+
+
+# --- invites -----------------------------------------------------------------------------------
+
+
+async def test_invites_are_listed_and_revoked_by_code_or_prefix(
+    backend: Backend, store: UserStore
+) -> None:
+    expires = datetime.now(UTC) + timedelta(days=3)
+    cleaners = await store.create_invite("cleaner", uses=3, expires_at=expires, created_by=ANN)
+    await asyncio.sleep(0.002)  # distinct creation times
+    managers = await store.create_invite("manager")
+
+    table, as_json = await asyncio.gather(
+        backend.acli("invites", "list"), backend.acli("invites", "list", "--json")
+    )
+    by_code = await backend.acli("invites", "revoke", cleaners.code)
+    by_prefix = await backend.acli("invites", "revoke", managers.prefix)
+    after = await backend.acli("invites", "list", "--json")
+
+    header, *rows = table.stdout.splitlines()
+    assert [row.split()[0] for row in rows] == [cleaners.prefix + "…", managers.prefix + "…"]
+    assert rows[0].index("cleaner") == header.index("ROLE")
+    assert str(ANN) in rows[0] and "usable" in rows[0]
+    listed = json.loads(as_json.stdout)
+    assert [(i["prefix"], i["role"], i["uses_left"], i["created_by"]) for i in listed] == [
+        (cleaners.prefix, "cleaner", 3, ANN),
+        (managers.prefix, "manager", 1, None),
+    ]
+    assert datetime.fromisoformat(listed[0]["expires_at"]) == expires
+    assert cleaners.code not in table.stdout + as_json.stdout
+    assert by_code.returncode == by_prefix.returncode == 0
+    assert json.loads(after.stdout) == []
+    refused = await store.redeem_invite(cleaners.code, BOB)
+    assert refused.failure is RedeemFailure.UNKNOWN
+    (revoked,) = audit_lines(by_code.stderr)
+    assert (revoked["action"], revoked["target"]) == ("invites.revoke", cleaners.prefix)
+    assert cleaners.code not in by_code.stderr, "the audit trail names the prefix, not the secret"
+
+
+# --- usage -------------------------------------------------------------------------------------
+
+
+async def test_usage_gives_tokens_and_estimated_cost_per_user_and_day(
+    backend: Backend, store: UserStore
+) -> None:
+    today = datetime.now(UTC).date()
+    await store.upsert_user(ANN, "user", "Ann")
+    await store.add_usage(ANN, today, 2_000_000)
+    await store.add_usage(BOB, today, 500_000)
+    await store.add_usage(ANN, today - timedelta(days=1), 1_000_000)
+    await store.add_usage(ANN, today - timedelta(days=2), 7)  # before --days 2
+
+    env = {"BOTKIT_MODEL": "claude-haiku-4-5", "BOTKIT_DAILY_TOKEN_BUDGET": "9999999"}
+    as_json, table, unbudgeted = await asyncio.gather(
+        backend.acli("usage", "--days", "2", "--json", **env),
+        backend.acli("usage", "--days", "2", **env),
+        backend.acli("usage", "--json"),
+    )
+
+    report = json.loads(as_json.stdout)
+    assert [(d["day"], d["user_id"], d["tokens"], d["cost_usd"]) for d in report["days"]] == [
+        ((today - timedelta(days=1)).isoformat(), ANN, 1_000_000, 1.0),
+        (today.isoformat(), ANN, 2_000_000, 2.0),
+        (today.isoformat(), BOB, 500_000, 0.5),
+    ]
+    assert [(u["user_id"], u["tokens"], u["cost_usd"]) for u in report["users"]] == [
+        (ANN, 3_000_000, 3.0),
+        (BOB, 500_000, 0.5),
+    ]
+    assert "input price" in report["cost_basis"] and as_json.stderr == ""
+    assert "3,000,000" in table.stdout and "$3.0000" in table.stdout and "Ann" in table.stdout
+    assert "estimated at claude-haiku-4-5's input price" in table.stdout
+    assert "recorded only while BOTKIT_DAILY_TOKEN_BUDGET is set" in unbudgeted.stderr
+    assert len(json.loads(unbudgeted.stdout)["days"]) == 4
+
+
+# --- the audit trail, in process ---------------------------------------------------------------
+
+
+async def test_every_change_is_one_audit_line_with_who_what_and_whom(store: UserStore) -> None:
+    invite = await store.create_invite("user")
+    admin = Admin(store, actor=ANN)
+
+    with capture_logs() as logs:
+        await admin.block(BOB)
+        await admin.unblock(BOB)
+        await admin.set_role(BOB, "manager")
+        await admin.revoke(invite.code)
+        assert not await admin.unblock(STRANGER)
+        assert not await admin.set_role(STRANGER, "x")
+        assert (await admin.revoke(invite.code)).revoked is None
+
+    assert [(e["event"], e["actor"], e["action"], e["target"]) for e in logs] == [
+        ("admin.action", ANN, "users.block", BOB),
+        ("admin.action", ANN, "users.unblock", BOB),
+        ("admin.action", ANN, "users.role", BOB),
+        ("admin.action", ANN, "invites.revoke", invite.prefix),
+    ]
+
+
+def test_tables_align_every_column() -> None:
+    table = format_table(["ID", "NAME"], [["7", "Ann"], ["12345", "Bo"]], right={0})
+
+    assert table.splitlines() == ["   ID  NAME", "    7  Ann", "12345  Bo"]
+
+
+# --- blocking a running bot --------------------------------------------------------------------
+
+
+async def test_a_block_from_the_cli_stops_a_running_bot_within_15_seconds(
+    backend: Backend, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    bot = Bot(settings=backend.settings(), llm=llm)
+    rejection = bot.options.rejection_text
+
+    async def ask(text: str) -> str:
+        before = len(telegram.sent_messages(ALLOWED))
+        telegram.send_text(ALLOWED, text)
+        return (await telegram.wait_for_messages(ALLOWED, before + 1))[before].text
+
+    async with running(bot, telegram):
+        assert await ask("hi") == "echo: hi"  # the bot now holds their (absent) record
+        blocked = await backend.acli("users", "block", str(ALLOWED))
+        assert blocked.returncode == 0, blocked.stderr
+        since_block, answered = time.monotonic(), 1
+        while (reply := await ask(f"still here? {answered}")) != rejection:
+            assert reply.startswith("echo: "), reply
+            answered += 1
+            assert time.monotonic() - since_block < 15, "the block was not seen within 15 s"
+            await asyncio.sleep(0.5)  # pace the messages while the cached record expires
+        took = time.monotonic() - since_block
+        assert await ask("and now?") == rejection
+
+    assert took < 15
+    assert len(claude.requests) == answered, "no request to the model once the block was seen"
