@@ -274,7 +274,7 @@ def _state(invite: StoredInvite, now: datetime) -> str:
 
 def _invite_row(invite: StoredInvite, now: datetime) -> list[str]:
     expires = "never" if invite.expires_at is None else _time(invite.expires_at)
-    creator = "cli" if invite.created_by is None else str(invite.created_by)
+    creator = "-" if invite.created_by is None else str(invite.created_by)
     created = _time(invite.created_at)
     return [
         invite.prefix + "…",
