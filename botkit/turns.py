@@ -23,7 +23,7 @@ import structlog
 from botkit.access import Access
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
-from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta, ToolCall
+from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
@@ -413,17 +413,10 @@ def as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
 
 
 def _draft_sink(draft: Draft) -> EventSink:
-    """Streams the text deltas of a turn into a messenger's draft, each call's text apart."""
-    after_tool = False
+    """Streams the text deltas of a turn into a messenger's draft."""
 
     async def sink(event: Event) -> None:
-        nonlocal after_tool
-        if isinstance(event, ToolCall):
-            after_tool = True
-        elif isinstance(event, TextDelta):
-            if after_tool and draft.text.strip():
-                await draft.update("\n\n")
-            after_tool = False
+        if isinstance(event, TextDelta):
             await draft.update(event.text)
 
     return sink

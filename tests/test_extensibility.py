@@ -20,6 +20,7 @@ from botkit.agent.events import (
     Event,
     TextDelta,
     ToolCall,
+    ToolEnd,
     ToolResult,
     ToolStart,
     UsageEvent,
@@ -86,7 +87,7 @@ async def test_hooks_fire_in_order_and_tool_start_can_block(
     bot = make_bot(claude, tmp_path, tools=[delete_everything])
     seen: list[str] = []
 
-    for name in ("agent_start", "turn_start", "tool_end", "turn_end", "agent_end"):
+    for name in ("agent_start", "call_start", "tool_end", "call_end", "agent_end"):
 
         async def record(event: Any, name: str = name) -> None:
             seen.append(name)
@@ -98,7 +99,7 @@ async def test_hooks_fire_in_order_and_tool_start_can_block(
         seen.append("tool_start")
         return "deleting is not allowed" if event.call.name == "delete_everything" else None
 
-    @bot.hooks.on("turn_start")
+    @bot.hooks.on("call_start")
     async def broken(event: Any) -> None:
         raise RuntimeError("hook bug")
 
@@ -112,12 +113,12 @@ async def test_hooks_fire_in_order_and_tool_start_can_block(
     assert claude.requests[1].tool_results()[0]["is_error"] is True
     assert seen == [
         "agent_start",
-        "turn_start",
+        "call_start",
         "tool_start",
         "tool_end",
-        "turn_end",
-        "turn_start",
-        "turn_end",
+        "call_end",
+        "call_start",
+        "call_end",
         "agent_end",
     ]
     assert [log["event"] for log in logs if log["log_level"] == "error"] == ["hook.failed"] * 2
@@ -133,13 +134,15 @@ async def test_stream_yields_typed_stamped_events(
     assert kinds[0] == "agent_start" and kinds[-1] == "agent_end"
     assert {e.context_id for e in events} == {ANN}
     assert len({e.task_id for e in events}) == 1
-    calls = [e for e in events if isinstance(e, ToolCall)]
-    results = [e for e in events if isinstance(e, ToolResult)]
+    calls = [e for e in events if isinstance(e, ToolStart)]
+    results = [e for e in events if isinstance(e, ToolEnd)]
     assert calls[0].call.name == "delete_everything" and results[0].result.content == "deleted"
     assert sum(isinstance(e, UsageEvent) for e in events) == 2
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text.strip() == "result: deleted"
-    assert kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("agent_end")
+    assert kinds.index("tool_start") < kinds.index("tool_end") < kinds.index("agent_end")
+    assert kinds.count("tool_start") == kinds.count("tool_end") == 1, "one event per fact"
+    assert ToolCall is ToolStart and ToolResult is ToolEnd, "the former names still work"
 
 
 async def test_stream_reports_an_overloaded_model_as_an_error_event(

@@ -1,7 +1,10 @@
 """What happens during a turn, as typed events, and the hooks that can watch or steer it.
 
-Every event carries ``context_id`` (the user whose conversation it is) and ``task_id``
-(the turn: one incoming message and everything done to answer it).
+A *turn* is one incoming message and everything done to answer it (``AgentStart`` …
+``AgentEnd``); a *call* is one LLM call inside it (``CallStart`` … ``CallEnd``). Each fact is
+one event: a tool call starts (``ToolStart``) and ends with the result the model will see
+(``ToolEnd``). Every event carries ``context_id`` (whose conversation it is) and ``task_id``
+(the turn).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ __all__ = [
     "HOOK_FAILED_REASON",
     "AgentEnd",
     "AgentStart",
+    "CallEnd",
+    "CallStart",
     "ErrorEvent",
     "Event",
     "EventSink",
@@ -28,8 +33,6 @@ __all__ = [
     "ToolEnd",
     "ToolResult",
     "ToolStart",
-    "TurnEnd",
-    "TurnStart",
     "UsageEvent",
 ]
 
@@ -52,11 +55,11 @@ class AgentStart(_Stamped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TurnStart(_Stamped):
+class CallStart(_Stamped):
     """One LLM call of the tool loop is about to be made."""
 
     iteration: int
-    kind: Literal["turn_start"] = "turn_start"
+    kind: Literal["call_start"] = "call_start"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,16 +71,8 @@ class TextDelta(_Stamped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCall(_Stamped):
-    """The model asked for a tool call."""
-
-    call: ToolUseBlock
-    kind: Literal["tool_call"] = "tool_call"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolStart(_Stamped):
-    """A tool call is about to run; a ``tool_start`` hook may block it."""
+    """The model asked for a tool call, about to run; a ``tool_start`` hook may block it."""
 
     call: ToolUseBlock
     kind: Literal["tool_start"] = "tool_start"
@@ -85,20 +80,17 @@ class ToolStart(_Stamped):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolEnd(_Stamped):
-    """A tool call finished (or was blocked)."""
+    """A tool call finished (or was blocked): the result the model will see."""
 
     call: ToolUseBlock
     result: ToolResultBlock
     kind: Literal["tool_end"] = "tool_end"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResult(_Stamped):
-    """The result the model will see for a tool call."""
-
-    call: ToolUseBlock
-    result: ToolResultBlock
-    kind: Literal["tool_result"] = "tool_result"
+ToolCall = ToolStart
+"""Former name of ``ToolStart`` (kept so existing code keeps working)."""
+ToolResult = ToolEnd
+"""Former name of ``ToolEnd`` (kept so existing code keeps working)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,12 +103,12 @@ class UsageEvent(_Stamped):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TurnEnd(_Stamped):
+class CallEnd(_Stamped):
     """One LLM call of the loop was handled."""
 
     iteration: int
     stop_reason: str
-    kind: Literal["turn_end"] = "turn_end"
+    kind: Literal["call_end"] = "call_end"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,21 +132,19 @@ class ErrorEvent(_Stamped):
 
 Event = (
     AgentStart
-    | TurnStart
+    | CallStart
     | TextDelta
-    | ToolCall
     | ToolStart
     | ToolEnd
-    | ToolResult
     | UsageEvent
-    | TurnEnd
+    | CallEnd
     | AgentEnd
     | ErrorEvent
 )
 EventSink = Callable[[Event], Awaitable[None]]
 """Receives every event of a turn, in order."""
 
-HookName = Literal["agent_start", "turn_start", "tool_start", "tool_end", "turn_end", "agent_end"]
+HookName = Literal["agent_start", "call_start", "tool_start", "tool_end", "call_end", "agent_end"]
 Hook = Callable[[Any], Awaitable[Any]]
 """An async callable taking the event of its name; a ``tool_start`` hook may return a
 reason (a non-empty string) to block the call, and blocks it by raising, too."""

@@ -15,16 +15,14 @@ from botkit.agent.context import ContextManager
 from botkit.agent.events import (
     AgentEnd,
     AgentStart,
+    CallEnd,
+    CallStart,
     Event,
     EventSink,
     Hooks,
     TextDelta,
-    ToolCall,
     ToolEnd,
-    ToolResult,
     ToolStart,
-    TurnEnd,
-    TurnStart,
     UsageEvent,
 )
 from botkit.errors import PromptTooLongError
@@ -177,7 +175,7 @@ class _Turn:
         listening = self.on_text is not None or self.emit is not None
         usage = Usage()
         for iteration in range(1, self.loop.max_iterations + 1):
-            await self.notify(TurnStart(iteration=iteration, **self.stamp))
+            await self.notify(CallStart(iteration=iteration, **self.stamp))
             if listening and self.streamed_text:
                 await self.text("\n\n")  # keeps the previous call's streamed text apart
             sink = self.text if listening else None
@@ -190,7 +188,7 @@ class _Turn:
             )
             reply = await self.step(response)
             await self.notify(
-                TurnEnd(iteration=iteration, stop_reason=response.stop_reason, **self.stamp)
+                CallEnd(iteration=iteration, stop_reason=response.stop_reason, **self.stamp)
             )
             if reply is not None:
                 return TurnResult(reply, usage, iteration, response.stop_reason)
@@ -223,7 +221,6 @@ class _Turn:
 
     async def run_tool(self, call: ToolUseBlock) -> ToolResultBlock:
         """One tool call, unless a ``tool_start`` hook blocks it; events on both sides."""
-        await self.notify(ToolCall(call=call, **self.stamp))
         start = ToolStart(call=call, **self.stamp)
         await self.notify(start)
         reason = await self.loop.hooks.block_reason(start)
@@ -235,7 +232,6 @@ class _Turn:
         else:
             result = await self.tools.execute(call, self.tool_context)
         await self.notify(ToolEnd(call=call, result=result, **self.stamp))
-        await self.notify(ToolResult(call=call, result=result, **self.stamp))
         return result
 
 
