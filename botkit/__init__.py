@@ -35,6 +35,7 @@ from botkit.errors import (
     MessengerError,
     PromptTooLongError,
     SessionError,
+    StoreError,
     ToolError,
 )
 from botkit.llm import LLM, LLMRequest, LLMResponse
@@ -100,6 +101,7 @@ __all__ = [
     "Settings",
     "Skill",
     "SkillLibrary",
+    "StoreError",
     "TextBlock",
     "TextDelta",
     "Tool",

@@ -10,7 +10,12 @@ All of them derive from :class:`BotkitError`::
     │   └── PromptTooLongError     the request does not fit the context window
     ├── ToolError              raised by a tool to report a failure to the model
     ├── MessengerError         the messenger could not deliver or receive
-    └── SessionError           a session file could not be read or written
+    ├── MCPConnectError        an MCP server could not be started or connected to
+    ├── SessionError           a session could not be read or written (file or database)
+    └── StoreError             the user store's database failed: unreachable, locked, cut off
+
+Vendor exceptions (anthropic, aiogram, asyncpg, sqlite3) are converted once, in the module that
+talks to the vendor, with ``raise ... from e``: the original stays in ``__cause__``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ __all__ = [
     "LLMAuthError",
     "LLMError",
     "LLMOverloadedError",
+    "MCPConnectError",
     "MessengerError",
     "PromptTooLongError",
     "SessionError",
+    "StoreError",
     "ToolError",
 ]
 
@@ -60,5 +67,16 @@ class MessengerError(BotkitError):
     """The messenger could not deliver or receive a message."""
 
 
+class MCPConnectError(BotkitError):
+    """An MCP server could not be started or connected to."""
+
+
 class SessionError(BotkitError):
-    """A session file could not be read or written."""
+    """A session could not be read or written (a JSONL file, or the session database)."""
+
+
+class StoreError(BotkitError):
+    """The user store's database failed: unreachable, locked, or the connection was lost.
+
+    The message says what failed, never with a password; the driver's error is the cause.
+    """

@@ -52,6 +52,7 @@ PUBLIC_API = {
     "Settings",
     "Skill",
     "SkillLibrary",
+    "StoreError",
     "TextBlock",
     "TextDelta",
     "Tool",

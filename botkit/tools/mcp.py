@@ -34,7 +34,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from botkit.errors import BotkitError, ConfigError, ToolError
+from botkit.errors import ConfigError, MCPConnectError, ToolError
 from botkit.tools.base import Tool, ToolContext
 from botkit.types import ToolDef
 
@@ -66,10 +66,6 @@ _TRANSPORT_ERRORS = (
     OSError,
 )
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
-
-
-class MCPConnectError(BotkitError):
-    """An MCP server could not be started or connected to."""
 
 
 class MCPServerConfig(BaseModel):
