@@ -2,10 +2,20 @@
 
 Both are real HTTP servers on 127.0.0.1 that the real aiogram and anthropic clients talk
 to; ``running`` polls a fake Telegram with your ``Bot`` inside the test's event loop.
+``make_bot``, ``make_settings``, ``fake_llm`` and ``ask`` make a test of a bot a few lines;
+``run_in_virtual_time`` runs waits on the loop's clock without sleeping real seconds.
 """
 
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply, FakeRequest
 from botkit.testing.harness import running
+from botkit.testing.kit import (
+    VirtualTimeLoop,
+    ask,
+    fake_llm,
+    make_bot,
+    make_settings,
+    run_in_virtual_time,
+)
 from botkit.testing.telegram import FakeTelegramServer, RecordedRequest, SentMessage
 
 __all__ = [
@@ -16,5 +26,11 @@ __all__ = [
     "FakeTelegramServer",
     "RecordedRequest",
     "SentMessage",
+    "VirtualTimeLoop",
+    "ask",
+    "fake_llm",
+    "make_bot",
+    "make_settings",
+    "run_in_virtual_time",
     "running",
 ]
