@@ -9,6 +9,10 @@ Sends to one chat are delivered in the order :meth:`FloodControl.send` was calle
 across a flood wait: each chat has a FIFO lock held for the whole life of one send, retries
 included. Different chats only share the global limiter. Per-chat state is dropped once a
 chat is idle and its buckets have drained, so memory follows the number of active chats.
+
+Every wait reads the running event loop's clock (``asyncio.sleep``, ``loop.time()``,
+``loop.call_later`` and aiolimiter's buckets), so the loop is the time source to inject: on
+:class:`botkit.testing.VirtualTimeLoop` pacing and flood waits take no real time.
 """
 
 from __future__ import annotations
