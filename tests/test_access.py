@@ -9,34 +9,23 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from botkit import Bot, Incoming, Settings
-from botkit.llm.anthropic import AnthropicLLM
+from botkit import Bot, Incoming
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    ask,
+    make_bot,
+    running,
+)
 
 ADMIN, NEWCOMER, OTHER = 1201, 1202, 1203
 
 
-def make_settings(tmp_path: Path, **values: Any) -> Settings:
-    defaults: dict[str, Any] = {
-        "admins": frozenset({ADMIN}),
-        "sessions_dir": tmp_path / "sessions",
-        "stream_replies": False,
-    }
-    return Settings(_env_file=None, **{**defaults, **values})
-
-
-def make_bot(claude: FakeAnthropicServer, settings: Settings, cls: type[Bot] = Bot) -> Bot:
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    return cls(settings=settings, llm=llm)
-
-
-async def ask(telegram: FakeTelegramServer, user: int, text: str) -> str:
-    before = len(telegram.sent_messages(user))
-    telegram.send_text(user, text)
-    return (await telegram.wait_for_messages(user, before + 1))[before].text
+ADMINS = frozenset({ADMIN})
 
 
 def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -56,12 +45,16 @@ async def invite_flow(telegram: FakeTelegramServer, claude: FakeAnthropicServer,
     code = (await store.create_invite("cleaner", uses=1)).code
     expired = await store.create_invite("cleaner", expires_at=datetime.now(UTC) - timedelta(1))
     async with running(bot, telegram):
-        assert await ask(telegram, OTHER, "hello?") == bot.options.rejection_text
-        assert await ask(telegram, NEWCOMER, f"/start {code}") == bot.options.welcome_text
-        assert await ask(telegram, NEWCOMER, "hi") == "echo: hi"
-        assert await ask(telegram, OTHER, f"/start {code}") == bot.options.invite_used_up_text
-        assert await ask(telegram, OTHER, "/start nonsense") == bot.options.invite_unknown_text
-        assert await ask(telegram, OTHER, f"/start {expired.code}") == (
+        assert (await ask(telegram, OTHER, "hello?")).text == bot.options.rejection_text
+        assert (await ask(telegram, NEWCOMER, f"/start {code}")).text == bot.options.welcome_text
+        assert (await ask(telegram, NEWCOMER, "hi")).text == "echo: hi"
+        assert (
+            await ask(telegram, OTHER, f"/start {code}")
+        ).text == bot.options.invite_used_up_text
+        assert (
+            await ask(telegram, OTHER, "/start nonsense")
+        ).text == bot.options.invite_unknown_text
+        assert (await ask(telegram, OTHER, f"/start {expired.code}")).text == (
             bot.options.invite_expired_text
         )
     assert len(claude.requests) == 1, "only the admitted user's message reached the model"
@@ -73,14 +66,14 @@ async def invite_flow(telegram: FakeTelegramServer, claude: FakeAnthropicServer,
 async def test_invite_link_onboarding_on_sqlite(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    await invite_flow(telegram, claude, make_bot(claude, make_settings(tmp_path)))
+    await invite_flow(telegram, claude, make_bot(claude, tmp_path, admins=ADMINS))
 
 
 async def test_invite_link_onboarding_on_postgres(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, postgres_db: str
 ) -> None:
     await migrate(postgres_db)
-    bot = make_bot(claude, make_settings(tmp_path, database_url=postgres_db))
+    bot = make_bot(claude, tmp_path, admins=ADMINS, database_url=postgres_db)
     await invite_flow(telegram, claude, bot)
 
 
@@ -107,9 +100,11 @@ async def test_cli_invite_prints_a_deep_link_that_works(
         rf"https://t\.me/{telegram.bot_username}\?start=([A-Za-z0-9_-]{{1,64}})", link
     )
     assert match, link
-    bot = make_bot(claude, make_settings(tmp_path))
+    bot = make_bot(claude, tmp_path, admins=ADMINS)
     async with running(bot, telegram):
-        assert await ask(telegram, NEWCOMER, f"/start {match.group(1)}") == bot.options.welcome_text
+        assert (
+            await ask(telegram, NEWCOMER, f"/start {match.group(1)}")
+        ).text == bot.options.welcome_text
     user = await (await bot.user_store()).get_user(NEWCOMER)
     assert user is not None and user.role == "manager"
     await bot.aclose()
@@ -139,7 +134,7 @@ class RoleBot(Bot):
 async def test_roles_reach_the_prompt(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, make_settings(tmp_path), RoleBot)
+    bot = make_bot(claude, tmp_path, admins=ADMINS, bot_class=RoleBot)
     store = await bot.user_store()
     await store.upsert_user(NEWCOMER, "manager")
     await store.upsert_user(OTHER, "cleaner")
@@ -153,31 +148,31 @@ async def test_roles_reach_the_prompt(
 async def test_blocked_users_and_access_modes(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, make_settings(tmp_path, access="open"))
+    bot = make_bot(claude, tmp_path, admins=ADMINS, access="open")
     store = await bot.user_store()
     await store.upsert_user(OTHER, "user")
     await store.set_blocked(OTHER, True)
     async with running(bot, telegram):
-        assert await ask(telegram, NEWCOMER, "anyone home?") == "echo: anyone home?"
-        assert await ask(telegram, OTHER, "me too?") == bot.options.rejection_text
+        assert (await ask(telegram, NEWCOMER, "anyone home?")).text == "echo: anyone home?"
+        assert (await ask(telegram, OTHER, "me too?")).text == bot.options.rejection_text
 
     allowlist = make_bot(
-        claude, make_settings(tmp_path, access="allowlist", allowed_users=frozenset({OTHER}))
+        claude, tmp_path, admins=ADMINS, access="allowlist", allowed_users=frozenset({OTHER})
     )
     async with running(allowlist, telegram):
-        assert await ask(telegram, NEWCOMER, "still?") == allowlist.options.rejection_text
-        assert await ask(telegram, ADMIN, "admin here") == "echo: admin here"
+        assert (await ask(telegram, NEWCOMER, "still?")).text == allowlist.options.rejection_text
+        assert (await ask(telegram, ADMIN, "admin here")).text == "echo: admin here"
 
 
 async def test_daily_budget_stops_llm_calls(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = make_bot(
-        claude, make_settings(tmp_path, allowed_users=frozenset({OTHER}), daily_token_budget=10)
+        claude, tmp_path, admins=ADMINS, allowed_users=frozenset({OTHER}), daily_token_budget=10
     )
     async with running(bot, telegram):
-        assert await ask(telegram, OTHER, "first") == "echo: first"
-        assert await ask(telegram, OTHER, "second") == bot.options.budget_text
+        assert (await ask(telegram, OTHER, "first")).text == "echo: first"
+        assert (await ask(telegram, OTHER, "second")).text == bot.options.budget_text
     assert len(claude.requests) == 1
     used = await (await bot.user_store()).usage_on(OTHER, datetime.now(UTC).date())
     await bot.aclose()
@@ -195,12 +190,12 @@ async def test_admin_creates_an_invite_from_chat(
         return FakeReply.text("no invite tool for you")
 
     claude.responder = model
-    bot = make_bot(claude, make_settings(tmp_path, allowed_users=frozenset({OTHER})))
+    bot = make_bot(claude, tmp_path, admins=ADMINS, allowed_users=frozenset({OTHER}))
     async with running(bot, telegram):
-        link = await ask(telegram, ADMIN, "invite a cleaner")
-        refused = await ask(telegram, OTHER, "invite a cleaner")
+        link = (await ask(telegram, ADMIN, "invite a cleaner")).text
+        refused = (await ask(telegram, OTHER, "invite a cleaner")).text
         code = link.split("start=")[1].split()[0]
-        assert await ask(telegram, NEWCOMER, f"/start {code}") == bot.options.welcome_text
+        assert (await ask(telegram, NEWCOMER, f"/start {code}")).text == bot.options.welcome_text
     assert link.startswith(f"https://t.me/{telegram.bot_username}?start=")
     assert refused == "no invite tool for you"
 
