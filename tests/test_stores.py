@@ -6,6 +6,7 @@ import asyncio
 import re
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from botkit.errors import ConfigError
+from botkit.errors import ConfigError, StoreError
 from botkit.stores import (
     INVITE_CODE_PATTERN,
     DailyUsage,
@@ -39,6 +40,7 @@ from botkit.stores.migrate import (
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
 ALL = [FIRST, "002_hash_invite_codes", "003_sessions"]
+_TABLES = "botkit_users, botkit_invites, botkit_usage"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,34 @@ class Backend:
         if self.kind == "sqlite":
             return await SqliteUserStore.connect(self.location)
         return await PostgresUserStore.connect(self.location, min_size=1, max_size=10)
+
+    async def open_impatient(self) -> UserStore:
+        """A store that waits a fifth of a second at most for a lock another connection holds."""
+        if self.kind == "sqlite":
+            return await SqliteUserStore.connect(self.location, busy_timeout=0.2)
+        return await PostgresUserStore.connect(
+            self.location, min_size=1, max_size=2, server_settings={"lock_timeout": "200ms"}
+        )
+
+    @asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """While inside, another connection holds botkit's tables against every writer."""
+        if self.kind == "sqlite":
+            db = sqlite3.connect(self.location, isolation_level=None)
+            db.execute("BEGIN EXCLUSIVE")
+            try:
+                yield
+            finally:
+                db.execute("ROLLBACK")
+                db.close()
+            return
+        conn = await asyncpg.connect(self.location)
+        try:
+            async with conn.transaction():
+                await conn.execute(f"LOCK TABLE {_TABLES} IN ACCESS EXCLUSIVE MODE")
+                yield
+        finally:
+            await conn.close()
 
     async def raw_invites(self) -> list[tuple[Any, ...]]:
         """Every row of the invites table, every column, read past the store."""
@@ -566,6 +596,28 @@ async def test_usage_is_listed_per_user_per_day_from_a_day_on(store: UserStore) 
     assert await store.usage_since(date(2025, 3, 5)) == []
 
 
+# --- database failures --------------------------------------------------------------------
+
+
+async def test_a_database_locked_past_the_timeout_is_a_store_error(backend: Backend) -> None:
+    store = await backend.open_impatient()
+    try:
+        invite = await store.create_invite("user")
+        async with backend.locked():
+            with pytest.raises(StoreError, match="while registering a user") as raised:
+                await store.upsert_user(1, "user")
+            with pytest.raises(StoreError, match="while redeeming an invite"):
+                await store.redeem_invite(invite.code, 2)
+            with pytest.raises(StoreError, match="while adding token usage"):
+                await store.add_usage(1, date(2025, 3, 5), 10)
+        assert isinstance(raised.value.__cause__, sqlite3.Error | asyncpg.PostgresError)
+
+        assert (await store.upsert_user(1, "user")).user_id == 1  # the lock gone, it works again
+        assert (await store.redeem_invite(invite.code, 2)).ok
+    finally:
+        await store.close()
+
+
 # --- SQLite only ---------------------------------------------------------------------------
 
 
@@ -730,6 +782,56 @@ async def test_postgres_store_leaves_a_pool_it_was_given_open(migrated_db: str) 
         assert await pool.fetchval("SELECT count(*) FROM botkit_users") == 1
     finally:
         await pool.close()
+
+
+async def test_an_unreachable_postgres_is_a_store_error_without_the_password() -> None:
+    with pytest.raises(StoreError, match="cannot connect to the user database") as raised:
+        await PostgresUserStore.connect("postgresql://u:hunter2@127.0.0.1:9/db", min_size=1)
+    assert "hunter2" not in str(raised.value)
+    assert isinstance(raised.value.__cause__, OSError)
+
+
+async def test_a_pool_closed_under_the_store_is_a_store_error(migrated_db: str) -> None:
+    pool = await asyncpg.create_pool(migrated_db, min_size=1, max_size=2)
+    store = PostgresUserStore(pool)
+    await store.upsert_user(1, "user")
+    await pool.close()
+
+    with pytest.raises(StoreError, match="while reading a user") as raised:
+        await store.get_user(1)
+    assert isinstance(raised.value.__cause__, asyncpg.InterfaceError)
+
+
+async def test_a_connection_cut_off_mid_query_is_a_store_error_then_replaced(
+    migrated_db: str,
+) -> None:
+    store = await PostgresUserStore.connect(migrated_db, min_size=1, max_size=1)
+    admin = await asyncpg.connect(migrated_db)
+    try:
+        async with admin.transaction():
+            await admin.execute("LOCK TABLE botkit_users IN ACCESS EXCLUSIVE MODE")
+            reading = asyncio.create_task(store.get_user(1))
+            waiter = await backend_waiting_for(admin, "botkit_users")
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", waiter)
+            with pytest.raises(StoreError, match="while reading a user") as raised:
+                await reading
+        assert isinstance(raised.value.__cause__, asyncpg.PostgresError | asyncpg.InterfaceError)
+
+        assert await store.get_user(1) is None  # the pool connects again
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def backend_waiting_for(admin: Any, table: str) -> int:
+    """The process id of the one backend waiting for a lock on ``table``, once there is one."""
+    sql = "SELECT pid FROM pg_locks WHERE NOT granted AND relation = $1::regclass"
+    for _ in range(1000):  # no event to wait on: the server's lock table is polled
+        pid = await admin.fetchval(sql, table)
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no backend waited for a lock on {table} within 10 s")
 
 
 async def test_migrating_postgres_hashes_the_invite_codes_already_there(postgres_db: str) -> None:

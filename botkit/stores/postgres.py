@@ -6,10 +6,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from botkit.errors import ConfigError
+from botkit.errors import ConfigError, StoreError
 from botkit.stores.base import (
     DailyUsage,
     Invite,
@@ -28,6 +29,12 @@ from botkit.stores.migrate import pending_migrations
 __all__ = ["PostgresUserStore"]
 
 _RUN_MIGRATE = "run `python -m botkit migrate`"
+_DRIVER_ERRORS = (
+    OSError,  # refused, reset, timed out
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,  # e.g. the pool was closed
+    asyncpg.InternalClientError,
+)
 
 _USER = "user_id, role, display_name, joined_at, blocked"
 _INVITE = "role, uses_left, expires_at, created_by, created_at"
@@ -112,11 +119,14 @@ class PostgresUserStore:
 
     It never creates tables: ``python -m botkit migrate`` does. Before its first query it
     checks that every migration has been applied, and raises :class:`ConfigError` if not.
+    Database failures (unreachable, connection lost, lock timeout) are :class:`StoreError`,
+    without the password.
     """
 
     def __init__(self, pool: Any) -> None:
         self.pool: Any = pool
         """The ``asyncpg.Pool``, which the bot may hand to its tools too."""
+        self._dsn = ""
         self._owns_pool = False
         self._schema_ok = False
 
@@ -126,8 +136,13 @@ class PostgresUserStore:
 
         Its :meth:`close` closes the pool.
         """
-        pool = await asyncpg.create_pool(dsn, **pool_options)
+        try:
+            pool = await asyncpg.create_pool(dsn, **pool_options)
+        except (*_DRIVER_ERRORS, ValueError) as e:  # ValueError: a DSN asyncpg cannot parse
+            message = _without_password(f"{type(e).__name__}: {e}", dsn)
+            raise StoreError(f"cannot connect to the user database: {message}") from e
         store = cls(pool)
+        store._dsn = dsn
         store._owns_pool = True
         try:
             await store.check_schema()
@@ -138,7 +153,7 @@ class PostgresUserStore:
 
     async def check_schema(self) -> None:
         """Raise :class:`ConfigError` unless every botkit migration has been applied."""
-        async with self.pool.acquire() as conn:
+        async with self._converted("checking the migrations"), self.pool.acquire() as conn:
             missing = await pending_migrations(conn)
         if missing:
             raise ConfigError(
@@ -154,7 +169,7 @@ class PostgresUserStore:
 
     async def get_user(self, user_id: int) -> UserRecord | None:
         """The user, or ``None`` if they are not registered."""
-        async with self._connection() as conn:
+        async with self._connection("reading a user") as conn:
             row = await conn.fetchrow(_GET_USER, user_id)
         return None if row is None else _user(row)
 
@@ -162,25 +177,25 @@ class PostgresUserStore:
         self, user_id: int, role: str, display_name: str | None = None
     ) -> UserRecord:
         """Register the user, or set their role (and their name, if given) if registered."""
-        async with self._connection() as conn:
+        async with self._connection("registering a user") as conn:
             row = await conn.fetchrow(_UPSERT_USER, user_id, role, display_name, datetime.now(UTC))
         return _user(row)
 
     async def set_blocked(self, user_id: int, blocked: bool) -> bool:
         """Block or unblock a user; ``False`` if there is no such user."""
         sql = "UPDATE botkit_users SET blocked = $2 WHERE user_id = $1 RETURNING user_id"
-        async with self._connection() as conn:
+        async with self._connection("blocking or unblocking a user") as conn:
             return await conn.fetchrow(sql, user_id, blocked) is not None
 
     async def set_role(self, user_id: int, role: str) -> bool:
         """Change a user's role; ``False`` if there is no such user."""
         sql = "UPDATE botkit_users SET role = $2 WHERE user_id = $1 RETURNING user_id"
-        async with self._connection() as conn:
+        async with self._connection("changing a user's role") as conn:
             return await conn.fetchrow(sql, user_id, role) is not None
 
     async def block_user(self, user_id: int, role: str = "user") -> UserRecord:
         """Block the user; one never registered is registered now, with ``role``, blocked."""
-        async with self._connection() as conn:
+        async with self._connection("blocking a user") as conn:
             row = await conn.fetchrow(_BLOCK_USER, user_id, role, datetime.now(UTC))
         return _user(row)
 
@@ -188,7 +203,7 @@ class PostgresUserStore:
         self, role: str | None = None, *, blocked: bool | None = None
     ) -> list[UserRecord]:
         """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
-        async with self._connection() as conn:
+        async with self._connection("listing users") as conn:
             rows = await conn.fetch(_LIST_USERS, role, blocked)
         return [_user(row) for row in rows]
 
@@ -202,13 +217,13 @@ class PostgresUserStore:
         """A new invite with a fresh code, redeemable ``uses`` times until ``expires_at``."""
         i = new_invite(role, uses, expires_at, created_by)
         values = (i.code_hash, i.prefix, i.role, i.uses_left, i.expires_at, i.created_by)
-        async with self._connection() as conn:
+        async with self._connection("creating an invite") as conn:
             await conn.execute(_INSERT_INVITE, *values, i.created_at)
         return i
 
     async def get_invite(self, code: str) -> Invite | None:
         """The invite with this code, or ``None``."""
-        async with self._connection() as conn:
+        async with self._connection("reading an invite") as conn:
             row = await conn.fetchrow(_GET_INVITE, hash_invite_code(code))
         return None if row is None else _invite(code, row)
 
@@ -220,7 +235,7 @@ class PostgresUserStore:
         A user who is already registered keeps their record and role, takes no use of
         the invite, and gets a success with ``already_registered`` set, whatever the code.
         """
-        async with self._connection() as conn:
+        async with self._connection("redeeming an invite") as conn:
             try:
                 async with conn.transaction():
                     return await _redeem(conn, code, user_id, display_name)
@@ -231,7 +246,7 @@ class PostgresUserStore:
     async def list_invites(self) -> list[StoredInvite]:
         """Every invite, used up and expired ones too, oldest first."""
         sql = f"SELECT code_prefix, {_INVITE} FROM botkit_invites ORDER BY created_at, code_hash"
-        async with self._connection() as conn:
+        async with self._connection("listing invites") as conn:
             rows = await conn.fetch(sql)
         return [_stored_invite(row) for row in rows]
 
@@ -241,7 +256,7 @@ class PostgresUserStore:
         ``code`` is a whole code, or up to :data:`INVITE_PREFIX_LENGTH` leading characters
         of one; a prefix several invites share revokes none of them.
         """
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection("revoking an invite") as conn, conn.transaction():
             rows = await conn.fetch(_INVITE_BY_HASH, hash_invite_code(code))
             if not rows and is_invite_prefix(code):
                 rows = await conn.fetch(_INVITES_BY_PREFIX, code)
@@ -252,32 +267,40 @@ class PostgresUserStore:
 
     async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
         """Add ``tokens`` to what the user spent on ``day``."""
-        async with self._connection() as conn:
+        async with self._connection("adding token usage") as conn:
             await conn.execute(_ADD_USAGE, user_id, day, check_tokens(tokens))
 
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
         sql = "SELECT tokens FROM botkit_usage WHERE user_id = $1 AND day = $2"
-        async with self._connection() as conn:
+        async with self._connection("reading token usage") as conn:
             tokens = await conn.fetchval(sql, user_id, day)
         return 0 if tokens is None else int(tokens)
 
     async def usage_since(self, first_day: date) -> list[DailyUsage]:
         """What each user spent on each day from ``first_day`` on, by day, then user id."""
-        async with self._connection() as conn:
+        async with self._connection("listing token usage") as conn:
             rows = await conn.fetch(_USAGE_SINCE, first_day)
         return [DailyUsage(row["user_id"], row["day"], int(row["tokens"])) for row in rows]
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
-        """A pooled connection, once the schema is known to be there."""
+    async def _connection(self, doing: str) -> AsyncIterator[Any]:
+        """A pooled connection, once the schema is known to be there, for ``doing``."""
         if not self._schema_ok:
             await self.check_schema()
-        async with self.pool.acquire() as conn:
-            try:
-                yield conn
-            except asyncpg.UndefinedTableError as e:
-                raise ConfigError(f"{e}: {_RUN_MIGRATE}") from e
+        async with self._converted(doing), self.pool.acquire() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _converted(self, doing: str) -> AsyncIterator[None]:
+        """asyncpg's errors as botkit's: a missing table says to migrate, the rest StoreError."""
+        try:
+            yield
+        except asyncpg.UndefinedTableError as e:
+            raise ConfigError(f"{e}: {_RUN_MIGRATE}") from e
+        except _DRIVER_ERRORS as e:
+            message = _without_password(f"{type(e).__name__}: {e}", self._dsn)
+            raise StoreError(f"the user database failed while {doing}: {message}") from e
 
 
 async def _redeem(conn: Any, code: str, user_id: int, display_name: str | None) -> RedeemResult:
@@ -297,3 +320,12 @@ async def _redeem(conn: Any, code: str, user_id: int, display_name: str | None) 
     if registered is None:
         raise _RegisteredMeanwhile
     return RedeemResult.success(_user(registered))
+
+
+def _without_password(text: str, dsn: str) -> str:
+    """``text`` with the DSN's password, if it shows, replaced by ``***``."""
+    try:
+        password = urlsplit(dsn).password
+    except ValueError:
+        return text
+    return text.replace(password, "***") if password else text

@@ -14,7 +14,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from botkit.errors import ConfigError
+from botkit.errors import ConfigError, StoreError
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
     DailyUsage,
@@ -150,7 +150,9 @@ class SqliteUserStore:
     are the ``-wal`` and ``-shm`` files SQLite makes beside it). One store holds one
     connection and runs one operation at a time on it; several stores (or processes) may
     share a file, as every write is a ``BEGIN IMMEDIATE`` transaction, waiting up to
-    ``busy_timeout`` seconds for another's to finish.
+    ``busy_timeout`` seconds for another's to finish. A file that cannot be opened is a
+    :class:`ConfigError`; a database that fails afterwards (locked past ``busy_timeout``, say)
+    a :class:`StoreError`.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
@@ -181,7 +183,7 @@ class SqliteUserStore:
 
     async def get_user(self, user_id: int) -> UserRecord | None:
         """The user, or ``None`` if they are not registered."""
-        async with self._read() as db:
+        async with self._read("reading a user") as db:
             rows = await db.execute_fetchall(
                 f"SELECT {_USER} FROM botkit_users WHERE user_id = ?", (user_id,)
             )
@@ -193,27 +195,27 @@ class SqliteUserStore:
     ) -> UserRecord:
         """Register the user, or set their role (and their name, if given) if registered."""
         now = _to_db(datetime.now(UTC))
-        async with self._transaction() as db:
+        async with self._transaction("registering a user") as db:
             rows = await db.execute_fetchall(_UPSERT_USER, (user_id, role, display_name, now))
         return _user(_one(rows))
 
     async def set_blocked(self, user_id: int, blocked: bool) -> bool:
         """Block or unblock a user; ``False`` if there is no such user."""
         sql = "UPDATE botkit_users SET blocked = ? WHERE user_id = ? RETURNING user_id"
-        async with self._transaction() as db:
+        async with self._transaction("blocking or unblocking a user") as db:
             rows = await db.execute_fetchall(sql, (int(blocked), user_id))
         return _first(rows) is not None
 
     async def set_role(self, user_id: int, role: str) -> bool:
         """Change a user's role; ``False`` if there is no such user."""
         sql = "UPDATE botkit_users SET role = ? WHERE user_id = ? RETURNING user_id"
-        async with self._transaction() as db:
+        async with self._transaction("changing a user's role") as db:
             rows = await db.execute_fetchall(sql, (role, user_id))
         return _first(rows) is not None
 
     async def block_user(self, user_id: int, role: str = "user") -> UserRecord:
         """Block the user; one never registered is registered now, with ``role``, blocked."""
-        async with self._transaction() as db:
+        async with self._transaction("blocking a user") as db:
             rows = await db.execute_fetchall(
                 _BLOCK_USER, (user_id, role, _to_db(datetime.now(UTC)))
             )
@@ -224,7 +226,7 @@ class SqliteUserStore:
     ) -> list[UserRecord]:
         """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
         flag = None if blocked is None else int(blocked)
-        async with self._read() as db:
+        async with self._read("listing users") as db:
             rows = await db.execute_fetchall(_LIST_USERS, (role, flag))
         return [_user(row) for row in rows]
 
@@ -240,13 +242,13 @@ class SqliteUserStore:
         expires = None if invite.expires_at is None else _to_db(invite.expires_at)
         created = _to_db(invite.created_at)
         values = (invite.code_hash, invite.prefix, role, uses, expires, created_by, created)
-        async with self._transaction() as db:
+        async with self._transaction("creating an invite") as db:
             await db.execute_fetchall(_INSERT_INVITE, values)
         return invite
 
     async def get_invite(self, code: str) -> Invite | None:
         """The invite with this code, or ``None``."""
-        async with self._read() as db:
+        async with self._read("reading an invite") as db:
             return await self._get_invite(db, code)
 
     async def redeem_invite(
@@ -258,7 +260,7 @@ class SqliteUserStore:
         the invite, and gets a success with ``already_registered`` set, whatever the code.
         """
         now = datetime.now(UTC)
-        async with self._transaction() as db:
+        async with self._transaction("redeeming an invite") as db:
             rows = await db.execute_fetchall(
                 f"SELECT {_USER} FROM botkit_users WHERE user_id = ?", (user_id,)
             )
@@ -278,7 +280,7 @@ class SqliteUserStore:
     async def list_invites(self) -> list[StoredInvite]:
         """Every invite, used up and expired ones too, oldest first."""
         sql = f"SELECT code_prefix, {_INVITE} FROM botkit_invites ORDER BY created_at, code_hash"
-        async with self._read() as db:
+        async with self._read("listing invites") as db:
             rows = await db.execute_fetchall(sql)
         return [_stored_invite(row) for row in rows]
 
@@ -288,7 +290,7 @@ class SqliteUserStore:
         ``code`` is a whole code, or up to :data:`INVITE_PREFIX_LENGTH` leading characters
         of one; a prefix several invites share revokes none of them.
         """
-        async with self._transaction() as db:
+        async with self._transaction("revoking an invite") as db:
             rows = list(await db.execute_fetchall(_INVITE_BY_HASH, (hash_invite_code(code),)))
             if not rows and is_invite_prefix(code):
                 rows = list(await db.execute_fetchall(_INVITES_BY_PREFIX, (code,)))
@@ -299,20 +301,20 @@ class SqliteUserStore:
     async def add_usage(self, user_id: int, day: date, tokens: int) -> None:
         """Add ``tokens`` to what the user spent on ``day``."""
         values = (user_id, day.isoformat(), check_tokens(tokens))
-        async with self._transaction() as db:
+        async with self._transaction("adding token usage") as db:
             await db.execute_fetchall(_ADD_USAGE, values)
 
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
         sql = "SELECT tokens FROM botkit_usage WHERE user_id = ? AND day = ?"
-        async with self._read() as db:
+        async with self._read("reading token usage") as db:
             row = _first(await db.execute_fetchall(sql, (user_id, day.isoformat())))
         return 0 if row is None else int(row[0])
 
     async def usage_since(self, first_day: date) -> list[DailyUsage]:
         """What each user spent on each day from ``first_day`` on, by day, then user id."""
         sql = "SELECT user_id, day, tokens FROM botkit_usage WHERE day >= ? ORDER BY day, user_id"
-        async with self._read() as db:
+        async with self._read("listing token usage") as db:
             rows = await db.execute_fetchall(sql, (first_day.isoformat(),))
         return [DailyUsage(int(u), date.fromisoformat(d), int(t)) for u, d, t in rows]
 
@@ -323,15 +325,15 @@ class SqliteUserStore:
         return None if row is None else _invite(code, row)
 
     @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        """The connection, for one statement (a transaction of its own)."""
-        async with self._lock:
+    async def _read(self, doing: str) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, for one statement (a transaction of its own) ``doing`` something."""
+        async with self._lock, self._converted(doing):
             yield await self._connection()
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _transaction(self, doing: str) -> AsyncIterator[aiosqlite.Connection]:
         """The connection inside ``BEGIN IMMEDIATE``: committed if the block succeeds."""
-        async with self._lock:
+        async with self._lock, self._converted(doing):
             db = await self._connection()
             await db.execute("BEGIN IMMEDIATE")
             try:
@@ -341,6 +343,16 @@ class SqliteUserStore:
                 if db.in_transaction:
                     await db.rollback()
                 raise
+
+    @asynccontextmanager
+    async def _converted(self, doing: str) -> AsyncIterator[None]:
+        """SQLite's errors as :class:`StoreError`, saying what failed on which file."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise StoreError(
+                f"the user store {self.path} failed while {doing}: {type(e).__name__}: {e}"
+            ) from e
 
     async def _connection(self) -> aiosqlite.Connection:
         """The open connection, opened and the schema made if need be; call under the lock."""
