@@ -22,7 +22,7 @@ import mcp.types as mcp_types
 import pytest
 from structlog.testing import capture_logs
 
-from botkit import AgentLoop, ContextManager, Message, ToolContext, ToolRegistry
+from botkit import AgentLoop, ContextManager, Message, ToolContext, ToolRegistry, errors
 from botkit.errors import ConfigError
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
@@ -164,6 +164,14 @@ async def test_connect_raises_a_clear_error_for_a_server_that_does_not_start() -
         await connection.connect()
     with pytest.raises(RuntimeError, match="not connected"):
         connection.tools()
+
+
+async def test_a_server_that_does_not_start_raises_the_error_from_botkit_errors() -> None:
+    connection = MCPConnection(python_config("quitter", "pass"))
+    with pytest.raises(errors.MCPConnectError) as raised:
+        await connection.connect()
+    assert isinstance(raised.value, errors.BotkitError)
+    assert MCPConnectError is errors.MCPConnectError  # the old import keeps working
 
 
 async def test_duplicate_server_names_are_a_config_error() -> None:
