@@ -12,30 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from botkit import Bot, ConfigError, Settings
-from botkit.llm.anthropic import AnthropicLLM
+from botkit import Bot, ConfigError
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.telegram import TelegramMessenger
 from botkit.messengers.updates import parse_update
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.telegram import serve
-from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
 
 ALICE, BOB, CAROL = 801, 802, 803
+ALLOWED = frozenset({ALICE, BOB, CAROL})
 
 FORWARD_FROM_2015 = {"type": "hidden_user", "date": 1422450181}
 """What Telegram sends for a forward of a 2015 message (aiogram issue #1840)."""
-
-
-def make_bot(claude: FakeAnthropicServer, tmp_path: Path) -> Bot:
-    settings = Settings(
-        _env_file=None,
-        allowed_users=frozenset({ALICE, BOB, CAROL}),
-        sessions_dir=tmp_path / "sessions",
-        stream_replies=False,
-    )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    return Bot(settings=settings, llm=llm)
 
 
 def text_message(telegram: FakeTelegramServer, user_id: int, text: str) -> dict[str, Any]:
@@ -66,7 +55,7 @@ async def test_forwarded_message_from_2015_gets_a_normal_answer(
     message = text_message(telegram, ALICE, "what is this old thing?")
     message["forward_origin"] = FORWARD_FROM_2015
     message["forward_date"] = 1422450181
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
         telegram.inject_update({"message": message})
         [reply] = await telegram.wait_for_messages(ALICE)
     assert "what is this old thing?" in reply.plain_text  # the fake model echoes
@@ -81,7 +70,7 @@ async def test_external_reply_with_an_empty_story_gets_a_normal_answer(
         "origin": {"type": "channel", "date": 1, "chat": {"id": -100, "type": "channel"}},
         "story": {},
     }
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
         telegram.inject_update({"message": message})
         [reply] = await telegram.wait_for_messages(ALICE)
     assert "look at this story" in reply.plain_text
@@ -90,7 +79,7 @@ async def test_external_reply_with_an_empty_story_gets_a_normal_answer(
 async def test_unparseable_update_is_journaled_confirmed_and_the_batch_answered(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     broken = text_message(telegram, CAROL, "x")
     broken["chat"] = "not a chat"
     telegram.inject_update({"message": text_message(telegram, ALICE, "before")})
@@ -126,7 +115,7 @@ async def test_unparseable_updates_survive_inbox_compaction(tmp_path: Path) -> N
 async def test_a_degraded_update_is_replayed_after_a_crash(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     message = text_message(telegram, ALICE, "replay me")
     message["forward_origin"] = FORWARD_FROM_2015
     inbox = Inbox(bot.settings.sessions_dir / "inbox.jsonl")
@@ -154,7 +143,7 @@ async def test_polling_survives_error_answers(
     fault: dict[str, Any],
 ) -> None:
     telegram.fail_next("getUpdates", **fault, times=2)
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
         telegram.send_text(ALICE, "still there?")
         [reply] = await telegram.wait_for_messages(ALICE, timeout=15)
     assert "still there?" in reply.plain_text
@@ -174,7 +163,7 @@ async def test_polling_survives_answers_that_are_not_the_api(
     status: int,
 ) -> None:
     telegram.garble_next("getUpdates", body=body, status=status)
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
         telegram.send_text(ALICE, "hello again")
         [reply] = await telegram.wait_for_messages(ALICE, timeout=15)
     assert "hello again" in reply.plain_text
@@ -183,7 +172,7 @@ async def test_polling_survives_answers_that_are_not_the_api(
 async def test_a_rejected_token_while_polling_stops_with_one_sentence(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     telegram.fail_next("getUpdates", error_code=401, description="Unauthorized", times=100)
     with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN"):
         await serve(bot, asyncio.Event(), messenger=messenger_for_test(bot, telegram))
@@ -192,7 +181,7 @@ async def test_a_rejected_token_while_polling_stops_with_one_sentence(
 async def test_another_instance_polling_stops_the_bot_once_it_persists(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     telegram.fail_next("getUpdates", error_code=409, description="Conflict", times=1000)
     messenger = messenger_for_test(bot, telegram, conflict_timeout=1.5)
     with pytest.raises(ConfigError, match="Another instance"):
@@ -203,7 +192,7 @@ async def test_another_instance_polling_stops_the_bot_once_it_persists(
 async def test_a_brief_conflict_is_waited_out(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     telegram.fail_next("getUpdates", error_code=409, description="Conflict", times=1)
     stop = asyncio.Event()
     messenger = messenger_for_test(bot, telegram, conflict_timeout=60)
@@ -222,7 +211,7 @@ async def test_a_failed_photo_download_does_not_stop_polling(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     telegram.fail_downloads(error_code=404)
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
         telegram.send_photo(ALICE, caption="what is in it?")
         await telegram.wait_for_messages(ALICE)
         telegram.send_text(BOB, "next one")
@@ -344,7 +333,7 @@ def test_mangled_updates_never_stop_the_bot(
 
 async def _mangled_batch(mangled: list[dict[str, Any]], tmp_path: Path) -> None:
     async with FakeTelegramServer() as telegram, FakeAnthropicServer() as claude:
-        bot = make_bot(claude, tmp_path)
+        bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
         async with running(bot, telegram) as messenger:
             telegram.send_text(ALICE, "first")
             for update in mangled:

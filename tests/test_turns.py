@@ -4,30 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-from botkit import Bot, Message, Settings, tool
-from botkit.llm.anthropic import AnthropicLLM
+from botkit import Message, tool
 from botkit.messengers.flood import FloodControl, FloodLimits
 from botkit.sessions import JsonlSessionStore, SessionEntry
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    make_bot,
+    make_settings,
+    running,
+)
 
 USERS = list(range(701, 711))
 
 
-def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "allowed_users": frozenset(USERS),
-        "sessions_dir": tmp_path / "sessions",
-        "stream_replies": False,
-    }
-    values.update(overrides)
-    return Settings(_env_file=None, **values)
-
-
-def make_bot(claude: FakeAnthropicServer, settings: Settings, **options: Any) -> Bot:
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    return Bot(settings=settings, llm=llm, **options)
+ALLOWED = frozenset(USERS)
 
 
 async def test_concurrent_turns_are_bounded(
@@ -44,7 +38,7 @@ async def test_concurrent_turns_are_bounded(
         return FakeReply.text("ok")
 
     claude.responder = slow_model
-    bot = make_bot(claude, make_settings(tmp_path, max_concurrent_turns=3))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, max_concurrent_turns=3)
     async with running(bot, telegram):
         for user in USERS:
             telegram.send_text(user, "hi")
@@ -72,7 +66,7 @@ async def test_a_slow_user_does_not_block_others(
         return FakeReply.text("fast done")
 
     claude.responder = model
-    bot = make_bot(claude, make_settings(tmp_path), tools=[wait_for_it])
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, tools=[wait_for_it])
     slow, fast = USERS[0], USERS[1]
     async with running(bot, telegram):
         telegram.send_text(slow, "slow")
@@ -90,7 +84,7 @@ async def test_drafts_stream_then_exactly_one_final_message(
     answer = "First line of the answer.\nSecond line with **bold** text.\nThird and last line."
     claude.enqueue(FakeReply.text(answer))
     claude.chunk_delay = 0.05
-    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True)
     async with running(bot, telegram):
         telegram.send_text(USERS[0], "stream please")
         await telegram.wait_for_messages(USERS[0])
@@ -126,7 +120,7 @@ async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(
 
     claude.responder = model
     user = USERS[0]
-    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True), tools=[long_job])
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True, tools=[long_job])
     async with running(bot, telegram):
         telegram.send_text(user, "work")
         await asyncio.wait_for(started.wait(), 10)
@@ -151,7 +145,7 @@ async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(
 async def test_group_messages_are_answered_only_when_addressed(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, make_settings(tmp_path, stream_replies=True))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True)
     user, group = USERS[0], -4242
     async with running(bot, telegram):
         telegram.send_text(user, "chatting among humans", chat_id=group, chat_type="group")
@@ -177,7 +171,7 @@ async def test_other_inputs_get_a_polite_reply_or_are_ignored_safely(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     user = USERS[0]
-    bot = make_bot(claude, make_settings(tmp_path))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     sticker = {
         "file_id": "s1",
         "file_unique_id": "u1",
@@ -228,7 +222,7 @@ async def test_other_inputs_get_a_polite_reply_or_are_ignored_safely(
 async def test_over_long_input_is_cut_with_a_note(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, make_settings(tmp_path), max_input_chars=100)
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, max_input_chars=100)
     async with running(bot, telegram):
         telegram.send_text(USERS[0], "x" * 300)
         await telegram.wait_for_messages(USERS[0])
@@ -243,7 +237,7 @@ async def test_every_reply_arrives_in_order_through_a_429_storm(
     telegram.flood_ratio = 0.3
     telegram.flood_retry_after = 1
     limits = FloodLimits(global_per_second=1000, chat_per_second=100, chat_burst=100)
-    bot = make_bot(claude, make_settings(tmp_path))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     users = USERS[:4]
     async with running(bot, telegram, flood=FloodControl(limits)):
         for n in range(5):
@@ -263,7 +257,7 @@ async def test_telegram_rejecting_html_falls_back_to_plain_text(
     telegram.fail_next(
         "sendMessage", error_code=400, description="Bad Request: can't parse entities: oops"
     )
-    bot = make_bot(claude, make_settings(tmp_path))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     async with running(bot, telegram):
         telegram.send_text(USERS[0], "hi")
         replies = await telegram.wait_for_messages(USERS[0])
@@ -274,7 +268,7 @@ async def test_telegram_rejecting_html_falls_back_to_plain_text(
 async def test_commands_are_set_only_when_they_differ(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, make_settings(tmp_path))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
     commands = [("help", "What I can do"), ("clear", "Start over")]
     async with running(bot, telegram) as messenger:
         await telegram.wait_for_requests("setMyCommands", 1)  # the bot's own menu, at start
@@ -287,7 +281,7 @@ async def test_commands_are_set_only_when_they_differ(
 async def test_an_answered_but_unconfirmed_update_is_resent_without_a_new_llm_call(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, allowed_users=ALLOWED)
     user = USERS[0]
     update_id = telegram.send_text(user, "what is 2+2?")
     # What a crash right after the answer was recorded, before it was sent, leaves behind:
@@ -297,7 +291,7 @@ async def test_an_answered_but_unconfirmed_update_is_resent_without_a_new_llm_ca
     )
     answer = Message(role="assistant", content=[*Message.user_text("4").content])
     await store.append(SessionEntry.of(user, answer, stop_reason="end_turn"))
-    bot = make_bot(claude, settings)
+    bot = make_bot(claude, tmp_path, settings=settings)
     async with running(bot, telegram):
         replies = await telegram.wait_for_messages(user)
     assert [r.text for r in replies] == ["4"]
