@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from botkit import Bot, Incoming, Message, Settings, read_session_file
+from botkit import Incoming, Message, read_session_file
 from botkit.agent.compaction import SUMMARY_PROMPT
 from botkit.agent.context import SUMMARY_PREFIX, ContextManager
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.pricing import PRICES, estimate
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
 from botkit.testing import (
@@ -19,6 +18,8 @@ from botkit.testing import (
     FakeReply,
     FakeRequest,
     FakeTelegramServer,
+    ask,
+    make_bot,
     running,
 )
 from botkit.types import Usage
@@ -26,47 +27,35 @@ from botkit.types import Usage
 USER, ADMIN = 801, 802
 
 
-def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **options: Any) -> Bot:
-    settings = Settings(
-        _env_file=None,
-        allowed_users=frozenset({USER}),
-        admins=frozenset({ADMIN}),
-        sessions_dir=tmp_path / "sessions",
-        stream_replies=False,
-        model="claude-sonnet-5-test",
-    )
-    llm = AnthropicLLM(api_key="k", model=settings.model, base_url=claude.base_url, max_retries=0)
-    return Bot(settings=settings, llm=llm, **options)
-
-
-async def ask(telegram: FakeTelegramServer, user: int, text: str) -> str:
-    before = len(telegram.sent_messages(user))
-    telegram.send_text(user, text)
-    replies = await telegram.wait_for_messages(user, before + 1)
-    return replies[before].text
+BOT: dict[str, Any] = {
+    "allowed_users": frozenset({USER}),
+    "admins": frozenset({ADMIN}),
+    "model": "claude-sonnet-5-test",
+}
+"""The settings every bot here has, for ``make_bot(claude, tmp_path, **BOT)``."""
 
 
 async def test_commands_answer_without_the_llm_and_fill_the_menu(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, **BOT)
 
     @bot.command("ping", "Check that I'm alive")
     async def ping(message: Incoming, args: str) -> str:
         return f"pong {args}".strip()
 
     async with running(bot, telegram):
-        help_text = await ask(telegram, USER, "/help")
-        assert await ask(telegram, USER, "/ping loud") == "pong loud"
+        help_text = (await ask(telegram, USER, "/help")).text
+        assert (await ask(telegram, USER, "/ping loud")).text == "pong loud"
     assert "/clear" in help_text and "/usage" in help_text and "/ping" in help_text
     assert claude.requests == []
     menu = [c["command"] for c in telegram.commands()]
     assert menu == ["help", "clear", "usage", "model", "ping"]
 
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, **BOT), telegram):
         await ask(telegram, USER, "/help")
     assert len(telegram.requests_for("setMyCommands")) == 2, "changed menu set; same menu not"
-    async with running(make_bot(claude, tmp_path), telegram):
+    async with running(make_bot(claude, tmp_path, **BOT), telegram):
         await ask(telegram, USER, "/help")
     assert len(telegram.requests_for("setMyCommands")) == 2
 
@@ -74,7 +63,7 @@ async def test_commands_answer_without_the_llm_and_fill_the_menu(
 async def test_clear_starts_fresh_and_is_recorded(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, **BOT)
     async with running(bot, telegram):
         await ask(telegram, USER, "remember pineapples")
         await ask(telegram, USER, "/clear")
@@ -83,7 +72,7 @@ async def test_clear_starts_fresh_and_is_recorded(
     recorded = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
     assert [e.type for e in recorded] == ["message", "message", "reset", "message", "message"]
 
-    restarted = make_bot(claude, tmp_path)
+    restarted = make_bot(claude, tmp_path, **BOT)
     context = await restarted.context_for(USER)
     assert [m.text for m in context.messages] == ["what did I say?", "echo: what did I say?"]
 
@@ -91,11 +80,11 @@ async def test_clear_starts_fresh_and_is_recorded(
 async def test_usage_reports_this_users_tokens_and_cost(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, **BOT)
     async with running(bot, telegram):
         await ask(telegram, USER, "hello")
         await ask(telegram, USER, "hello again")
-        report = await ask(telegram, USER, "/usage")
+        report = (await ask(telegram, USER, "/usage")).text
     entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
     used = sum((e.usage for e in entries if isinstance(e, SessionEntry) and e.usage), Usage())
     assert f"{used.input_tokens:,} input tokens" in report
@@ -122,12 +111,14 @@ def test_cost_estimate_prices_cache_reads_and_writes() -> None:
 async def test_only_admins_switch_the_model(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    bot = make_bot(claude, tmp_path)
+    bot = make_bot(claude, tmp_path, **BOT)
     bot.settings.allowed_users = frozenset({USER, ADMIN})
     async with running(bot, telegram):
-        assert await ask(telegram, USER, "/model") == "Model: claude-sonnet-5-test"
-        assert await ask(telegram, USER, "/model claude-other") == bot.options.admin_only_text
-        switched = await ask(telegram, ADMIN, "/model claude-opus-test")
+        assert (await ask(telegram, USER, "/model")).text == "Model: claude-sonnet-5-test"
+        assert (
+            await ask(telegram, USER, "/model claude-other")
+        ).text == bot.options.admin_only_text
+        switched = (await ask(telegram, ADMIN, "/model claude-opus-test")).text
         await ask(telegram, USER, "hi")
     assert switched == "Switched from claude-sonnet-5-test to claude-opus-test."
     assert [r.model for r in claude.requests] == ["claude-opus-test"]
@@ -146,7 +137,7 @@ async def test_long_context_is_compacted_into_a_summary_and_replays_the_same(
         return FakeReply.text("ok " + "dolor " * 40)
 
     claude.responder = model
-    bot = make_bot(claude, tmp_path, max_context_chars=6_000)
+    bot = make_bot(claude, tmp_path, **BOT, max_context_chars=6_000)
     async with running(bot, telegram):
         for n in range(12):
             await ask(telegram, USER, long_text(n))
@@ -159,7 +150,7 @@ async def test_long_context_is_compacted_into_a_summary_and_replays_the_same(
     assert any(isinstance(e, CompactionEntry) for e in entries)
 
     live = await bot.context_for(USER)
-    rebuilt = await make_bot(claude, tmp_path, max_context_chars=6_000).context_for(USER)
+    rebuilt = await make_bot(claude, tmp_path, **BOT, max_context_chars=6_000).context_for(USER)
     assert rebuilt.messages == live.messages, "a replay rebuilds the same context"
     assert rebuilt.usage_by_model == live.usage_by_model
 
@@ -173,9 +164,9 @@ async def test_failed_summary_falls_back_to_truncation(
         return FakeReply.text("fine")
 
     claude.responder = model
-    bot = make_bot(claude, tmp_path, max_context_chars=4_000)
+    bot = make_bot(claude, tmp_path, **BOT, max_context_chars=4_000)
     async with running(bot, telegram):
-        replies = [await ask(telegram, USER, long_text(n)) for n in range(10)]
+        replies = [(await ask(telegram, USER, long_text(n))).text for n in range(10)]
     assert set(replies) == {"fine"}, "the user never noticed"
     entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
     compactions = [e for e in entries if isinstance(e, CompactionEntry)]
@@ -186,9 +177,9 @@ async def test_prompt_too_long_compacts_and_retries(
     telegram: FakeTelegramServer, tmp_path: Path
 ) -> None:
     async with FakeAnthropicServer(context_window=1_500) as claude:
-        bot = make_bot(claude, tmp_path, max_context_chars=10_000_000)
+        bot = make_bot(claude, tmp_path, **BOT, max_context_chars=10_000_000)
         async with running(bot, telegram):
-            replies = [await ask(telegram, USER, long_text(n)) for n in range(12)]
+            replies = [(await ask(telegram, USER, long_text(n))).text for n in range(12)]
     assert replies[-1].startswith("echo: ") and long_text(11).strip() in replies[-1]
     too_long = [r for r in claude.requests if r.system_text != SUMMARY_PROMPT]
     assert len(too_long) > 12, "some calls were refused as too long and retried"
@@ -198,7 +189,7 @@ async def test_idle_contexts_are_evicted_and_rebuilt_from_the_file(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     users = [901, 902, 903, 904]
-    bot = make_bot(claude, tmp_path, max_contexts=2)
+    bot = make_bot(claude, tmp_path, **BOT, max_contexts=2)
     bot.settings.allowed_users = frozenset(users)
     async with running(bot, telegram):
         for user in users:
