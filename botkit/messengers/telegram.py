@@ -6,8 +6,8 @@ import asyncio
 import html
 import itertools
 import time
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
 from typing import Any
@@ -17,6 +17,7 @@ from aiogram import Bot as AiogramBot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
+    AiogramError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
@@ -105,7 +106,8 @@ class TelegramMessenger:
     async def start(self) -> User:
         """Check the token and learn the bot's own name (network failures are retried)."""
         try:
-            self.me = await self.flood.send(0, self.api.get_me)  # retried while unreachable
+            async with _errors_mapped("getMe"):
+                self.me = await self.flood.send(0, self.api.get_me)  # retried while unreachable
         except MessengerError as e:
             if isinstance(e.__cause__, TelegramUnauthorizedError):
                 raise ConfigError(
@@ -158,7 +160,8 @@ class TelegramMessenger:
     async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Show "typing…" in the chat (best effort, never retried)."""
         topic = thread_id if thread_id != GENERAL_TOPIC else None
-        await self.api.send_chat_action(chat_id, "typing", message_thread_id=topic)
+        async with _errors_mapped("sendChatAction"):
+            await self.api.send_chat_action(chat_id, "typing", message_thread_id=topic)
 
     async def download(self, file_id: str) -> bytes | None:
         """The bytes of a file the user sent; ``None`` (and a log line) when that fails."""
@@ -193,11 +196,13 @@ class TelegramMessenger:
     async def sync_commands(self, commands: Sequence[tuple[str, str]]) -> bool:
         """Set the bot's command menu, only if it differs (setMyCommands is rate limited)."""
         wanted = [(name, description) for name, description in commands]
-        current = await self.flood.send(0, self.api.get_my_commands)
+        async with _errors_mapped("getMyCommands"):
+            current = await self.flood.send(0, self.api.get_my_commands)
         if [(c.command, c.description) for c in current] == wanted:
             return False
         menu = [BotCommand(command=n, description=d) for n, d in wanted]
-        await self.flood.send(0, partial(self.api.set_my_commands, menu))
+        async with _errors_mapped("setMyCommands"):
+            await self.flood.send(0, partial(self.api.set_my_commands, menu))
         return True
 
     # ---- input ------------------------------------------------------------------------
@@ -440,6 +445,15 @@ def _update_id(raw: Any) -> int | None:
 
 def _preview(raw: Any) -> str:
     return repr(raw)[:200]
+
+
+@asynccontextmanager
+async def _errors_mapped(method: str) -> AsyncIterator[None]:
+    """aiogram errors FloodControl leaves raw (direct calls, garbled answers) as MessengerError."""
+    try:
+        yield
+    except AiogramError as e:
+        raise MessengerError(f"Telegram {method} failed: {_describe_error(e)}") from e
 
 
 def _describe_error(error: Exception) -> str:

@@ -1,0 +1,150 @@
+"""Errors at every boundary: one botkit tree, vendor errors converted where botkit meets them."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from aiogram.exceptions import AiogramError, ClientDecodeError, TelegramBadRequest
+
+from botkit import Bot, Settings, errors
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.messengers.flood import FloodControl
+from botkit.messengers.telegram import TelegramMessenger
+from botkit.stores import SqliteUserStore
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+
+NEWCOMER = 1301
+PROXY_PAGE = "<html>502 Bad Gateway</html>"
+
+
+# --- the tree ------------------------------------------------------------------------------
+
+
+def test_every_botkit_error_is_drawn_in_the_tree() -> None:
+    drawn = errors.__doc__ or ""
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert inspect.isclass(error) and issubclass(error, errors.BotkitError), name
+        assert f"─ {name} " in drawn or name == "BotkitError", f"{name} is not in the tree"
+
+
+def test_store_errors_are_botkit_errors_and_exported() -> None:
+    import botkit
+
+    assert botkit.StoreError is errors.StoreError
+    assert issubclass(errors.StoreError, errors.BotkitError)
+
+
+# --- the Telegram messenger ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def messenger(telegram: FakeTelegramServer) -> AsyncIterator[TelegramMessenger]:
+    opened = TelegramMessenger(
+        telegram.token, api_base=telegram.base_url, flood=FloodControl.unlimited()
+    )
+    yield opened
+    await opened.close()
+
+
+async def test_a_refused_typing_indicator_is_a_messenger_error(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger
+) -> None:
+    telegram.fail_next("sendChatAction", error_code=400, description="Bad Request: chat not found")
+    with pytest.raises(errors.MessengerError, match="chat not found") as raised:
+        await messenger.send_typing(NEWCOMER)
+    assert isinstance(raised.value.__cause__, TelegramBadRequest)
+
+
+async def test_a_garbled_answer_to_typing_is_a_messenger_error_without_the_token(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger
+) -> None:
+    telegram.garble_next("sendChatAction", body=PROXY_PAGE)
+    with pytest.raises(errors.MessengerError, match="sendChatAction") as raised:
+        await messenger.send_typing(NEWCOMER)
+    assert isinstance(raised.value.__cause__, ClientDecodeError)
+    assert telegram.token not in str(raised.value)
+
+
+async def test_a_garbled_answer_at_start_is_a_messenger_error(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger
+) -> None:
+    telegram.garble_next("getMe", body="{not json", status=200)
+    with pytest.raises(errors.MessengerError, match="getMe") as raised:
+        await messenger.start()
+    assert isinstance(raised.value.__cause__, AiogramError)
+
+
+@pytest.mark.parametrize("method", ["getMyCommands", "setMyCommands"])
+async def test_a_garbled_answer_while_setting_the_menu_is_a_messenger_error(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger, method: str
+) -> None:
+    telegram.garble_next(method, body=PROXY_PAGE)
+    with pytest.raises(errors.MessengerError, match=method) as raised:
+        await messenger.sync_commands([("help", "what I can do")])
+    assert isinstance(raised.value.__cause__, ClientDecodeError)
+
+
+async def test_a_garbled_menu_answer_at_start_does_not_stop_the_bot(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    telegram.garble_next("getMyCommands", body=PROXY_PAGE)
+    bot = make_bot(claude, tmp_path, access="open")
+    async with running(bot, telegram):
+        assert "still here?" in await ask(telegram, "still here?")
+    assert telegram.requests_for("getMyCommands")
+
+
+# --- the user store during a turn ----------------------------------------------------------
+
+
+async def test_a_store_error_in_a_turn_gets_the_error_text_and_polling_goes_on(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "users.db"
+    users = await SqliteUserStore.connect(path, busy_timeout=0.2)
+    code = (await users.create_invite("user")).code
+    bot = make_bot(claude, tmp_path, users=users)
+    async with running(bot, telegram):
+        with locked(path):  # redeeming the invite needs a write: it fails with a StoreError
+            assert await ask(telegram, f"/start {code}") == bot.options.error_text
+        assert await ask(telegram, f"/start {code}") == bot.options.welcome_text
+        assert "and now?" in await ask(telegram, "and now?")
+
+
+def make_bot(
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    *,
+    access: str = "invite",
+    users: SqliteUserStore | None = None,
+) -> Bot:
+    settings = Settings(
+        _env_file=None, access=access, sessions_dir=tmp_path / "sessions", stream_replies=False
+    )
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    return Bot(settings=settings, llm=llm, users=users)
+
+
+async def ask(telegram: FakeTelegramServer, text: str) -> str:
+    """What the bot answers NEWCOMER's ``text``, as plain text."""
+    before = len(telegram.sent_messages(NEWCOMER))
+    telegram.send_text(NEWCOMER, text)
+    return (await telegram.wait_for_messages(NEWCOMER, before + 1))[before].plain_text
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """While inside, another connection holds the SQLite file against every writer."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
