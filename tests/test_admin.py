@@ -21,10 +21,9 @@ from structlog.testing import capture_logs
 from botkit import Bot, Settings
 from botkit.access import open_user_store
 from botkit.admin import Admin, format_table
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.stores import RedeemFailure, UserStore
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, fake_llm, running
 
 ANN, BOB, ALLOWED, STRANGER = 2101, 2102, 2103, 2104
 
@@ -334,27 +333,24 @@ def test_tables_align_every_column() -> None:
 async def test_a_block_from_the_cli_stops_a_running_bot_within_15_seconds(
     backend: Backend, telegram: FakeTelegramServer, claude: FakeAnthropicServer
 ) -> None:
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    bot = Bot(settings=backend.settings(), llm=llm)
+    bot = Bot(settings=backend.settings(), llm=fake_llm(claude))
     rejection = bot.options.rejection_text
 
-    async def ask(text: str) -> str:
-        before = len(telegram.sent_messages(ALLOWED))
-        telegram.send_text(ALLOWED, text)
-        return (await telegram.wait_for_messages(ALLOWED, before + 1))[before].text
+    async def say(text: str) -> str:
+        return (await ask(telegram, ALLOWED, text)).text
 
     async with running(bot, telegram):
-        assert await ask("hi") == "echo: hi"  # the bot now holds their (absent) record
+        assert await say("hi") == "echo: hi"  # the bot now holds their (absent) record
         blocked = await backend.acli("users", "block", str(ALLOWED))
         assert blocked.returncode == 0, blocked.stderr
         since_block, answered = time.monotonic(), 1
-        while (reply := await ask(f"still here? {answered}")) != rejection:
+        while (reply := await say(f"still here? {answered}")) != rejection:
             assert reply.startswith("echo: "), reply
             answered += 1
             assert time.monotonic() - since_block < 15, "the block was not seen within 15 s"
             await asyncio.sleep(0.5)  # pace the messages while the cached record expires
         took = time.monotonic() - since_block
-        assert await ask("and now?") == rejection
+        assert await say("and now?") == rejection
 
     assert took < 15
     assert len(claude.requests) == answered, "no request to the model once the block was seen"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from botkit import Bot, Incoming, Settings, ToolContext, tool
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply, FakeRequest
 from botkit.testing.harness import running
+from botkit.testing.kit import fake_llm, make_settings
 from botkit.testing.telegram import FakeTelegramServer
 
 USER, OTHER, STRANGER = 501, 502, 666
@@ -18,21 +18,13 @@ USER, OTHER, STRANGER = 501, 502, 666
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        _env_file=None,
-        allowed_users=frozenset({USER, OTHER}),
-        sessions_dir=tmp_path / "sessions",
-    )
-
-
-def make_llm(claude: FakeAnthropicServer) -> AnthropicLLM:
-    return AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    return make_settings(tmp_path, allowed_users=frozenset({USER, OTHER}), stream_replies=True)
 
 
 async def test_unauthorized_user_is_rejected_without_an_llm_call(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, settings: Settings
 ) -> None:
-    bot = Bot(settings=settings, llm=make_llm(claude), rejection_text="Members only.")
+    bot = Bot(settings=settings, llm=fake_llm(claude), rejection_text="Members only.")
     async with running(bot, telegram):
         telegram.send_text(STRANGER, "hello?")
         replies = await telegram.wait_for_messages(STRANGER)
@@ -50,7 +42,7 @@ async def test_handle_start_reply_ends_the_update_before_authorize(
         seen.append((message.user_id, payload))
         return "Welcome aboard!" if payload == "invite-42" else None
 
-    bot = Bot(settings=settings, llm=make_llm(claude), handle_start=handle_start)
+    bot = Bot(settings=settings, llm=fake_llm(claude), handle_start=handle_start)
     async with running(bot, telegram):
         telegram.send_text(STRANGER, "/start invite-42")
         welcome = await telegram.wait_for_messages(STRANGER)
@@ -95,7 +87,7 @@ async def test_subclass_builds_prompt_tools_and_extra_per_user(
         return FakeReply.text("no tools for you")
 
     claude.responder = model
-    bot = TeamBot(settings=settings, llm=make_llm(claude))
+    bot = TeamBot(settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_text(USER, "who am I?", first_name="Ann")
         mine = await telegram.wait_for_messages(USER)
@@ -117,7 +109,7 @@ async def test_callbacks_work_without_subclassing(
         return "callback prompt"
 
     bot = Bot(
-        settings=settings, llm=make_llm(claude), authorize=authorize, build_prompt=build_prompt
+        settings=settings, llm=fake_llm(claude), authorize=authorize, build_prompt=build_prompt
     )
     async with running(bot, telegram):
         telegram.send_text(STRANGER, "forbidden")
@@ -131,7 +123,7 @@ async def test_overloaded_model_gets_a_polite_reply_and_the_next_turn_works(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, settings: Settings
 ) -> None:
     claude.enqueue(FakeError.overloaded())
-    bot = Bot(settings=settings, llm=make_llm(claude))
+    bot = Bot(settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_text(USER, "first")
         await telegram.wait_for_messages(USER)
@@ -148,7 +140,7 @@ async def test_one_users_messages_are_answered_in_order(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, settings: Settings
 ) -> None:
     claude.latency = 0.1
-    bot = Bot(settings=settings, llm=make_llm(claude))
+    bot = Bot(settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         for n in range(4):
             telegram.send_text(USER, f"m{n}")
@@ -160,7 +152,7 @@ async def test_one_users_messages_are_answered_in_order(
 async def test_photo_reaches_the_model_as_an_image_block(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, settings: Settings
 ) -> None:
-    bot = Bot(settings=settings, llm=make_llm(claude))
+    bot = Bot(settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_photo(USER, caption="what is this?")
         await telegram.wait_for_messages(USER)
@@ -175,7 +167,7 @@ async def test_long_reply_is_split_into_messages_telegram_accepts(
 ) -> None:
     paragraphs = [f"Paragraph {n}: " + "word " * 300 for n in range(8)]
     claude.enqueue(FakeReply.text("\n\n".join(paragraphs)))
-    bot = Bot(settings=settings, llm=make_llm(claude))
+    bot = Bot(settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_text(USER, "tell me a lot")
         await telegram.wait_for_messages(USER)

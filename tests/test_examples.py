@@ -7,8 +7,14 @@ from pathlib import Path
 from types import ModuleType
 
 from botkit import Bot, Settings
-from botkit.llm.anthropic import AnthropicLLM
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    fake_llm,
+    running,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -34,7 +40,7 @@ async def test_assistant_example_remembers_notes_in_its_prompt(tmp_path: Path) -
 
     settings = Settings(_env_file=None, allowed_users=frozenset({7}), sessions_dir=tmp_path)
     async with FakeTelegramServer() as telegram, FakeAnthropicServer(responder=model) as claude:
-        llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url)
+        llm = fake_llm(claude)
         bot = type(template)(settings=settings, llm=llm, tools=list(template.tools))
         async with running(bot, telegram):
             telegram.send_text(7, "remember the milk")

@@ -21,6 +21,7 @@ from botkit import (
 from botkit.agent.events import HOOK_FAILED_REASON, Hooks, ToolStart
 from botkit.agent.loop import LoopTexts
 from botkit.llm.anthropic import AnthropicLLM
+from botkit.testing import fake_llm
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply
 
 TEXTS = LoopTexts()
@@ -50,7 +51,7 @@ async def add_and_remember(a: int, b: int) -> int:
 
 @pytest.fixture
 async def llm(claude: FakeAnthropicServer) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    client = fake_llm(claude)
     yield client
     await client.close()
 

@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 
 from botkit import AgentLoop, ContextManager, Message, ToolContext, ToolRegistry, errors
 from botkit.errors import ConfigError
-from botkit.llm.anthropic import AnthropicLLM
+from botkit.testing import fake_llm
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
 from botkit.tools.mcp import (
     MCPConnectError,
@@ -270,9 +270,7 @@ async def test_http_tools_run_with_headers_and_survive_the_server_dying(
 
 async def test_the_model_calls_an_mcp_tool_through_the_agent_loop() -> None:
     async with FakeAnthropicServer() as claude, connect_mcp([stdio_config()]) as tools:
-        llm = AnthropicLLM(
-            api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0
-        )
+        llm = fake_llm(claude)
         try:
             claude.enqueue(
                 FakeReply.tool_use("example__add", {"a": 20, "b": 22}), FakeReply.text("It is 42.")

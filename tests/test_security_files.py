@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from botkit import Bot, Message, Settings
-from botkit.llm.anthropic import AnthropicLLM
+from botkit import Bot, Message
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.stores import SqliteUserStore
-from botkit.testing import FakeAnthropicServer
+from botkit.testing import FakeAnthropicServer, make_bot
 
 ANN = 1101
 
@@ -121,14 +120,7 @@ async def test_a_user_store_an_older_botkit_left_readable_is_made_private(
 
 @pytest.fixture
 async def bot(claude: FakeAnthropicServer, tmp_path: Path) -> AsyncIterator[Bot]:
-    settings = Settings(
-        _env_file=None,
-        allowed_users=frozenset({ANN}),
-        sessions_dir=tmp_path / "sessions",
-        stream_replies=False,
-    )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    made = Bot(settings=settings, llm=llm)
+    made = make_bot(claude, tmp_path, allowed_users=frozenset({ANN}))
     yield made
     await made.aclose()
 

@@ -15,10 +15,9 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from botkit import Bot, Settings
+from botkit import Settings
 from botkit.agent import ContextManager
 from botkit.errors import ConfigError, SessionError
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.sessions import (
     CompactionEntry,
     JsonlSessionStore,
@@ -30,7 +29,7 @@ from botkit.sessions import (
 )
 from botkit.sessions.transfer import export_sessions, import_sessions
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
 from botkit.types import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 
 Entry = SessionEntry | ResetEntry | CompactionEntry
@@ -449,17 +448,13 @@ async def test_a_bot_with_a_database_keeps_its_turns_there_and_remembers_them(
         stream_replies=False,
     )
 
-    def make_bot() -> Bot:
-        llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url)
-        return Bot(settings=settings, llm=llm)
-
-    first = make_bot()
+    first = make_bot(claude, tmp_path, settings=settings)
     async with running(first, telegram):
         telegram.send_text(USER, "my name is Ann")
         await telegram.wait_for_messages(USER, 1)
     await first.aclose()
 
-    again = make_bot()
+    again = make_bot(claude, tmp_path, settings=settings)
     async with running(again, telegram):
         telegram.send_text(USER, "what is my name?")
         await telegram.wait_for_messages(USER, 2)

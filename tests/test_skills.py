@@ -9,11 +9,18 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from botkit import Bot, Incoming, Settings, ToolContext, ToolRegistry
+from botkit import Bot, Incoming, ToolContext, ToolRegistry
 from botkit.errors import ConfigError
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.skills import Skill, SkillLibrary, load_skills
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    fake_llm,
+    make_settings,
+    running,
+)
 from botkit.types import ToolResultBlock, ToolUseBlock
 
 CTX = ToolContext(user_id=7, chat_id=70, timestamp=datetime(2024, 1, 1, tzinfo=UTC))
@@ -260,14 +267,8 @@ async def test_bot_lists_loads_and_prompts_skills(
 
     claude.responder = model
     library = load_skills(EXAMPLES)
-    settings = Settings(
-        _env_file=None,
-        allowed_users=frozenset({USER}),
-        sessions_dir=tmp_path,
-        stream_replies=False,
-    )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    bot = SkilledBot(library, settings=settings, llm=llm)
+    settings = make_settings(tmp_path, allowed_users=frozenset({USER}), sessions_dir=tmp_path)
+    bot = SkilledBot(library, settings=settings, llm=fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_text(USER, "/skills")
         listed = await telegram.wait_for_messages(USER)
