@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -289,15 +288,19 @@ async def test_crash_becomes_an_error_result_and_is_logged() -> None:
 
 
 async def test_timeout_becomes_an_error_result() -> None:
+    cancelled = asyncio.Event()
+
     @tool(timeout=0.05)
     async def slow() -> str:
-        """Slow."""
-        await asyncio.sleep(5)
+        """Never answers."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
         return "never"
 
-    started = time.perf_counter()
-    result = await run(ToolRegistry([slow]), "slow")
-    assert time.perf_counter() - started < 1
+    result = await asyncio.wait_for(run(ToolRegistry([slow]), "slow"), timeout=10)
+    assert cancelled.is_set(), "the tool was stopped, not left running"
     assert (result.content, result.is_error) == ("Tool slow timed out after 0.05 s", True)
 
 
@@ -535,39 +538,45 @@ def test_lookup_order_and_subset() -> None:
 
 
 async def test_execute_all_keeps_call_order_and_runs_concurrently() -> None:
+    finished: dict[str, asyncio.Event] = {"first": asyncio.Event(), "second": asyncio.Event()}
+
     @tool
-    async def slow(label: str, delay: float) -> str:
-        """Sleep, then answer."""
-        await asyncio.sleep(delay)
+    async def slow(label: str, after: str) -> str:
+        """Answer once ``after`` has finished (or at once if it is empty)."""
+        if after:
+            await finished[after].wait()  # possible only while the other call runs too
+        finished[label].set()
         return label
 
     reg = ToolRegistry([slow])
     calls = [
-        ToolUseBlock(id="a", name="slow", input={"label": "first", "delay": 0.2}),
-        ToolUseBlock(id="b", name="slow", input={"label": "second", "delay": 0.1}),
+        ToolUseBlock(id="a", name="slow", input={"label": "first", "after": "second"}),
+        ToolUseBlock(id="b", name="slow", input={"label": "second", "after": ""}),
         ToolUseBlock(id="c", name="nope", input={}),
     ]
-    started = time.perf_counter()
-    results = await reg.execute_all(calls, CTX)
-    elapsed = time.perf_counter() - started
+    results = await asyncio.wait_for(reg.execute_all(calls, CTX), timeout=10)
     assert [(r.tool_use_id, r.content) for r in results[:2]] == [("a", "first"), ("b", "second")]
     assert results[2].tool_use_id == "c"
     assert results[2].is_error
-    assert elapsed < 0.35
     assert await reg.execute_all([], CTX) == []
 
 
 async def test_execute_all_runs_two_slow_tools_in_parallel() -> None:
+    napping = 0
+    both_napping = asyncio.Event()
+
     @tool
     async def nap() -> str:
-        """Nap."""
-        await asyncio.sleep(0.2)
+        """Nap until the other nap has started too."""
+        nonlocal napping
+        napping += 1
+        if napping == 2:
+            both_napping.set()
+        await both_napping.wait()  # run one after the other, the first would never wake
         return "rested"
 
     reg = ToolRegistry([nap])
-    started = time.perf_counter()
-    results = await reg.execute_all([call("nap"), call("nap")], CTX)
-    assert time.perf_counter() - started < 0.35
+    results = await asyncio.wait_for(reg.execute_all([call("nap"), call("nap")], CTX), timeout=10)
     assert [r.content for r in results] == ["rested", "rested"]
 
 
