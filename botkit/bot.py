@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from botkit.access import Access
@@ -180,10 +179,14 @@ class Bot:
         """How a user is named to others (override, e.g. with names from a user store)."""
         return f"user {user_id}"
 
-    async def can_receive(self, user_id: int) -> bool:
-        """Whether ``user_id`` may be sent relayed messages: by default, if authorized."""
-        probe = Incoming(update_id=0, user_id=user_id, chat_id=user_id, text="", date=_now())
-        return not await self.authorize(probe)
+    async def can_relay(self, sender_id: int, recipient_id: int) -> bool:
+        """Whether ``sender_id``'s assistant may message ``recipient_id``: by default, when both
+        are registered users and neither is blocked."""
+        for user_id in (sender_id, recipient_id):
+            record = await self.access.known_user(user_id)
+            if record is None or record.blocked:
+                return False
+        return True
 
     # ---- running turns ----------------------------------------------------------------
 
@@ -281,7 +284,3 @@ class Bot:
     def send_user_message_tool(self) -> Tool:
         """A ``send_user_message`` tool: message another user; their assistant will know."""
         return send_user_message_tool(self)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -193,6 +193,16 @@ class TeamBot(Bot):
         listed = ", ".join(f"{label(u)}, id {u.user_id}" for u in managers) or "none yet"
         return CLEANER_PROMPT.format(name=name, managers=listed)
 
+    async def can_relay(self, sender_id: int, recipient_id: int) -> bool:
+        """Cleaners may message managers only; managers anyone on the team."""
+        if not await super().can_relay(sender_id, recipient_id):
+            return False
+        store = await self.user_store()
+        sender, recipient = await store.get_user(sender_id), await store.get_user(recipient_id)
+        if sender is None or recipient is None:
+            return False
+        return sender.role in MANAGER_ROLES or recipient.role in MANAGER_ROLES
+
     async def display_name(self, user_id: int) -> str:
         """Relayed messages say who sent them: "Message from Maria (cleaner)"."""
         user = await (await self.user_store()).get_user(user_id)

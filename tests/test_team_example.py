@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from datetime import UTC, datetime
@@ -79,11 +80,13 @@ def cleaner_model(request: FakeRequest) -> FakeReply:
     """Mark the room clean and pass the answer to the manager named in the prompt."""
     if request.tool_results():
         return FakeReply.text("Marked room 12 clean and told Anna.")
+    everything = json.dumps(request.messages)
     note = re.search(
-        r"on behalf of Anna \(manager\) \(id (\d+)\): Is room 12 clean\?",
-        (request.last_user_text()),
+        r"Relayed message\. Anna \(manager\) \(id (\d+)\).*?"
+        r"<relayed_message>\\nIs room 12 clean\?\\n</relayed_message>",
+        everything,
     )
-    assert note, request.last_user_text()
+    assert note, everything
     anna = id_of(r"Anna \(manager\)", request.system_text)
     assert anna == int(note.group(1)), "the note and the prompt agree on who asked"
     return FakeReply.tool_uses(
