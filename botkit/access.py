@@ -15,6 +15,7 @@ import structlog
 from botkit.config import Settings
 from botkit.messengers.base import Incoming
 from botkit.options import BotOptions
+from botkit.pricing import CACHE_READ_FACTOR
 from botkit.stores.base import RedeemFailure, UserRecord, UserStore
 from botkit.types import Usage
 
@@ -121,6 +122,7 @@ class Access:
         if self.settings.daily_token_budget is None:
             return
         spent = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
+        spent += round(usage.cache_read_input_tokens * CACHE_READ_FACTOR)  # billed at a tenth
         await (await self.user_store()).add_usage(user_id, today(), spent)
 
 

@@ -12,10 +12,11 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
@@ -30,7 +31,7 @@ from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_n
 from botkit.commands import Command
 from botkit.config import Settings
 from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError
-from botkit.llm.base import LLM
+from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.messengers.base import Draft, Incoming, Messenger
 from botkit.options import BotOptions
 from botkit.tools import Tool, ToolContext, ToolRegistry
@@ -80,6 +81,24 @@ class BotSteps(Protocol):
     async def is_group_admin(self, message: Incoming) -> bool:
         """Whether the sender may manage the group's conversation."""
         ...
+
+
+class ChargedLLM:
+    """An LLM whose every finished call is charged at once: loop calls, compaction summaries,
+    and the calls of a turn that is stopped or fails later, all count."""
+
+    def __init__(self, llm: LLM, charge: Callable[[LLMResponse], Awaitable[None]]) -> None:
+        self.llm = llm
+        self.charge = charge
+
+    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """Answer ``request`` with the wrapped LLM, then charge what the call cost."""
+        response = await self.llm.complete(request, on_text)
+        await self.charge(response)
+        return response
+
+    async def close(self) -> None:
+        """Nothing of its own to release: the wrapped LLM is the bot's."""
 
 
 class TurnPipeline:
@@ -246,11 +265,12 @@ class TurnPipeline:
         task_id: str | None = None,
     ) -> str:
         """The loop's reply, or a polite text when the model could not be reached."""
+        llm = ChargedLLM(self.bot.llm, partial(self._charge, tool_context.user_id))
         loop = AgentLoop(
-            self.bot.llm,
+            llm,
             max_iterations=self.bot.options.max_iterations,
             texts=self.bot.options.loop_texts,
-            compactor=Compactor(self.bot.llm, max_context_chars=self.bot.options.max_context_chars),
+            compactor=Compactor(llm, max_context_chars=self.bot.options.max_context_chars),
             model=self.bot.model_override,
             hooks=self.bot.hooks,
         )
@@ -283,9 +303,6 @@ class TurnPipeline:
                     )
                 )
             return text
-        model = self.bot.model_override or self.bot.settings.model
-        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + result.usage
-        await self.access.charge(tool_context.user_id, result.usage)
         log.info(
             "turn.done",
             user_id=context.user_id,
@@ -295,6 +312,14 @@ class TurnPipeline:
             output_tokens=result.usage.output_tokens,
         )
         return result.text
+
+    async def _charge(self, user_id: int, response: LLMResponse) -> None:
+        """Count one finished LLM call: per model for this process, against the user's budget."""
+        usage = response.usage
+        self.usage_by_model[response.model] = (
+            self.usage_by_model.get(response.model, Usage()) + usage
+        )
+        await self.access.charge(user_id, usage)
 
     async def context_for(self, message: Incoming) -> ContextManager:
         """The context of the conversation ``message`` was written in."""

@@ -1,0 +1,78 @@
+"""Budgets cannot be bypassed: every finished LLM call is charged, whatever happens next."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from botkit import Bot, Settings, tool
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.testing import FakeAnthropicServer, FakeError, FakeReply, FakeTelegramServer, running
+
+USER = 1301
+
+
+def make_bot(claude: FakeAnthropicServer, tmp_path: Path, *, stream: bool = False) -> Bot:
+    settings = Settings(
+        _env_file=None,
+        allowed_users=frozenset({USER}),
+        sessions_dir=tmp_path / "sessions",
+        stream_replies=stream,
+        daily_token_budget=1_000_000,
+    )
+    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    return Bot(settings=settings, llm=llm)
+
+
+async def spent(bot: Bot) -> int:
+    return await (await bot.user_store()).usage_on(USER, datetime.now(UTC).date())
+
+
+async def test_a_turn_failing_at_its_second_call_still_charges_the_first(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    @tool
+    async def look() -> str:
+        """Looks."""
+        return "seen"
+
+    claude.enqueue(FakeReply.tool_use("look", {}), FakeError.invalid_request("boom"))
+    bot = make_bot(claude, tmp_path)
+    bot.tools.register(look)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "look around " * 50)
+        [reply] = await telegram.wait_for_messages(USER)
+        assert reply.plain_text == bot.options.error_text
+        assert await spent(bot) > 0, "the finished first call was charged"
+
+
+async def test_a_stopped_turn_still_charges_the_calls_it_made(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Never ends."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    claude.enqueue(FakeReply.tool_use("wait_forever", {}))
+    bot = make_bot(claude, tmp_path, stream=True)
+    bot.tools.register(wait_forever)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "work " * 50)
+        await asyncio.wait_for(started.wait(), 10)
+        draft_id = telegram.drafts(USER)[0].params["draft_id"]
+        telegram.inject_update(
+            {
+                "stopped_message_generation": {
+                    "chat": {"id": USER, "type": "private", "first_name": "U"},
+                    "draft_id": draft_id,
+                }
+            }
+        )
+        await telegram.wait_for_messages(USER)
+        assert await spent(bot) > 0, "stopping did not make the first call free"
