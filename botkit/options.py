@@ -44,6 +44,8 @@ class BotOptions:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_iterations: int = 10
     """LLM calls one turn may make before the user is told it stopped."""
+    max_parallel_tools: int = 8
+    """Tool calls run from one answer; more get an error result asking the model for fewer."""
     max_messages: int = 40
     """Messages of history sent to the model, at most (tool chains are never split)."""
     rejection_text: str = "Sorry, this bot is private."

@@ -273,6 +273,7 @@ class TurnPipeline:
             compactor=Compactor(llm, max_context_chars=self.bot.options.max_context_chars),
             model=self.bot.model_override,
             hooks=self.bot.hooks,
+            max_parallel_tools=self.bot.options.max_parallel_tools,
         )
         try:
             result: TurnResult = await loop.run(

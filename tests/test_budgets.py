@@ -76,3 +76,32 @@ async def test_a_stopped_turn_still_charges_the_calls_it_made(
         )
         await telegram.wait_for_messages(USER)
         assert await spent(bot) > 0, "stopping did not make the first call free"
+
+
+async def test_parallel_tool_calls_per_answer_are_capped(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    runs: list[int] = []
+
+    @tool
+    async def fetch(n: int) -> str:
+        """Fetches item n.
+
+        Args:
+            n: Which item.
+        """
+        runs.append(n)
+        return f"item {n}"
+
+    claude.enqueue(
+        FakeReply.tool_uses([("fetch", {"n": n}) for n in range(12)]), FakeReply.text("done")
+    )
+    bot = make_bot(claude, tmp_path)
+    bot.tools.register(fetch)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "fetch all")
+        await telegram.wait_for_messages(USER)
+    assert sorted(runs) == list(range(bot.options.max_parallel_tools))
+    results = claude.requests[1].tool_results()
+    assert len(results) == 12, "every call is answered, the extra ones with an error"
+    assert sum(bool(r.get("is_error")) for r in results) == 12 - bot.options.max_parallel_tools

@@ -77,8 +77,11 @@ class AgentLoop:
         compactor: Compactor | None = None,
         model: str | None = None,
         hooks: Hooks | None = None,
+        max_parallel_tools: int = 8,
     ) -> None:
         self.llm = llm
+        self.max_parallel_tools = max_parallel_tools
+        """Tool calls run from one answer; the rest get an error result asking for fewer."""
         self.max_iterations = max_iterations
         self.texts = texts or LoopTexts()
         self.compactor = compactor
@@ -203,8 +206,17 @@ class _Turn:
         if reason == "pause_turn":
             return None  # the server paused a long turn; sending it back resumes it
         if calls and reason == "tool_use":
-            results = await asyncio.gather(*(self.run_tool(call) for call in calls))
-            await self.context.append(Message(role="user", content=list(results)))
+            limit = self.loop.max_parallel_tools
+            results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
+            refused = [
+                ToolResultBlock(
+                    tool_use_id=c.id,
+                    content=f"Not run: at most {limit} tool calls per answer. Call it again.",
+                    is_error=True,
+                )
+                for c in calls[limit:]
+            ]
+            await self.context.append(Message(role="user", content=[*results, *refused]))
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them
             cut = [
