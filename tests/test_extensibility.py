@@ -26,7 +26,6 @@ from botkit.agent.events import (
     UsageEvent,
 )
 from botkit.agent.subagent import AgentTool
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.plugins import PromptPlugin, ToolPlugin
 from botkit.testing import (
     FakeAnthropicServer,
@@ -34,6 +33,7 @@ from botkit.testing import (
     FakeReply,
     FakeRequest,
     FakeTelegramServer,
+    kit,
     running,
 )
 
@@ -52,15 +52,8 @@ made: list[Bot] = []
 
 
 def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **kwargs: Any) -> Bot:
-    settings = Settings(
-        _env_file=None,
-        allowed_users=frozenset({ANN, BO}),
-        sessions_dir=tmp_path / "sessions",
-        stream_replies=False,
-    )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    bot = Bot(settings=settings, llm=llm, **kwargs)
-    made.append(bot)
+    bot = kit.make_bot(claude, tmp_path, allowed_users=frozenset({ANN, BO}), **kwargs)
+    made.append(bot)  # closed after the test
     return bot
 
 
@@ -321,8 +314,7 @@ async def test_settings_bring_skills_and_mcp_tools_to_a_plain_bot(
         skills_dir=Path(__file__).parent.parent / "examples" / "skills",
         mcp_config=config,
     )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    bot = Bot(settings=settings, llm=llm)
+    bot = Bot(settings=settings, llm=kit.fake_llm(claude))
     async with running(bot, telegram):
         telegram.send_text(ANN, "/skills")
         listing = (await telegram.wait_for_messages(ANN))[0].text

@@ -13,10 +13,16 @@ from types import ModuleType
 import pytest
 
 from botkit import Bot, Settings, ToolContext, ToolError
-from botkit.llm.anthropic import AnthropicLLM
 from botkit.stores import PostgresUserStore
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    fake_llm,
+    running,
+)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "team_bot.py"
 ANNA, MARIA, BO, EVE = 2001, 2002, 2003, 2666
@@ -118,9 +124,7 @@ async def test_a_cleaners_answer_reaches_the_manager(
         stream_replies=False,
     )
     async with FakeTelegramServer() as telegram, FakeAnthropicServer(responder=model) as claude:
-        llm = AnthropicLLM(
-            api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0
-        )
+        llm = fake_llm(claude)
         bot: Bot = example.make_bot(settings, llm)
         store = await bot.user_store()
         manager_code = (await store.create_invite("manager")).code
