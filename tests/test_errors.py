@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from aiogram.exceptions import AiogramError, ClientDecodeError, TelegramBadRequest
 
-from botkit import Bot, Settings, errors
-from botkit.llm.anthropic import AnthropicLLM
+from botkit import errors
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.telegram import TelegramMessenger
 from botkit.stores import SqliteUserStore
-from botkit.testing import FakeAnthropicServer, FakeTelegramServer, running
+from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, make_bot, running
 
 NEWCOMER = 1301
 PROXY_PAGE = "<html>502 Bad Gateway</html>"
@@ -96,7 +95,7 @@ async def test_a_garbled_menu_answer_at_start_does_not_stop_the_bot(
     telegram.garble_next("getMyCommands", body=PROXY_PAGE)
     bot = make_bot(claude, tmp_path, access="open")
     async with running(bot, telegram):
-        assert "still here?" in await ask(telegram, "still here?")
+        assert "still here?" in (await ask(telegram, NEWCOMER, "still here?")).plain_text
     assert telegram.requests_for("getMyCommands")
 
 
@@ -109,33 +108,15 @@ async def test_a_store_error_in_a_turn_gets_the_error_text_and_polling_goes_on(
     path = tmp_path / "users.db"
     users = await SqliteUserStore.connect(path, busy_timeout=0.2)
     code = (await users.create_invite("user")).code
-    bot = make_bot(claude, tmp_path, users=users)
+    bot = make_bot(claude, tmp_path, access="invite", users=users)
     async with running(bot, telegram):
         with locked(path):  # redeeming the invite needs a write: it fails with a StoreError
-            assert await ask(telegram, f"/start {code}") == bot.options.error_text
-        assert await ask(telegram, f"/start {code}") == bot.options.welcome_text
-        assert "and now?" in await ask(telegram, "and now?")
-
-
-def make_bot(
-    claude: FakeAnthropicServer,
-    tmp_path: Path,
-    *,
-    access: str = "invite",
-    users: SqliteUserStore | None = None,
-) -> Bot:
-    settings = Settings(
-        _env_file=None, access=access, sessions_dir=tmp_path / "sessions", stream_replies=False
-    )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
-    return Bot(settings=settings, llm=llm, users=users)
-
-
-async def ask(telegram: FakeTelegramServer, text: str) -> str:
-    """What the bot answers NEWCOMER's ``text``, as plain text."""
-    before = len(telegram.sent_messages(NEWCOMER))
-    telegram.send_text(NEWCOMER, text)
-    return (await telegram.wait_for_messages(NEWCOMER, before + 1))[before].plain_text
+            refused = await ask(telegram, NEWCOMER, f"/start {code}")
+        welcomed = await ask(telegram, NEWCOMER, f"/start {code}")
+        answered = await ask(telegram, NEWCOMER, "and now?")
+    assert refused.plain_text == bot.options.error_text
+    assert welcomed.plain_text == bot.options.welcome_text
+    assert "and now?" in answered.plain_text
 
 
 @contextmanager
