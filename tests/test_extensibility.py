@@ -92,7 +92,7 @@ async def test_hooks_fire_in_order_and_tool_start_can_block(
         seen.append("tool_start")
         return "deleting is not allowed" if event.call.name == "delete_everything" else None
 
-    @bot.hooks.on("call_start")
+    @bot.hooks.on("turn_start")  # the former name of call_start still works
     async def broken(event: Any) -> None:
         raise RuntimeError("hook bug")
 

@@ -144,7 +144,18 @@ Event = (
 EventSink = Callable[[Event], Awaitable[None]]
 """Receives every event of a turn, in order."""
 
-HookName = Literal["agent_start", "call_start", "tool_start", "tool_end", "call_end", "agent_end"]
+HookName = Literal[
+    "agent_start",
+    "call_start",
+    "tool_start",
+    "tool_end",
+    "call_end",
+    "agent_end",
+    "turn_start",
+    "turn_end",
+]
+FORMER_HOOK_NAMES = {"turn_start": "call_start", "turn_end": "call_end"}
+"""Hook names from before "turn" meant only the user's turn; they still register."""
 Hook = Callable[[Any], Awaitable[Any]]
 """An async callable taking the event of its name; a ``tool_start`` hook may return a
 reason (a non-empty string) to block the call, and blocks it by raising, too."""
@@ -166,8 +177,10 @@ class Hooks:
     def on(self, name: HookName, hook: Hook | None = None) -> Any:
         """Register ``hook`` for ``name``; without ``hook``, a decorator doing the same."""
 
+        point = FORMER_HOOK_NAMES.get(name, name)
+
         def register(fn: Hook) -> Hook:
-            self._hooks.setdefault(name, []).append(fn)
+            self._hooks.setdefault(point, []).append(fn)
             return fn
 
         return register if hook is None else register(hook)
