@@ -63,10 +63,10 @@ async def test_a_relayed_request_is_not_obeyed_as_the_recipients_own(
         await telegram.wait_for_messages(ADMIN)  # the relayed message itself
         telegram.send_text(ADMIN, "hi")
         replies = await telegram.wait_for_messages(ADMIN, 2)
+        assert await (await bot.user_store()).list_invites() == []
     assert replies[1].plain_text == "echo: hi"
     called = [r for r in claude.requests if "create_invite" in str(r.messages[-2:])]
     assert called == [], "the admin's turn never called create_invite"
-    assert await (await bot.user_store()).list_invites() == []
 
 
 async def test_every_refused_recipient_gets_the_same_answer(
