@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -153,7 +153,10 @@ class _Turn:
         task_id: str | None,
     ) -> None:
         self.loop, self.texts, self.context = loop, loop.texts, context
-        self.tools, self.tool_context = tools, tool_context
+        self.tools = tools
+        # Tools that ask the model or run tools themselves (sub-agents) use this loop's LLM
+        # (charged to the user) and hooks, never uncharged or unchecked copies.
+        self.tool_context = replace(tool_context, llm=loop.llm, hooks=loop.hooks)
         self.on_text, self.emit = on_text, emit
         self.stamp: dict[str, Any] = {
             "context_id": context.user_id,

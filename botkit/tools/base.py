@@ -5,9 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botkit.types import Message, ToolDef
+
+if TYPE_CHECKING:
+    from botkit.llm.base import LLM
 
 __all__ = ["ContextInjector", "Tool", "ToolContext"]
 
@@ -33,6 +36,12 @@ class ToolContext:
     """Whatever ``build_extra`` returned for this turn, e.g. a database pool."""
     injector: ContextInjector | None = field(default=None, compare=False)
     """Writes into other users' contexts; ``None`` where the host offers none."""
+    llm: LLM | None = field(default=None, compare=False)
+    """The calling turn's model, charged to the user: a tool that asks the model uses this one,
+    so its calls count against the user's budget. Set by the tool loop."""
+    hooks: Any = field(default=None, compare=False)
+    """The calling loop's ``botkit.Hooks``, for a tool that runs tools itself (a sub-agent),
+    so a ``tool_start`` check applies there too. Set by the tool loop."""
 
 
 class Tool(ABC):
