@@ -19,6 +19,7 @@ from botkit.errors import ConfigError, StoreError
 from botkit.stores import (
     INVITE_CODE_PATTERN,
     DailyUsage,
+    NewSchedule,
     PostgresUserStore,
     RedeemFailure,
     RedeemResult,
@@ -39,7 +40,7 @@ from botkit.stores.migrate import (
 
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
-ALL = [FIRST, "002_hash_invite_codes", "003_sessions"]
+ALL = [FIRST, "002_hash_invite_codes", "003_sessions", "004_schedules"]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
 
@@ -902,3 +903,156 @@ async def test_opening_an_older_sqlite_file_hashes_its_invite_codes(tmp_path: Pa
 def every_byte_in(folder: Path) -> bytes:
     """The contents of every file in ``folder``, one after another."""
     return b"".join(f.read_bytes() for f in sorted(folder.iterdir()))
+
+
+# ---- schedules and time zones (#13) ------------------------------------------------------
+
+LEASE = timedelta(minutes=2)
+
+
+def reminder(user_id: int = 7, due_in: timedelta = timedelta(0), **fields: Any) -> NewSchedule:
+    base = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
+    values: dict[str, Any] = dict(
+        user_id=user_id,
+        chat_id=user_id,
+        kind="reminder",
+        text="call the plumber",
+        due_at=base + due_in,
+        timezone="Europe/Berlin",
+    )
+    return NewSchedule(**(values | fields))
+
+
+T0 = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
+
+
+async def test_a_schedule_is_stored_listed_and_cancelled_by_its_owner_only(
+    store: UserStore,
+) -> None:
+    made = await store.add_schedule(
+        reminder(chat_id=-100, thread_id=5, chat_type="supergroup", repeat="daily"), max_pending=5
+    )
+    assert made is not None
+    assert (made.user_id, made.chat_id, made.thread_id, made.chat_type) == (
+        7,
+        -100,
+        5,
+        "supergroup",
+    )
+    assert (made.kind, made.text, made.due_at, made.repeat) == (
+        "reminder",
+        "call the plumber",
+        T0,
+        "daily",
+    )
+    assert (made.status, made.fired, made.timezone) == ("pending", 0, "Europe/Berlin")
+    other = await store.add_schedule(reminder(user_id=8), max_pending=5)
+    assert other is not None
+    assert [s.id for s in await store.pending_schedules(7)] == [made.id]
+    assert {s.id for s in await store.pending_schedules()} == {made.id, other.id}
+
+    assert await store.cancel_schedule(made.id, user_id=8) is None, "not theirs"
+    cancelled = await store.cancel_schedule(made.id, user_id=7)
+    assert cancelled is not None and cancelled.status == "cancelled"
+    assert await store.cancel_schedule(made.id, user_id=7) is None, "already cancelled"
+    assert await store.pending_schedules(7) == []
+    assert await store.cancel_schedule(other.id) is not None, "an operator names no user"
+
+
+async def test_at_most_max_pending_schedules_per_user(store: UserStore) -> None:
+    for _ in range(3):
+        assert await store.add_schedule(reminder(), max_pending=3) is not None
+    assert await store.add_schedule(reminder(), max_pending=3) is None
+    assert await store.add_schedule(reminder(user_id=8), max_pending=3) is not None
+    first = (await store.pending_schedules(7))[0]
+    await store.cancel_schedule(first.id)
+    assert await store.add_schedule(reminder(), max_pending=3) is not None
+
+
+async def test_only_due_schedules_are_claimed_and_only_once(store: UserStore) -> None:
+    due = await store.add_schedule(reminder(), max_pending=5)
+    later = await store.add_schedule(reminder(due_in=timedelta(hours=1)), max_pending=5)
+    assert due is not None and later is not None
+    claimed = await store.claim_due_schedules(T0, lease=LEASE)
+    assert [(s.id, s.status) for s in claimed] == [(due.id, "firing")]
+    assert claimed[0].claim
+    assert await store.claim_due_schedules(T0 + timedelta(seconds=30), lease=LEASE) == []
+    assert await store.finish_schedule(claimed[0], next_due=None, fired_at=T0, delivered=True)
+    assert [s.id for s in await store.pending_schedules(7)] == [later.id]
+    assert await store.claim_due_schedules(T0 + LEASE * 2, lease=LEASE) == []
+
+
+async def test_a_claim_whose_lease_ran_out_is_taken_again_and_the_old_one_cannot_finish(
+    store: UserStore,
+) -> None:
+    assert await store.add_schedule(reminder(), max_pending=5) is not None
+    (dead,) = await store.claim_due_schedules(T0, lease=LEASE)
+    (again,) = await store.claim_due_schedules(T0 + LEASE, lease=LEASE)
+    assert again.id == dead.id and again.claim != dead.claim
+    assert not await store.finish_schedule(dead, next_due=None, fired_at=T0, delivered=True)
+    assert await store.finish_schedule(again, next_due=None, fired_at=T0, delivered=True)
+    assert await store.pending_schedules() == []
+
+
+async def test_a_repeat_is_pending_again_at_its_next_occurrence(store: UserStore) -> None:
+    assert await store.add_schedule(reminder(repeat="daily"), max_pending=5) is not None
+    (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
+    tomorrow = T0 + timedelta(days=1)
+    assert await store.finish_schedule(claimed, next_due=tomorrow, fired_at=T0, delivered=True)
+    (pending,) = await store.pending_schedules(7)
+    assert (pending.status, pending.due_at, pending.fired, pending.claim) == (
+        "pending",
+        tomorrow,
+        1,
+        None,
+    )
+    assert pending.last_fired_at == T0
+
+
+async def test_a_schedule_cancelled_during_delivery_stays_cancelled(store: UserStore) -> None:
+    made = await store.add_schedule(reminder(repeat="daily"), max_pending=5)
+    assert made is not None
+    (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
+    assert await store.cancel_schedule(made.id, user_id=7) is not None
+    tomorrow = T0 + timedelta(days=1)
+    assert not await store.finish_schedule(claimed, next_due=tomorrow, fired_at=T0, delivered=True)
+    assert await store.pending_schedules() == []
+    assert await store.claim_due_schedules(tomorrow, lease=LEASE) == []
+
+
+async def test_blocked_users_schedules_are_not_claimed(store: UserStore) -> None:
+    await store.upsert_user(7, "user")
+    assert await store.add_schedule(reminder(), max_pending=5) is not None
+    assert await store.add_schedule(reminder(user_id=9), max_pending=5) is not None, "unregistered"
+    await store.set_blocked(7, True)
+    assert [s.user_id for s in await store.claim_due_schedules(T0, lease=LEASE)] == [9]
+    await store.set_blocked(7, False)
+    assert [s.user_id for s in await store.claim_due_schedules(T0, lease=LEASE)] == [7]
+
+
+async def test_two_stores_claiming_at_once_never_take_the_same_schedule(
+    backend: Backend, store: UserStore
+) -> None:
+    for n in range(40):
+        assert await store.add_schedule(reminder(user_id=n), max_pending=5) is not None
+    others = [await backend.open() for _ in range(3)]
+    try:
+        batches = await asyncio.gather(
+            *(s.claim_due_schedules(T0, lease=LEASE, limit=7) for s in [store, *others] * 3)
+        )
+    finally:
+        for other in others:
+            await other.close()
+    ids = [s.id for batch in batches for s in batch]
+    assert len(ids) == len(set(ids)) == 40
+
+
+async def test_a_users_time_zone_is_remembered(backend: Backend, store: UserStore) -> None:
+    assert await store.get_timezone(7) is None
+    await store.set_timezone(7, "Europe/Berlin")
+    await store.set_timezone(7, "America/New_York")
+    reopened = await backend.open()
+    try:
+        assert await reopened.get_timezone(7) == "America/New_York"
+    finally:
+        await reopened.close()

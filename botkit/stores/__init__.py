@@ -19,6 +19,7 @@ from botkit.stores.base import (
     new_invite_code,
 )
 from botkit.stores.postgres import PostgresUserStore
+from botkit.stores.schedules import NewSchedule, Schedule, ScheduleStore
 from botkit.stores.sqlite import SqliteUserStore
 
 __all__ = [
@@ -26,10 +27,13 @@ __all__ = [
     "INVITE_PREFIX_LENGTH",
     "DailyUsage",
     "Invite",
+    "NewSchedule",
     "PostgresUserStore",
     "RedeemFailure",
     "RedeemResult",
     "RevokeResult",
+    "Schedule",
+    "ScheduleStore",
     "SqliteUserStore",
     "StoredInvite",
     "UserRecord",

@@ -10,6 +10,8 @@ from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from botkit.stores.schedules import ScheduleStore
+
 __all__ = [
     "INVITE_CODE_PATTERN",
     "INVITE_PREFIX_LENGTH",
@@ -237,8 +239,8 @@ class RedeemResult:
         return cls(failure=failure)
 
 
-class UserStore(Protocol):
-    """Where a bot keeps its users, their invites and their daily token usage."""
+class UserStore(ScheduleStore, Protocol):
+    """Where a bot keeps its users, their invites, their daily token usage and their schedules."""
 
     async def get_user(self, user_id: int) -> UserRecord | None:
         """The user, or ``None`` if they are not registered."""

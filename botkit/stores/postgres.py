@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import asyncpg  # type: ignore[import-untyped]
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._postgres_schedules import PostgresSchedules
 from botkit.stores.base import (
     DailyUsage,
     Invite,
@@ -114,7 +115,7 @@ def _stored_invite(row: Any) -> StoredInvite:
     )
 
 
-class PostgresUserStore:
+class PostgresUserStore(PostgresSchedules):
     """A :class:`~botkit.stores.UserStore` in PostgreSQL, over an asyncpg pool.
 
     It never creates tables: ``python -m botkit migrate`` does. Before its first query it

@@ -15,6 +15,7 @@ import aiosqlite
 import structlog
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._sqlite_schedules import SCHEDULE_SCHEMA, SqliteSchedules
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
     DailyUsage,
@@ -72,6 +73,7 @@ _SCHEMA = (
         tokens  INTEGER NOT NULL DEFAULT 0 CHECK (tokens >= 0),
         PRIMARY KEY (user_id, day)
     )""",
+    *SCHEDULE_SCHEMA,
 )
 
 _USER = "user_id, role, display_name, joined_at, blocked"
@@ -143,7 +145,7 @@ def _one(rows: Iterable[Sequence[Any]]) -> Sequence[Any]:
     return next(iter(rows))
 
 
-class SqliteUserStore:
+class SqliteUserStore(SqliteSchedules):
     """A :class:`~botkit.stores.UserStore` in one SQLite file.
 
     The file and its tables are made on first use, the file readable by its owner only (as

@@ -1,0 +1,192 @@
+"""Schedules and time zones in the SQLite user store (the tables are made on first use).
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, so a claim (``UPDATE … RETURNING``) is
+atomic across every process sharing the file: two never deliver the same schedule.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind, ScheduleStatus
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+__all__ = ["SCHEDULE_SCHEMA", "SqliteSchedules"]
+
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+
+SCHEDULE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS botkit_schedules (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        user_id       INTEGER NOT NULL,
+        chat_id       INTEGER NOT NULL,
+        thread_id     INTEGER,
+        chat_type     TEXT    NOT NULL,
+        kind          TEXT    NOT NULL CHECK (kind IN ('reminder', 'task')),
+        text          TEXT    NOT NULL,
+        due_at        TEXT    NOT NULL,
+        repeat        TEXT,
+        timezone      TEXT    NOT NULL,
+        status        TEXT    NOT NULL DEFAULT 'pending'
+                      CHECK (status IN ('pending', 'firing', 'done', 'cancelled', 'failed')),
+        created_at    TEXT    NOT NULL,
+        fired         INTEGER NOT NULL DEFAULT 0,
+        claim         TEXT,
+        claimed_until TEXT,
+        last_fired_at TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS botkit_schedules_due_idx ON botkit_schedules (status, due_at)",
+    "CREATE INDEX IF NOT EXISTS botkit_schedules_user_idx ON botkit_schedules (user_id, status)",
+    """CREATE TABLE IF NOT EXISTS botkit_timezones (
+        user_id    INTEGER PRIMARY KEY,
+        timezone   TEXT    NOT NULL,
+        updated_at TEXT    NOT NULL
+    )""",
+)
+
+_COLUMNS = (
+    "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
+    "status, created_at, fired, claim, last_fired_at"
+)
+_ACTIVE = "status IN ('pending', 'firing')"
+_COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = ? AND {_ACTIVE}"
+_INSERT = f"""
+    INSERT INTO botkit_schedules
+        (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    RETURNING {_COLUMNS}"""
+_PENDING = f"""
+    SELECT {_COLUMNS} FROM botkit_schedules
+    WHERE {_ACTIVE} AND (?1 IS NULL OR user_id = ?1) ORDER BY due_at, id"""
+_CANCEL = f"""
+    UPDATE botkit_schedules SET status = 'cancelled', claim = NULL, claimed_until = NULL
+    WHERE id = ?1 AND {_ACTIVE} AND (?2 IS NULL OR user_id = ?2)
+    RETURNING {_COLUMNS}"""
+_CLAIM = f"""
+    UPDATE botkit_schedules SET status = 'firing', claim = ?2, claimed_until = ?3
+    WHERE id IN (
+        SELECT s.id FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
+        WHERE ((s.status = 'pending' AND s.due_at <= ?1)
+               OR (s.status = 'firing' AND s.claimed_until <= ?1))
+          AND coalesce(u.blocked, 0) = 0
+        ORDER BY s.due_at, s.id LIMIT ?4)
+    RETURNING {_COLUMNS}"""
+_FINISH = """
+    UPDATE botkit_schedules SET
+        status = ?3, due_at = coalesce(?4, due_at), fired = fired + ?5,
+        last_fired_at = CASE WHEN ?5 = 1 THEN ?6 ELSE last_fired_at END,
+        claim = NULL, claimed_until = NULL
+    WHERE id = ?1 AND claim = ?2 AND status = 'firing'
+    RETURNING id"""
+_SET_TIMEZONE = """
+    INSERT INTO botkit_timezones (user_id, timezone, updated_at) VALUES (?, ?, ?)
+    ON CONFLICT (user_id) DO UPDATE SET timezone = excluded.timezone,
+        updated_at = excluded.updated_at"""
+
+
+def _to_db(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError(f"expected a timezone-aware datetime, got {moment!r}")
+    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
+
+
+def _from_db(text: str | None) -> datetime | None:
+    return None if text is None else datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def _schedule(row: Sequence[Any]) -> Schedule:
+    (id_, user, chat, thread, chat_type, kind, text, due, repeat, zone, status, created) = row[:12]
+    fired, claim, last = row[12:]
+    return Schedule(
+        id=id_,
+        user_id=user,
+        chat_id=chat,
+        thread_id=thread,
+        chat_type=chat_type,
+        kind=cast(ScheduleKind, kind),
+        text=text,
+        due_at=cast(datetime, _from_db(due)),
+        repeat=repeat,
+        timezone=zone,
+        status=cast(ScheduleStatus, status),
+        created_at=cast(datetime, _from_db(created)),
+        fired=fired,
+        claim=claim,
+        last_fired_at=_from_db(last),
+    )
+
+
+class SqliteSchedules:
+    """The :class:`~botkit.stores.schedules.ScheduleStore` half of ``SqliteUserStore``."""
+
+    if TYPE_CHECKING:
+
+        def _read(self, doing: str) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        def _transaction(self, doing: str) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def add_schedule(self, schedule: NewSchedule, *, max_pending: int) -> Schedule | None:
+        """Store ``schedule`` as pending; ``None`` if the user already has ``max_pending``."""
+        s = schedule
+        values: tuple[object, ...] = (s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind)
+        values += (s.text, _to_db(s.due_at), s.repeat, s.timezone, _to_db(datetime.now(UTC)))
+        async with self._transaction("adding a schedule") as db:
+            count = await db.execute_fetchall(_COUNT_ACTIVE, (s.user_id,))
+            if next(iter(count))[0] >= max_pending:
+                return None
+            rows = await db.execute_fetchall(_INSERT, values)
+        return _schedule(next(iter(rows)))
+
+    async def pending_schedules(self, user_id: int | None = None) -> list[Schedule]:
+        """Schedules that will still fire (of one user, or everyone's), soonest first."""
+        async with self._read("listing schedules") as db:
+            rows = await db.execute_fetchall(_PENDING, (user_id,))
+        return [_schedule(row) for row in rows]
+
+    async def cancel_schedule(
+        self, schedule_id: int, user_id: int | None = None
+    ) -> Schedule | None:
+        """Cancel a schedule that would still fire (of ``user_id`` only, if given); it, or None."""
+        async with self._transaction("cancelling a schedule") as db:
+            rows = await db.execute_fetchall(_CANCEL, (schedule_id, user_id))
+        row = next(iter(rows), None)
+        return None if row is None else _schedule(row)
+
+    async def claim_due_schedules(
+        self, now: datetime, *, lease: timedelta, limit: int = 100
+    ) -> list[Schedule]:
+        """Atomically take due schedules for delivery, so no other process delivers them."""
+        values = (_to_db(now), secrets.token_hex(8), _to_db(now + lease), limit)
+        async with self._transaction("claiming due schedules") as db:
+            rows = await db.execute_fetchall(_CLAIM, values)
+        return sorted((_schedule(row) for row in rows), key=lambda s: (s.due_at, s.id))
+
+    async def finish_schedule(
+        self, schedule: Schedule, *, next_due: datetime | None, fired_at: datetime, delivered: bool
+    ) -> bool:
+        """Record a claimed schedule's delivery (or failure); ``False`` if no longer claimed."""
+        status = "pending" if next_due is not None else ("done" if delivered else "failed")
+        due = None if next_due is None else _to_db(next_due)
+        values = (schedule.id, schedule.claim, status, due, int(delivered), _to_db(fired_at))
+        async with self._transaction("recording a delivery") as db:
+            rows = await db.execute_fetchall(_FINISH, values)
+        return next(iter(rows), None) is not None
+
+    async def get_timezone(self, user_id: int) -> str | None:
+        """The IANA time zone the user chose, or ``None``."""
+        sql = "SELECT timezone FROM botkit_timezones WHERE user_id = ?"
+        async with self._read("reading a time zone") as db:
+            row = next(iter(await db.execute_fetchall(sql, (user_id,))), None)
+        return None if row is None else str(row[0])
+
+    async def set_timezone(self, user_id: int, timezone: str) -> None:
+        """Remember ``timezone`` (an IANA name) as the user's."""
+        values = (user_id, timezone, _to_db(datetime.now(UTC)))
+        async with self._transaction("setting a time zone") as db:
+            await db.execute_fetchall(_SET_TIMEZONE, values)
