@@ -21,6 +21,7 @@ from botkit.config import Settings
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
 from botkit.messengers.base import Incoming, Messenger
+from botkit.metrics import Metrics
 from botkit.options import (
     Authorize,
     BotOptions,
@@ -70,6 +71,9 @@ class Bot:
         """Composed in order: their prompt parts follow the system prompt, their tools join."""
         self.hooks = Hooks()
         """Lifecycle hooks: ``bot.hooks.on("tool_start", fn)``; see ``botkit.agent.events``."""
+        self.metrics = Metrics()
+        """This bot's Prometheus metrics (served with BOTKIT_METRICS_PORT)."""
+        self.metrics.watch_tools(self.hooks)
         self.messenger: Messenger | None = None
         """Where replies and relayed messages go; set when the bot starts serving."""
         self.tools = ToolRegistry()
@@ -95,7 +99,7 @@ class Bot:
             max_messages=self.options.max_messages,
         )
         """The conversations' contexts in memory."""
-        self.turns = TurnPipeline(self, self.access, self.contexts)
+        self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics)
         """Runs a message through these steps to its reply."""
 
     @property

@@ -117,6 +117,18 @@ class Settings(BaseSettings):
     servers whose tools the bot offers, named ``<server>__<tool>``."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("BOTKIT_METRICS_PORT", "metrics_port"),
+    )
+    """BOTKIT_METRICS_PORT: serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port
+    (``0``: any free one); unset: no such server."""
+    metrics_host: str = Field(
+        "127.0.0.1", validation_alias=AliasChoices("BOTKIT_METRICS_HOST", "metrics_host")
+    )
+    """BOTKIT_METRICS_HOST: the address the metrics server listens on."""
 
     @field_validator("allowed_users", "admins", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -30,9 +31,10 @@ from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
 from botkit.commands import Command
 from botkit.config import Settings
-from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError
+from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.messengers.base import Draft, Incoming, Messenger
+from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.tools import Tool, ToolContext, ToolRegistry
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
@@ -85,15 +87,34 @@ class BotSteps(Protocol):
 
 class ChargedLLM:
     """An LLM whose every finished call is charged at once: loop calls, compaction summaries,
-    and the calls of a turn that is stopped or fails later, all count."""
+    and the calls of a turn that is stopped or fails later, all count (and are measured)."""
 
-    def __init__(self, llm: LLM, charge: Callable[[LLMResponse], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        charge: Callable[[LLMResponse], Awaitable[None]],
+        metrics: Metrics | None = None,
+        model: str = "",
+    ) -> None:
         self.llm = llm
         self.charge = charge
+        self.metrics = metrics
+        self.model = model
+        """The model a request without one goes to, for the metrics of failed calls."""
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer ``request`` with the wrapped LLM, then charge what the call cost."""
-        response = await self.llm.complete(request, on_text)
+        started = time.perf_counter()
+        try:
+            response = await self.llm.complete(request, on_text)
+        except LLMError as e:
+            if self.metrics is not None:
+                seconds = time.perf_counter() - started
+                self.metrics.llm_call(request.model or self.model, _llm_outcome(e), seconds, None)
+            raise
+        if self.metrics is not None:
+            seconds = time.perf_counter() - started
+            self.metrics.llm_call(response.model, "ok", seconds, response.usage)
         await self.charge(response)
         return response
 
@@ -104,48 +125,64 @@ class ChargedLLM:
 class TurnPipeline:
     """Runs turns for one bot: the gates, the steps, the context, the loop and the reply."""
 
-    def __init__(self, bot: BotSteps, access: Access, contexts: ContextPool) -> None:
+    def __init__(
+        self,
+        bot: BotSteps,
+        access: Access,
+        contexts: ContextPool,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.bot = bot
         self.access = access
         self.contexts = contexts
+        self.metrics = metrics or Metrics()
+        """Where turns and LLM calls are counted."""
         self.usage_by_model: dict[str, Usage] = {}
         """What this process's turns cost, per model."""
-        self._turns: dict[tuple[int, int], asyncio.Task[str]] = {}
+        self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """``handle``, but a failure is logged and the user gets a polite message."""
+        started = time.perf_counter()
+        outcome: TurnOutcome = "error"
         try:
-            await self.handle(message, messenger)
+            outcome = await self.handle(message, messenger)
         except asyncio.CancelledError:
+            outcome = "cancelled"
             raise
         except Exception:
             log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
             with suppress(Exception):
                 await self._reply(messenger, message, self.bot.options.error_text)
+        finally:
+            self.metrics.turn_done(outcome, time.perf_counter() - started)
 
-    async def handle(self, message: Incoming, messenger: Messenger) -> None:
-        """Take one incoming message through the gates and the tool loop to a reply."""
+    async def handle(self, message: Incoming, messenger: Messenger) -> TurnOutcome:
+        """Take one incoming message through the gates and the tool loop to a reply.
+
+        Returns how the turn ended (the ``outcome`` of ``botkit_turns_total``).
+        """
         if message.command == "start":
             welcome = await self.bot.handle_start(message, message.command_args)
             if welcome:
                 await self._reply(messenger, message, welcome)
-                return
+                return "command"
         rejection = await self.bot.authorize(message)
         if rejection:
             await self._reject(messenger, message, rejection)
-            return
+            return "rejected"
         message = replace(message, user=await self.access.user_record(message))
         message = await self._with_images(message, messenger)
         if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
             await self._reply(messenger, message, self.bot.options.unsupported_text)
-            return
+            return "unsupported"
         if message.command is not None:
             await self._reply(messenger, message, await self._answer_command(message))
-            return
+            return "command"
         if await self.access.over_budget(message.user_id):
             await self._reply(messenger, message, self.bot.options.budget_text)
-            return
+            return "budget"
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
@@ -157,10 +194,13 @@ class TurnPipeline:
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
-                return
+                return "answered"
             tool_context = self._tool_context(message, extra)
-            reply = await self._answer(message, messenger, context, system, tools, tool_context)
+            reply, outcome = await self._answer(
+                message, messenger, context, system, tools, tool_context
+            )
             await self._reply(messenger, message, reply)
+            return outcome
 
     async def _reply(self, messenger: Messenger, message: Incoming, text: str) -> None:
         """Answer in the message's chat and topic; in a group, as a reply to it."""
@@ -210,7 +250,7 @@ class TurnPipeline:
         system: str,
         tools: ToolRegistry,
         tool_context: ToolContext,
-    ) -> str:
+    ) -> tuple[str, TurnOutcome]:
         """Run the loop as its own task, streaming into a draft, so the user can stop it."""
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         emit = _draft_sink(draft) if draft is not None else None
@@ -225,12 +265,13 @@ class TurnPipeline:
         if stop_key is not None:
             self._turns[stop_key] = turn
         try:
-            return _all_text(context, first, await turn)
+            text, outcome = await turn
+            return _all_text(context, first, text), outcome
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if not turn.cancelled() or (this is not None and this.cancelling()):
                 raise
-            return await self._stopped(context, draft)
+            return await self._stopped(context, draft), "stopped"
         finally:
             if stop_key is not None:
                 self._turns.pop(stop_key, None)
@@ -263,9 +304,11 @@ class TurnPipeline:
         *,
         emit: EventSink | None = None,
         task_id: str | None = None,
-    ) -> str:
+    ) -> tuple[str, TurnOutcome]:
         """The loop's reply, or a polite text when the model could not be reached."""
-        llm = ChargedLLM(self.bot.llm, partial(self._charge, tool_context.user_id))
+        charge = partial(self._charge, tool_context.user_id)
+        model = self.bot.model_override or self.bot.settings.model
+        llm = ChargedLLM(self.bot.llm, charge, self.metrics, model)
         loop = AgentLoop(
             llm,
             max_iterations=self.bot.options.max_iterations,
@@ -303,7 +346,7 @@ class TurnPipeline:
                         message=text,
                     )
                 )
-            return text
+            return text, "overloaded" if overloaded else "error"
         log.info(
             "turn.done",
             user_id=context.user_id,
@@ -312,7 +355,7 @@ class TurnPipeline:
             input_tokens=result.usage.input_tokens,
             output_tokens=result.usage.output_tokens,
         )
-        return result.text
+        return result.text, "answered"
 
     async def _charge(self, user_id: int, response: LLMResponse) -> None:
         """Count one finished LLM call: per model for this process, against the user's budget."""
@@ -474,3 +517,14 @@ def _turn_meta(message: Incoming) -> dict[str, Any]:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _llm_outcome(error: LLMError) -> str:
+    """The ``outcome`` label of a failed LLM call."""
+    if isinstance(error, LLMOverloadedError):
+        return "overloaded"
+    if isinstance(error, LLMAuthError):
+        return "auth"
+    if isinstance(error, PromptTooLongError):
+        return "too_long"
+    return "error"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 from aiogram.exceptions import (
@@ -33,6 +33,9 @@ from aiogram.exceptions import (
 from aiolimiter import AsyncLimiter
 
 from botkit.errors import MessengerError
+
+if TYPE_CHECKING:
+    from botkit.metrics import Metrics
 
 __all__ = ["FloodControl", "FloodLimits"]
 
@@ -107,6 +110,8 @@ class FloodControl:
         self._chats: dict[int, _ChatState] = {}
         self._recent_floods: dict[int, float] = {}  # chat_id -> loop time of its last 429
         self._hold_until = 0.0  # loop time before which nobody sends (bot-wide flood wait)
+        self.metrics: Metrics | None = None
+        """Where retries and flood waits are counted, if anywhere."""
 
     @classmethod
     def unlimited(cls, *, max_attempts: int = 10, max_backoff: float = 30.0) -> FloodControl:
@@ -198,6 +203,8 @@ class FloodControl:
                 )
                 self._note_flood(chat_id, e.retry_after)
                 if attempt < self.max_attempts:
+                    if self.metrics is not None:
+                        self.metrics.telegram_retry("429", e.retry_after)
                     await asyncio.sleep(e.retry_after)
             except TelegramEntityTooLarge as e:  # a TelegramNetworkError, but permanent
                 raise MessengerError(f"Telegram refused a request to chat {chat_id}: {e}") from e
@@ -206,6 +213,8 @@ class FloodControl:
                 delay = min(_FIRST_BACKOFF * 2**failures, self.max_backoff)
                 failures += 1
                 if attempt < self.max_attempts:
+                    if self.metrics is not None:
+                        self.metrics.telegram_retry("network")
                     log.warning(
                         "telegram.send_retry",
                         chat_id=chat_id,

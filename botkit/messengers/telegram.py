@@ -10,20 +10,28 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiogram import Bot as AiogramBot
 from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.middlewares.base import (
+    BaseRequestMiddleware,
+    NextRequestMiddlewareType,
+)
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     AiogramError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
+    TelegramNetworkError,
     TelegramRetryAfter,
+    TelegramServerError,
     TelegramUnauthorizedError,
 )
+from aiogram.methods import TelegramMethod
+from aiogram.methods.base import Response, TelegramType
 from aiogram.types import BotCommand, ReplyParameters, Update, User
 from aiogram.types import Message as TgMessage
 
@@ -32,6 +40,9 @@ from botkit.messengers.base import Incoming, ReplyContext, UpdateJournal
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 from botkit.messengers.updates import RawGetUpdates, parse_update
+
+if TYPE_CHECKING:
+    from botkit.metrics import Metrics
 
 __all__ = ["TelegramDraft", "TelegramMessenger"]
 
@@ -102,6 +113,15 @@ class TelegramMessenger:
         self.known_commands = known_commands
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.me: User | None = None
+        self.polled_at: float | None = None
+        """When (``time.monotonic()``) a ``getUpdates`` last answered; ``None`` before."""
+        self.poll_failure: str | None = None
+        """Why the last ``getUpdates`` failed, until one answers again."""
+
+    def observe(self, metrics: Metrics) -> None:
+        """Count every Bot API request, retry and flood wait in ``metrics``."""
+        self.flood.metrics = metrics
+        self.api.session.middleware(_RequestCounter(metrics))
 
     async def start(self) -> User:
         """Check the token and learn the bot's own name (network failures are retried)."""
@@ -227,9 +247,11 @@ class TelegramMessenger:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self.poll_failure = _describe_error(e)
                 await _sleep_unless(stop, failures.wait_after(e))
                 continue
             failures.reset()
+            self.polled_at, self.poll_failure = time.monotonic(), None
             for raw in batch:
                 update_id = _update_id(raw)
                 if update_id is None:
@@ -389,6 +411,41 @@ def _without(text: str, word: str) -> str:
     """``text`` with the first ``word`` taken out, spaces tidied."""
     start = text.find(word)
     return " ".join((text[:start] + text[start + len(word) :]).split()) if start >= 0 else text
+
+
+class _RequestCounter(BaseRequestMiddleware):
+    """Counts each Bot API request by method and outcome (an aiogram request middleware)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def __call__(
+        self,
+        make_request: NextRequestMiddlewareType[TelegramType],
+        bot: AiogramBot,
+        method: TelegramMethod[TelegramType],
+    ) -> Response[TelegramType]:
+        name = method.__api_method__
+        try:
+            response = await make_request(bot, method)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.metrics.telegram_request(name, _request_outcome(e))
+            raise
+        self.metrics.telegram_request(name, "ok")
+        return response
+
+
+def _request_outcome(error: Exception) -> str:
+    """The ``outcome`` label of a failed Bot API request."""
+    if isinstance(error, TelegramRetryAfter):
+        return "flood"
+    if isinstance(error, TelegramServerError):
+        return "server"
+    if isinstance(error, TelegramAPIError) and not isinstance(error, TelegramNetworkError):
+        return "refused"
+    return "network"
 
 
 class _PollFailures:

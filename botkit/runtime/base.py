@@ -9,7 +9,10 @@ from botkit.commands import Command
 from botkit.config import Settings
 from botkit.llm.base import LLM
 from botkit.messengers.base import Incoming, Messenger
+from botkit.metrics import Metrics
 from botkit.options import BotOptions
+from botkit.sessions import SessionStore
+from botkit.stores.base import UserStore
 from botkit.tools import ToolRegistry
 
 __all__ = ["ServedBot"]
@@ -24,10 +27,21 @@ class ServedBot(Protocol):
     tools: ToolRegistry
     commands: dict[str, Command]
     messenger: Messenger | None
+    metrics: Metrics
+    sessions: SessionStore
 
     @property
     def llm(self) -> LLM:
         """The model the bot talks to."""
+        ...
+
+    @property
+    def resident_contexts(self) -> int:
+        """How many contexts are in memory now."""
+        ...
+
+    async def user_store(self) -> UserStore:
+        """The users and invites store."""
         ...
 
     def command_menu(self) -> list[tuple[str, str]]:

@@ -51,6 +51,16 @@ class TurnDispatcher:
         self._idle.set()
 
     @property
+    def running(self) -> int:
+        """How many turns run now."""
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """How many accepted messages wait for their turn to start."""
+        return max(len(self._unfinished) - len(self._running), 0)
+
+    @property
     def unfinished(self) -> frozenset[int]:
         """Update ids accepted whose turn has not finished yet."""
         return frozenset(self._unfinished)

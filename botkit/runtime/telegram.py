@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ import structlog
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import Messenger
+from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.runtime.base import ServedBot
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.scheduler import TurnDispatcher
@@ -22,11 +24,21 @@ if TYPE_CHECKING:
     from botkit.messengers.flood import FloodControl
     from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = ["AUTH_FAILURE_TEXT", "INBOX_FILE", "messenger_for", "run_bot", "serve", "tell_admins"]
+__all__ = [
+    "AUTH_FAILURE_TEXT",
+    "INBOX_FILE",
+    "messenger_for",
+    "readiness",
+    "run_bot",
+    "serve",
+    "tell_admins",
+]
 
 log = structlog.get_logger(__name__)
 
 INBOX_FILE = "inbox.jsonl"
+POLL_SLACK = 15.0
+"""Seconds past the long-poll timeout after which a silent ``getUpdates`` makes /readyz fail."""
 
 AUTH_FAILURE_TEXT = (
     "Anthropic rejected ANTHROPIC_API_KEY, so I cannot answer anyone: set a valid key and "
@@ -78,8 +90,15 @@ async def serve(
         max_concurrent=bot.settings.max_concurrent_turns,
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
+    messenger.observe(bot.metrics)
+    bot.metrics.watch_load(
+        running=lambda: dispatcher.running,
+        waiting=lambda: dispatcher.waiting,
+        contexts=lambda: bot.resident_contexts,
+        inbox=(lambda: len(inbox.pending())) if inbox else None,
+    )
     try:
-        async with mcp_tools(bot):
+        async with ops_server(bot.settings, bot.metrics, readiness(bot, messenger)), mcp_tools(bot):
             me = await messenger.start()
             await bot.on_start()
             await check_llm(bot, partial(tell_admins, bot, messenger))
@@ -97,6 +116,28 @@ async def serve(
         if inbox is not None:
             inbox.close()
         await bot.aclose()
+
+
+def readiness(bot: ServedBot, messenger: TelegramMessenger) -> list[ReadinessCheck]:
+    """What ``/readyz`` checks: polling Telegram works, recently, and the stores answer."""
+
+    async def polling() -> str | None:
+        if messenger.poll_failure is not None:
+            return f"polling Telegram fails: {messenger.poll_failure}"
+        if messenger.polled_at is None:
+            return "not polling Telegram yet"
+        quiet = time.monotonic() - messenger.polled_at
+        if quiet > messenger.poll_timeout + POLL_SLACK:
+            return f"no answer from Telegram's getUpdates for {quiet:.0f} s"
+        return None
+
+    async def read_user() -> object:
+        return await (await bot.user_store()).get_user(0)
+
+    async def read_session() -> object:
+        return await bot.sessions.load(0)
+
+    return [polling, stores_check(read_user, read_session)]
 
 
 async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError) -> None:

@@ -1,0 +1,208 @@
+"""Prometheus metrics of one bot: turns, LLM calls and spend, tools, Telegram requests, load.
+
+Each bot owns a :class:`Metrics` with its own ``CollectorRegistry`` (never the global one),
+so several bots in one process, and the tests, never share a counter. The numbers are fed
+through the seams that already exist, never from inside the steps: the turn pipeline reports
+how each turn ended, the charged LLM wrapper each call, the ``tool_start``/``tool_end`` hooks
+each tool call, the Telegram messenger's request middleware and flood control each request,
+retry and flood wait; the gauges are read from the dispatcher, the context pool and the inbox
+when Prometheus scrapes. Label values are bounded: outcomes are fixed lists, and models, tools
+and API methods past :data:`MAX_LABEL_VALUES` distinct values are counted as ``other``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from botkit.agent.events import Hooks, ToolEnd, ToolStart
+from botkit.pricing import FALLBACK, Price, price_for
+from botkit.types import Usage
+
+__all__ = ["LLM_OUTCOMES", "MAX_LABEL_VALUES", "TURN_OUTCOMES", "Metrics", "TurnOutcome"]
+
+TurnOutcome = Literal[
+    "answered",
+    "rejected",
+    "command",
+    "unsupported",
+    "budget",
+    "error",
+    "overloaded",
+    "stopped",
+    "cancelled",
+]
+"""How a turn ended; ``cancelled``: cut off when the process stopped."""
+TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
+
+LLM_OUTCOMES = ("ok", "overloaded", "auth", "too_long", "error")
+"""How one LLM call ended."""
+
+MAX_LABEL_VALUES = 50
+"""Distinct models, tools or API methods tracked; any more share the label value ``other``."""
+
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+_TOOL_SECONDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _Bounded:
+    """Passes label values through until ``limit`` distinct ones were seen, then ``other``."""
+
+    def __init__(self, limit: int = MAX_LABEL_VALUES) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self.seen:
+            return value
+        if len(self.seen) >= self.limit:
+            return "other"
+        self.seen.add(value)
+        return value
+
+
+class Metrics:
+    """The metrics of one bot, in a registry of its own; ``render`` gives the scrape text."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        """Where the metrics are registered: this bot's own."""
+        self.served_at: str | None = None
+        """The URL the metrics are served at, once a server listens (see ``botkit.ops``)."""
+        r = self.registry
+        self.turns = Counter("botkit_turns", "Turns by how they ended", ["outcome"], registry=r)
+        self.turn_seconds = Histogram(
+            "botkit_turn_seconds",
+            "From a turn starting to its reply sent",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            "botkit_llm_calls", "LLM calls by model and outcome", ["model", "outcome"], registry=r
+        )
+        self.llm_seconds = Histogram(
+            "botkit_llm_seconds", "Duration of one LLM call", buckets=_SECONDS, registry=r
+        )
+        self.llm_tokens = Counter(
+            "botkit_llm_tokens", "Tokens billed, by model and kind", ["model", "kind"], registry=r
+        )
+        self.llm_cost = Counter(
+            "botkit_llm_cost_usd", "Estimated spend from the price table", ["model"], registry=r
+        )
+        self.tool_calls = Counter(
+            "botkit_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
+        )
+        self.tool_seconds = Histogram(
+            "botkit_tool_seconds", "Duration of one tool call", buckets=_TOOL_SECONDS, registry=r
+        )
+        self.telegram_requests = Counter(
+            "botkit_telegram_requests",
+            "Bot API requests by method and outcome",
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.telegram_retries = Counter(
+            "botkit_telegram_retries", "Bot API requests sent again", ["reason"], registry=r
+        )
+        self.flood_wait = Counter(
+            "botkit_telegram_flood_wait_seconds", "Seconds waited on Telegram's 429s", registry=r
+        )
+        self.turns_running = Gauge("botkit_turns_running", "Turns running now", registry=r)
+        self.turns_waiting = Gauge(
+            "botkit_turns_waiting", "Messages accepted, their turn not started", registry=r
+        )
+        self.contexts = Gauge("botkit_contexts_in_memory", "Contexts held in memory", registry=r)
+        self.inbox_unfinished = Gauge(
+            "botkit_inbox_unfinished", "Inbox entries whose turn has not finished", registry=r
+        )
+        self._turn_children = {o: self.turns.labels(o) for o in TURN_OUTCOMES}
+        for reason in ("429", "network"):
+            self.telegram_retries.labels(reason)
+        self._models = _Bounded()
+        self._tools = _Bounded()
+        self._methods = _Bounded()
+        self._prices: dict[str, Price] = {}
+        self._tools_started: dict[str, float] = {}
+
+    # ---- turns and LLM calls ----------------------------------------------------------
+
+    def turn_done(self, outcome: TurnOutcome, seconds: float) -> None:
+        """Count a finished turn and how long it took."""
+        self._turn_children[outcome].inc()
+        self.turn_seconds.observe(seconds)
+
+    def llm_call(self, model: str, outcome: str, seconds: float, usage: Usage | None) -> None:
+        """Count one LLM call, its duration and, when it answered, its tokens and cost."""
+        model = self._models(model)
+        self.llm_calls.labels(model, outcome).inc()
+        self.llm_seconds.observe(seconds)
+        if usage is None:
+            return
+        for kind, tokens in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+            ("cache_creation", usage.cache_creation_input_tokens),
+        ):
+            if tokens:
+                self.llm_tokens.labels(model, kind).inc(tokens)
+        price = self._prices.get(model)
+        if price is None:
+            price = self._prices[model] = price_for(model) or FALLBACK
+        self.llm_cost.labels(model).inc(price.cost(usage))
+
+    # ---- tools ------------------------------------------------------------------------
+
+    def watch_tools(self, hooks: Hooks) -> None:
+        """Count tool calls and time them through the ``tool_start``/``tool_end`` hooks."""
+        hooks.on("tool_start", self._tool_started)
+        hooks.on("tool_end", self._tool_ended)
+
+    async def _tool_started(self, event: ToolStart) -> None:
+        self._tools_started[event.call.id] = time.perf_counter()
+
+    async def _tool_ended(self, event: ToolEnd) -> None:
+        started = self._tools_started.pop(event.call.id, None)
+        if started is not None:
+            self.tool_seconds.observe(time.perf_counter() - started)
+        outcome = "error" if event.result.is_error else "ok"
+        self.tool_calls.labels(self._tools(event.call.name), outcome).inc()
+
+    # ---- Telegram ---------------------------------------------------------------------
+
+    def telegram_request(self, method: str, outcome: str) -> None:
+        """Count one Bot API request (``ok``, ``flood``, ``network``, ``server``, ``refused``)."""
+        self.telegram_requests.labels(self._methods(method), outcome).inc()
+
+    def telegram_retry(self, reason: Literal["429", "network"], waited: float = 0.0) -> None:
+        """Count one request sent again; a 429's wait adds to the flood-wait seconds."""
+        self.telegram_retries.labels(reason).inc()
+        if reason == "429":
+            self.flood_wait.inc(waited)
+
+    # ---- load -------------------------------------------------------------------------
+
+    def watch_load(
+        self,
+        *,
+        running: Callable[[], float] | None = None,
+        waiting: Callable[[], float] | None = None,
+        contexts: Callable[[], float] | None = None,
+        inbox: Callable[[], float] | None = None,
+    ) -> None:
+        """Read the gauges from these functions when scraped (nothing on the hot path)."""
+        for gauge, read in (
+            (self.turns_running, running),
+            (self.turns_waiting, waiting),
+            (self.contexts, contexts),
+            (self.inbox_unfinished, inbox),
+        ):
+            if read is not None:
+                gauge.set_function(read)
+
+    def render(self) -> bytes:
+        """The metrics in Prometheus' text format."""
+        return generate_latest(self.registry)

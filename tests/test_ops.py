@@ -1,0 +1,150 @@
+"""Operating a bot: /metrics counts what happened, /healthz and /readyz tell its state."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from botkit import ToolError, tool
+from botkit.metrics import Metrics
+from botkit.testing import FakeReply, ask, make_bot, running
+from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.telegram import FakeTelegramServer
+
+ALICE, STRANGER = 42, 99
+
+
+@tool
+async def broken(city: str) -> str:
+    """Always fails.
+
+    Args:
+        city: Any city.
+    """
+    raise ToolError(f"no weather for {city}")
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(url: str) -> Samples:
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def test_metrics_count_turns_calls_tools_and_telegram_requests(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    claude.enqueue(
+        FakeReply.text("Hello."),
+        FakeReply.tool_use("broken", {"city": "Paris"}),
+        FakeReply.text("Sorry, no weather."),
+    )
+    bot = make_bot(
+        claude, tmp_path, allowed_users=frozenset({ALICE}), metrics_port=0, tools=[broken]
+    )
+    async with running(bot, telegram):
+        assert (await ask(telegram, ALICE, "hi")).text == "Hello."
+        telegram.fail_next("sendMessage", error_code=429, retry_after=1)
+        assert (await ask(telegram, ALICE, "weather?")).text == "Sorry, no weather."
+        assert "private" in (await ask(telegram, STRANGER, "let me in")).text.lower()
+        assert bot.metrics.served_at is not None
+        samples = await scrape(bot.metrics.served_at)
+
+    assert value(samples, "botkit_turns_total", outcome="answered") == 2
+    assert value(samples, "botkit_turns_total", outcome="rejected") == 1
+    assert value(samples, "botkit_turns_total", outcome="error") == 0
+    assert value(samples, "botkit_turn_seconds_count") == 3
+    model = bot.settings.model
+    assert value(samples, "botkit_llm_calls_total", model=model, outcome="ok") == 3
+    assert value(samples, "botkit_llm_seconds_count") == 3
+    usage = bot.usage_by_model[model]
+    assert value(samples, "botkit_llm_tokens_total", model=model, kind="input") == (
+        usage.input_tokens
+    )
+    assert value(samples, "botkit_llm_tokens_total", model=model, kind="output") == (
+        usage.output_tokens
+    )
+    assert value(samples, "botkit_llm_cost_usd_total", model=model) > 0
+    assert value(samples, "botkit_tool_calls_total", tool="broken", outcome="error") == 1
+    assert value(samples, "botkit_tool_seconds_count") == 1
+    assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 3
+    assert (
+        value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="flood") == 1
+    )
+    assert value(samples, "botkit_telegram_retries_total", reason="429") == 1
+    assert value(samples, "botkit_telegram_flood_wait_seconds_total") == 1
+    assert value(samples, "botkit_contexts_in_memory") == 1
+    assert value(samples, "botkit_turns_running") == 0
+    assert value(samples, "botkit_inbox_unfinished") == 0
+    labels = {label for key in samples for label, _ in key[1]}
+    assert labels <= {"outcome", "model", "kind", "tool", "method", "reason", "le"}
+
+
+async def test_readyz_turns_503_when_telegram_stops_answering(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}), metrics_port=0)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, "hi")
+        url = bot.metrics.served_at
+        assert url is not None
+        assert await get(f"{url}/readyz") == (200, "ready\n")
+        assert (await get(f"{url}/healthz"))[0] == 200
+        await telegram.stop()
+        for _ in range(100):
+            status, reason = await get(f"{url}/readyz")
+            if status == 503:
+                break
+            await asyncio.sleep(0.05)
+        assert status == 503
+        assert reason.startswith("polling Telegram fails:")
+        assert reason.count("\n") == 1
+        assert (await get(f"{url}/healthz"))[0] == 200
+
+
+async def test_no_server_without_a_metrics_port(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}))
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, "hi")
+        assert bot.metrics.served_at is None
+
+
+def test_bots_in_one_process_count_apart() -> None:
+    first, second = Metrics(), Metrics()
+    first.turn_done("answered", 0.1)
+    assert b'botkit_turns_total{outcome="answered"} 1.0' in first.render()
+    assert b'botkit_turns_total{outcome="answered"} 0.0' in second.render()
+
+
+def test_label_values_are_bounded() -> None:
+    metrics = Metrics()
+    for n in range(200):
+        metrics.telegram_request(f"method{n}", "ok")
+    methods = {
+        sample.labels["method"]
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for sample in family.samples
+        if sample.name == "botkit_telegram_requests_total"
+    }
+    assert len(methods) == 51 and "other" in methods
