@@ -40,7 +40,7 @@ from botkit.stores.migrate import (
 
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
-ALL = [FIRST, "002_hash_invite_codes", "003_sessions", "004_schedules"]
+ALL = [FIRST, "002_hash_invite_codes", "003_sessions", "004_schedules", "005_job_queue"]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
 

@@ -31,6 +31,8 @@ MIGRATIONS: Traversable = files("botkit.stores") / "migrations"
 
 LOCK_KEY = 0x626F746B6974  # b"botkit": the advisory lock held while migrating
 _FILE_NAME = re.compile(r"(\d+)_[A-Za-z0-9_]+\.sql")
+PROCRASTINATE_SCHEMA = "-- botkit:procrastinate-schema"
+"""A line in a migration that stands for the installed procrastinate's schema (the job queue)."""
 
 _CREATE_LEDGER = """
     CREATE TABLE IF NOT EXISTS botkit_migrations (
@@ -130,4 +132,14 @@ def _migration(entry: Traversable) -> Migration:
     match = _FILE_NAME.fullmatch(entry.name)
     if match is None:
         raise ConfigError(f"migration file {entry.name!r} is not named like 001_what_it_does.sql")
-    return Migration(int(match[1]), entry.name.removesuffix(".sql"), entry.read_text("utf-8"))
+    sql = entry.read_text("utf-8")
+    if PROCRASTINATE_SCHEMA in sql:
+        sql = sql.replace(PROCRASTINATE_SCHEMA, _procrastinate_schema(), 1)
+    return Migration(int(match[1]), entry.name.removesuffix(".sql"), sql)
+
+
+def _procrastinate_schema() -> str:
+    """procrastinate's own schema SQL, as its ``schema --apply`` would run it."""
+    from procrastinate.schema import SchemaManager
+
+    return SchemaManager.get_schema()
