@@ -1,13 +1,21 @@
-"""``ContextPool``: the contexts in memory, built lazily from the session store, LRU-evicted."""
+"""``ContextPool``: the contexts in memory, built lazily from the session store, LRU-evicted.
+
+With a store that numbers entries (PostgreSQL), several processes may append to one
+conversation (queue workers taking its turns in turn, a relay from another user's turn). Before
+a cached context is handed out, the conversation's last number is read: if it is not the one
+this process last wrote or read, the context is rebuilt from the store, so a turn never runs on
+a context that misses another worker's appends.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections import OrderedDict
+from typing import Any
 
 from botkit.agent.context import ContextManager
-from botkit.sessions import SessionStore
+from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry, SessionStore
 from botkit.types import Message
 
 __all__ = ["ContextPool"]
@@ -24,6 +32,9 @@ class ContextPool:
         """Contexts kept in memory; the least recently used idle ones are dropped beyond it."""
         self.max_messages = max_messages
         self._contexts: OrderedDict[int | str, asyncio.Task[ContextManager]] = OrderedDict()
+        self._numbered = callable(getattr(sessions, "last_sequence", None))
+        self._last_seq: dict[int | str, int] = {}
+        """Per cached conversation, the last entry number this process read or wrote."""
 
     def __len__(self) -> int:
         return len(self._contexts)
@@ -32,6 +43,9 @@ class ContextPool:
         """The context of ``owner_id``'s private conversation, or of a group's ``conversation``."""
         key: int | str = conversation or owner_id
         task = self._contexts.get(key)
+        if task is not None and task.done() and not await self._up_to_date(key, task):
+            del self._contexts[key]
+            task = None
         if task is None:
             task = asyncio.ensure_future(self._load(owner_id, conversation))
             self._contexts[key] = task
@@ -44,6 +58,13 @@ class ContextPool:
             if self._contexts.get(key) is task:
                 del self._contexts[key]
             raise
+
+    async def _up_to_date(self, key: int | str, task: asyncio.Task[ContextManager]) -> bool:
+        """Whether a cached context holds everything recorded (another process may append)."""
+        if not self._numbered or task.exception() is not None or task.result().lock.locked():
+            return True
+        last: int = await self.sessions.last_sequence(key)  # type: ignore[attr-defined]
+        return last == self._last_seq.get(key)
 
     async def inject(self, user_id: int, message: Message) -> None:
         """Add ``message`` to a user's context (now, or right after their running turn)."""
@@ -64,16 +85,31 @@ class ContextPool:
             task = self._contexts[key]
             if task.done() and not task.exception() and not task.result().lock.locked():
                 del self._contexts[key]
+                self._last_seq.pop(key, None)
                 excess -= 1
                 if excess <= 0:
                     return
 
     async def _load(self, owner_id: int, conversation: str | None) -> ContextManager:
-        recorded = await self.sessions.load(conversation or owner_id)
+        key: int | str = conversation or owner_id
+        recorded = await self.sessions.load(key)
+        on_append: Any = self.sessions.append
+        if self._numbered:
+            self._last_seq[key] = getattr(recorded, "last_seq", 0)
+            on_append = self._counted(key)
         return ContextManager.restore(
             owner_id,
             recorded.entries,
             conversation=conversation,
             max_messages=self.max_messages,
-            on_append=self.sessions.append,
+            on_append=on_append,
         )
+
+    def _counted(self, key: int | str) -> Any:
+        """``sessions.append`` that also counts the conversation's numbers this process wrote."""
+
+        async def append(entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+            await self.sessions.append(entry)
+            self._last_seq[key] = self._last_seq.get(key, 0) + 1
+
+        return append
