@@ -31,6 +31,20 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         help="your bot as 'package.module:name', a Bot or a function returning one",
     )
+    receive = commands.add_parser(
+        "receive", help="take Telegram updates into the PostgreSQL job queue (scale-out)"
+    )
+    receive.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
+    work = commands.add_parser(
+        "work", help="run turns from the PostgreSQL job queue (scale-out; any number of them)"
+    )
+    work.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
+    work.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="turns this worker runs at once (default BOTKIT_MAX_CONCURRENT_TURNS)",
+    )
     console = commands.add_parser("console", help="chat with a bot in this terminal")
     console.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
     console.add_argument(
@@ -79,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
+        if args.command == "receive":
+            return _run(args.target, queued="receive")
+        if args.command == "work":
+            return _run(args.target, queued="work", concurrency=args.concurrency)
         if args.command == "console":
             return _console(args.target, args.user_id, plain=args.plain or not sys.stdout.isatty())
         if args.command == "doctor":
@@ -108,19 +126,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(target: str | None) -> int:
+def _run(target: str | None, *, queued: str | None = None, concurrency: int | None = None) -> int:
+    """``run`` (one process; on the job queue with BOTKIT_DATABASE_URL), ``receive``, ``work``."""
     from botkit.log import configure_logging
 
     bot = load_bot(target)
     settings = bot.settings
     token = settings.require_telegram_token()
-    _check_local_config(bot)
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
-    configure_logging(settings.log_level, secrets=[token, key])
-    # aiogram takes seconds to import: only once we will run
-    from botkit.runtime.telegram import run_bot
+    if queued != "receive":
+        _check_local_config(bot)
+    if concurrency is not None and concurrency < 1:
+        from botkit.errors import ConfigError
 
-    run_bot(bot)
+        raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
+    configure_logging(settings.log_level, secrets=[s for s in (token, key, secret) if s])
+    if queued is None and settings.database_url is None:
+        # aiogram takes seconds to import: only once we will run
+        from botkit.runtime.telegram import run_bot
+
+        run_bot(bot)
+        return 0
+    from botkit.runtime.cluster import check_webhook_settings, run_queued
+
+    check_webhook_settings(settings)
+    run_queued(bot, receive=queued != "work", work=queued != "receive", concurrency=concurrency)
     return 0
 
 

@@ -115,6 +115,25 @@ class Settings(BaseSettings):
     )
     """BOTKIT_MCP_CONFIG: a JSON file (or inline JSON) ``{"mcpServers": {...}}`` of MCP
     servers whose tools the bot offers, named ``<server>__<tool>``."""
+    webhook_url: str | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_WEBHOOK_URL", "webhook_url")
+    )
+    """BOTKIT_WEBHOOK_URL: the public HTTPS URL Telegram posts updates to (``receive``, and
+    ``run`` with BOTKIT_DATABASE_URL); unset: long polling."""
+    webhook_listen: str = Field(
+        "0.0.0.0:8080", validation_alias=AliasChoices("BOTKIT_WEBHOOK_LISTEN", "webhook_listen")
+    )
+    """BOTKIT_WEBHOOK_LISTEN: ``host:port`` the webhook server listens on."""
+    webhook_secret: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_WEBHOOK_SECRET", "webhook_secret")
+    )
+    """BOTKIT_WEBHOOK_SECRET: 1-256 of ``A-Z a-z 0-9 _ -``; Telegram sends it with every
+    update and requests without it are refused (required in webhook mode)."""
+    stalled_timeout: float = Field(
+        8.0, validation_alias=AliasChoices("BOTKIT_STALLED_TIMEOUT", "stalled_timeout")
+    )
+    """BOTKIT_STALLED_TIMEOUT: seconds without a heartbeat after which a worker counts as
+    dead and its turns are picked up by the others (workers beat 4 times as often)."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
     metrics_port: int | None = Field(

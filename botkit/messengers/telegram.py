@@ -6,7 +6,7 @@ import asyncio
 import html
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
@@ -75,6 +75,8 @@ OTHER_KINDS = (
 )
 
 OnMessage = Callable[[Incoming], None]
+TakeRaw = Callable[[int, dict[str, Any]], Awaitable[bool]]
+"""Takes one raw update by id; ``False`` leaves it (and those after it) unconfirmed."""
 OnStop = Callable[[int, int], object]
 """Called with the chat id and the draft id when the user presses a draft's stop button."""
 
@@ -262,6 +264,64 @@ class TelegramMessenger:
         if offset is not None:  # confirm what was journaled, so a restart does not re-read it
             with suppress(Exception):
                 await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
+
+    async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
+        """Long-poll until ``stop`` is set, handing each raw update to ``take`` in order.
+
+        Telegram is told an update was received only after ``take`` returned ``True`` for
+        it; on ``False`` the rest of the batch waits, and comes back with the next poll.
+        Failures are retried as in :meth:`poll`.
+        """
+        if self.me is None:
+            await self.start()
+        await self.delete_webhook()
+        offset: int | None = None
+        failures = _PollFailures(self.conflict_timeout)
+        while not stop.is_set():
+            try:
+                batch = await self._get_updates(offset, stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                await _sleep_unless(stop, failures.wait_after(e))
+                continue
+            failures.reset()
+            for raw in batch:
+                update_id = _update_id(raw)
+                if update_id is None:
+                    log.warning("telegram.update_without_id", update=_preview(raw))
+                    continue
+                if not await take(update_id, raw):
+                    break
+                offset = max(offset or 0, update_id + 1)
+        if offset is not None:
+            with suppress(Exception):
+                await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
+
+    async def delete_webhook(self) -> None:
+        """Switch Telegram back to ``getUpdates`` (pending updates are kept)."""
+        await self.flood.send(0, partial(self.api.delete_webhook, drop_pending_updates=False))
+
+    async def set_webhook(self, url: str, secret: str) -> None:
+        """Have Telegram POST updates to ``url`` with ``secret`` in each request's header."""
+        call = partial(
+            self.api.set_webhook, url, secret_token=secret, allowed_updates=ALLOWED_UPDATES
+        )
+        async with _errors_mapped("setWebhook"):
+            await self.flood.send(0, call)
+
+    async def read_update(self, raw: dict[str, Any]) -> Incoming | Update | str | None:
+        """One raw update read: the message for a turn; the ``Update`` when it is something
+        else (a stop press); why it could not be read; ``None`` when it is not for this bot."""
+        parsed = parse_update(raw, self.api)
+        if parsed.update is None:
+            return parsed.error or "unparseable"
+        if parsed.dropped:
+            update_id = raw.get("update_id")
+            log.info("telegram.update_degraded", update_id=update_id, dropped=parsed.dropped)
+        if parsed.update.stopped_message_generation is not None:
+            return parsed.update
+        return await self._incoming(parsed.update)
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:
         """Hand on the updates accepted before a crash whose turns never finished."""

@@ -28,6 +28,7 @@ __all__ = [
     "AUTH_FAILURE_TEXT",
     "INBOX_FILE",
     "messenger_for",
+    "publish_commands",
     "readiness",
     "run_bot",
     "serve",
@@ -103,7 +104,7 @@ async def serve(
             await bot.on_start()
             await check_llm(bot, partial(tell_admins, bot, messenger))
             log.info("bot.started", username=me.username, model=bot.settings.model)
-            await _publish_commands(bot, messenger)
+            await publish_commands(bot, messenger)
             messenger.known_commands = frozenset(bot.commands) | {"start"}
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
@@ -149,7 +150,7 @@ async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError)
             log.warning("bot.admin_not_told", admin=admin, error=str(e))
 
 
-async def _publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None:
+async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None:
     """Show the bot's commands in Telegram's menu; a failure here is not fatal."""
     try:
         changed = await messenger.sync_commands(bot.command_menu())

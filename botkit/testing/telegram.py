@@ -374,6 +374,8 @@ class FakeTelegramServer(LoopbackServer):
         self.injected: dict[int, dict[str, Any]] = {}
         """Every update injected, by update_id (confirmed or not)."""
         self.confirmed_offset = 0
+        self.webhook: dict[str, Any] | None = None
+        """What ``setWebhook`` set (``url``, ``secret_token``); ``None`` once deleted."""
         self.flood_ratio = 0.0
         self.flood_retry_after = 1
         self.latency = 0.0
@@ -404,6 +406,7 @@ class FakeTelegramServer(LoopbackServer):
             "sendchataction": self._send_chat_action,
             "sendmessagedraft": self._send_message_draft,
             "deletewebhook": self._delete_webhook,
+            "setwebhook": self._set_webhook,
             "getwebhookinfo": self._get_webhook_info,
             "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands,
@@ -953,6 +956,8 @@ class FakeTelegramServer(LoopbackServer):
         }
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.webhook is not None:
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active")
         offset = self._int_param(params, "offset")
         limit = self._int_param(params, "limit") or 100
         limit = max(1, min(limit, 100))
@@ -1097,7 +1102,14 @@ class FakeTelegramServer(LoopbackServer):
                 raise _ApiError(400, "Bad Request: message is too long")
         return True
 
+    async def _set_webhook(self, params: dict[str, Any]) -> bool:
+        if not str(params.get("url") or "").startswith("https://"):
+            raise _ApiError(400, "Bad Request: bad webhook: An HTTPS URL must be provided")
+        self.webhook = dict(params)
+        return True
+
     async def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = None
         if params.get("drop_pending_updates") is True:
             if self.pending_updates:
                 last = self.pending_updates[-1]["update_id"] + 1
@@ -1107,7 +1119,7 @@ class FakeTelegramServer(LoopbackServer):
 
     async def _get_webhook_info(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
-            "url": "",
+            "url": (self.webhook or {}).get("url", ""),
             "has_custom_certificate": False,
             "pending_update_count": len(self.pending_updates),
         }

@@ -1,0 +1,158 @@
+"""The scale-out processes: ``receive``, ``work``, and ``run`` with BOTKIT_DATABASE_URL (both).
+
+They share the job queue in PostgreSQL (``botkit.runtime.queue``), the bot's turn pipeline
+and its stores; nothing is kept on the machine, so any of them may run anywhere, any number
+of workers at once. PostgreSQL unreachable at start is one sentence and exit status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from contextlib import AsyncExitStack, suppress
+from typing import TYPE_CHECKING
+
+import structlog
+
+from botkit.config import Settings
+from botkit.errors import ConfigError
+from botkit.runtime.base import ServedBot
+from botkit.runtime.queue import QueueTimings, TurnQueue
+from botkit.runtime.setup import mcp_tools
+
+if TYPE_CHECKING:
+    from botkit.messengers.telegram import TelegramMessenger
+
+__all__ = ["check_webhook_settings", "queue_for", "run_queued", "serve_queued"]
+
+log = structlog.get_logger(__name__)
+
+_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+def queue_for(settings: Settings, *, concurrency: int = 0) -> TurnQueue:
+    """The job queue in BOTKIT_DATABASE_URL, with the heartbeats of BOTKIT_STALLED_TIMEOUT."""
+    if settings.database_url is None:
+        raise ConfigError("BOTKIT_DATABASE_URL is not set: receivers and workers share a queue")
+    stalled = settings.stalled_timeout
+    timings = QueueTimings(heartbeat=stalled / 4, stalled_after=stalled)
+    pool_size = 4 + concurrency // 4
+    return TurnQueue(settings.database_url.get_secret_value(), pool_size=pool_size, timings=timings)
+
+
+def check_webhook_settings(settings: Settings) -> None:
+    """Webhook mode needs a secret Telegram will accept: ``ConfigError`` saying what to set."""
+    if settings.webhook_url is None:
+        return
+    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
+    if not secret:
+        raise ConfigError(
+            "BOTKIT_WEBHOOK_SECRET is not set: webhook mode needs a secret of 1-256 letters, "
+            "digits, _ or - (e.g. from `openssl rand -hex 32`)."
+        )
+    if _SECRET.fullmatch(secret) is None:
+        raise ConfigError("BOTKIT_WEBHOOK_SECRET may hold only 1-256 of A-Z a-z 0-9 _ -.")
+
+
+async def serve_queued(
+    bot: ServedBot,
+    stop: asyncio.Event,
+    *,
+    receive: bool = True,
+    work: bool = True,
+    concurrency: int | None = None,
+    messenger: TelegramMessenger | None = None,
+    queue: TurnQueue | None = None,
+    grace_period: float | None = None,
+) -> None:
+    """Receive into the queue, work from it, or both, until ``stop`` is set."""
+    from botkit.runtime.telegram import messenger_for
+
+    settings = bot.settings
+    check_webhook_settings(settings)
+    slots = concurrency or settings.max_concurrent_turns
+    queue = queue or queue_for(settings, concurrency=slots if work else 0)
+    await queue.open()
+    messenger = messenger or messenger_for(settings, inbox=False)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(bot.aclose)
+        stack.push_async_callback(queue.close)
+        stack.push_async_callback(messenger.close)
+        jobs = []
+        if receive:
+            jobs.append(_receive(bot, messenger, queue, stop))
+        if work:
+            await stack.enter_async_context(mcp_tools(bot))
+            jobs.append(_work(bot, messenger, queue, stop, slots, grace_period))
+        await _together(jobs, stop)
+
+
+async def _receive(
+    bot: ServedBot, messenger: TelegramMessenger, queue: TurnQueue, stop: asyncio.Event
+) -> None:
+    from botkit.runtime.receiver import receive
+    from botkit.runtime.telegram import publish_commands
+
+    messenger.known_commands = frozenset(bot.commands) | {"start"}
+    await messenger.start()
+    await publish_commands(bot, messenger)
+    if bot.settings.webhook_url is None:
+        await receive(messenger, queue, bot.settings, stop)
+        return
+    from botkit.runtime.webhook import serve_webhook
+
+    await serve_webhook(messenger, queue, bot.settings, stop)
+
+
+async def _work(
+    bot: ServedBot,
+    messenger: TelegramMessenger,
+    queue: TurnQueue,
+    stop: asyncio.Event,
+    concurrency: int,
+    grace: float | None,
+) -> None:
+    from botkit.runtime.worker import work
+
+    await work(bot, messenger, queue, stop, concurrency=concurrency, grace=grace)
+
+
+async def _together(jobs: list, stop: asyncio.Event) -> None:  # type: ignore[type-arg]
+    """Run ``jobs`` until all end; one that fails stops the others, then its error is raised."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_queued(
+    bot: ServedBot, *, receive: bool = True, work: bool = True, concurrency: int | None = None
+) -> None:
+    """Run until SIGINT or SIGTERM (running turns finish first); a second signal stops now."""
+    asyncio.run(_main(bot, receive=receive, work=work, concurrency=concurrency))
+
+
+async def _main(bot: ServedBot, *, receive: bool, work: bool, concurrency: int | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and main is not None:
+            log.warning("bot.stopping_now")
+            main.cancel()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    with suppress(asyncio.CancelledError):
+        await serve_queued(bot, stop, receive=receive, work=work, concurrency=concurrency)

@@ -1,0 +1,235 @@
+"""The job queue of the scale-out runtimes: procrastinate on PostgreSQL, one job per update.
+
+A receiver defers each Telegram update as a job locked on its conversation (``user:<id>``, or
+``chat:<key>`` for a group's), so procrastinate runs one conversation's turns one at a time,
+in order, on whichever worker is free. A queueing lock on the update refuses a second copy
+while the first waits; ``botkit_updates`` remembers which job claimed an update, so a copy
+delivered after the first ran is skipped, while the same job re-run after its worker died
+runs again. Workers beat every ``heartbeat`` seconds; jobs of a worker silent for
+``stalled_after`` seconds are put back in the queue by any other worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from procrastinate import App, PsycopgConnector, RetryStrategy
+from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
+
+from botkit.chats import conversation_of
+from botkit.errors import ConfigError, StoreError
+from botkit.messengers.base import Incoming
+
+__all__ = ["QUEUE", "TURN_TASK", "Outage", "QueueTimings", "TurnQueue", "lock_for"]
+
+log = structlog.get_logger(__name__)
+
+TURN_TASK = "botkit.turn"
+"""The name of the task that runs one update's turn."""
+QUEUE = "botkit"
+"""The procrastinate queue botkit's jobs go to."""
+UPDATES_KEPT_DAYS = 2
+"""Days an update's claim is kept: Telegram re-delivers an update for at most 24 hours."""
+
+_CLAIM = """
+    INSERT INTO botkit_updates (bot_id, update_id, job_id)
+    VALUES (%(bot_id)s, %(update_id)s, %(job_id)s)
+    ON CONFLICT (bot_id, update_id) DO UPDATE SET bot_id = EXCLUDED.bot_id
+    RETURNING job_id"""
+_REJECT = """
+    INSERT INTO botkit_unparseable_updates (bot_id, update_id, payload, error)
+    VALUES (%(bot_id)s, %(update_id)s, %(payload)s, %(error)s) ON CONFLICT DO NOTHING"""
+_PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
+_SCHEMA = """
+    SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('botkit_updates')
+    IS NOT NULL AS ok"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTimings:
+    """How quickly a dead worker's jobs move on: its turns restart within about
+    ``stalled_after + heartbeat`` seconds."""
+
+    heartbeat: float = 2.0
+    """Seconds between a worker's heartbeats, and between checks for stalled jobs."""
+    stalled_after: float = 8.0
+    """Seconds without a heartbeat after which a worker counts as dead."""
+
+
+def lock_for(message: Incoming, group_context: str) -> str:
+    """The lock that keeps a conversation's turns in order: ``user:<id>`` or ``chat:<key>``."""
+    conversation = conversation_of(message, group_context)
+    if conversation.key is None:
+        return f"user:{conversation.owner_id}"
+    return f"chat:{conversation.key}"
+
+
+class TurnQueue:
+    """botkit's view of procrastinate: defer an update, claim it once, retry stalled jobs."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 10, timings: QueueTimings | None = None):
+        self.dsn = dsn
+        self.timings = timings or QueueTimings()
+        self.app = App(
+            connector=PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size),
+            worker_defaults={"queues": [QUEUE]},
+        )
+
+    async def open(self) -> None:
+        """Connect and check the schema; ``ConfigError`` (one sentence) if either fails."""
+        await _check_reachable(self.dsn)
+        try:
+            await self.app.open_async()
+            row = await self.app.connector.execute_query_one_async(_SCHEMA)
+        except ConnectorException as e:
+            await self.close()
+            raise ConfigError(f"cannot use the job queue in BOTKIT_DATABASE_URL: {e}") from e
+        if not row["ok"]:
+            await self.close()
+            raise ConfigError(
+                "the database lacks the job queue tables: run `python -m botkit migrate`"
+            )
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        with _suppressed():
+            await self.app.close_async()
+
+    def register(self, run: Callable[[int, dict[str, Any]], Awaitable[None]]) -> None:
+        """Make ``run(job_id, update)`` the task that runs a turn in this process."""
+
+        async def turn(context: Any, update: dict[str, Any]) -> None:
+            await run(int(context.job.id), update)
+
+        # A job cut short by a shutdown is retried (procrastinate retries aborts only then).
+        retry = RetryStrategy(max_attempts=100, wait=1)
+        self.app.task(name=TURN_TASK, queue=QUEUE, pass_context=True, retry=retry)(turn)
+
+    async def defer(self, bot_id: int, update_id: int, update: dict[str, Any], lock: str) -> None:
+        """Queue ``update`` behind its conversation's earlier jobs (a copy already queued is
+        not queued again); raises ``StoreError`` when PostgreSQL cannot take it."""
+        deferrer = self.app.configure_task(
+            TURN_TASK, queue=QUEUE, lock=lock, queueing_lock=f"update:{bot_id}:{update_id}"
+        )
+        try:
+            await deferrer.defer_async(update=update)
+        except AlreadyEnqueued:
+            log.info("queue.duplicate_update", update_id=update_id)
+        except (ConnectorException, OSError) as e:
+            raise StoreError(f"cannot queue update {update_id}: {e}") from e
+
+    async def claim(self, bot_id: int, update_id: int, job_id: int) -> bool:
+        """Whether job ``job_id`` runs ``update_id``: the first job to claim it does."""
+        row = await self.app.connector.execute_query_one_async(
+            _CLAIM, bot_id=bot_id, update_id=update_id, job_id=job_id
+        )
+        return int(row["job_id"]) == job_id
+
+    async def reject(self, bot_id: int, update_id: int, update: dict[str, Any], error: str) -> None:
+        """Journal an update that could not be read, for an operator (raises ``StoreError``)."""
+        payload = json.dumps(update, separators=(",", ":"), ensure_ascii=False)
+        try:
+            await self.app.connector.execute_query_async(
+                _REJECT, bot_id=bot_id, update_id=update_id, payload=payload, error=error
+            )
+        except (ConnectorException, OSError) as e:
+            raise StoreError(f"cannot journal unparseable update {update_id}: {e}") from e
+
+    async def notify_stop(self, chat_id: int, draft_id: int) -> None:
+        """Tell every worker that the stop button of ``draft_id`` in ``chat_id`` was pressed."""
+        try:
+            await self.app.connector.execute_query_async(
+                "SELECT pg_notify('botkit_stop', %(press)s)", press=f"{chat_id}:{draft_id}"
+            )
+        except (ConnectorException, OSError) as e:
+            raise StoreError(f"cannot pass on a stop press: {e}") from e
+
+    async def stop_presses(self) -> AsyncIterator[tuple[int, int]]:
+        """Stop presses as they are announced: ``(chat_id, draft_id)``, until cancelled."""
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            async with conn:
+                await conn.execute("LISTEN botkit_stop")
+                async for note in conn.notifies():
+                    chat_id, _, draft_id = note.payload.partition(":")
+                    yield int(chat_id), int(draft_id)
+        except (psycopg.Error, OSError) as e:
+            raise StoreError(f"stop presses: {e}") from e
+
+    async def retry_stalled(self) -> int:
+        """Put the jobs of workers silent for ``stalled_after`` seconds back in the queue."""
+        manager = self.app.job_manager
+        stalled = await manager.get_stalled_jobs(
+            queue=QUEUE, seconds_since_heartbeat=self.timings.stalled_after
+        )
+        retried = 0
+        for job in stalled:
+            with _suppressed():  # another worker may have retried it first
+                await manager.retry_job(job)
+                retried += 1
+                log.warning("queue.stalled_job_retried", job_id=job.id, lock=job.lock)
+        return retried
+
+    async def prune(self) -> None:
+        """Forget claims older than Telegram keeps updates."""
+        await self.app.connector.execute_query_async(_PRUNE, days=UPDATES_KEPT_DAYS)
+
+
+async def _check_reachable(dsn: str) -> None:
+    """One connection attempt, so an unreachable server is one sentence, not a 30 s wait."""
+    import psycopg
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
+    except (psycopg.Error, OSError) as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise ConfigError(f"cannot reach PostgreSQL at BOTKIT_DATABASE_URL: {reason}") from e
+    await conn.close()
+
+
+class _suppressed:
+    """Swallow (and log) what a best-effort call raises."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> bool:
+        if error is None or isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+            return False
+        log.debug("queue.ignored_error", error=str(error))
+        return isinstance(error, Exception)
+
+
+class Outage:
+    """Backoff while PostgreSQL is unreachable, logged once when it starts and once at its end."""
+
+    def __init__(self, what: str, *, first: float = 0.5, longest: float = 15.0) -> None:
+        self.what = what
+        self.first = first
+        self.longest = longest
+        self.delay = first
+        self.since: float | None = None
+
+    def failed(self, error: BaseException) -> float:
+        """Note a failure; the seconds to wait before trying again."""
+        loop = asyncio.get_running_loop()
+        if self.since is None:
+            self.since = loop.time()
+            log.warning("queue.database_lost", what=self.what, error=str(error))
+        delay, self.delay = self.delay, min(self.delay * 2, self.longest)
+        return delay
+
+    def ok(self) -> None:
+        """Note a success: an outage, if there was one, is over."""
+        if self.since is None:
+            return
+        lasted = asyncio.get_running_loop().time() - self.since
+        log.info("queue.database_back", what=self.what, seconds=round(lasted, 1))
+        self.since, self.delay = None, self.first

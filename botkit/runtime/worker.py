@@ -1,0 +1,161 @@
+"""``python -m botkit work``: turns from the job queue through the same pipeline as ``run``.
+
+A worker is a procrastinate worker whose one task reads an update, claims it (a copy that
+arrived twice runs once) and hands the message to ``bot.handle_safely``: the same gates,
+tool loop, recording and reply as the single-process runtime. Any worker puts back the jobs of
+a worker that stopped beating (SIGKILL, a lost machine), so its turns finish elsewhere; a
+turn whose answer was recorded before the crash is re-sent, not generated again (the
+pipeline finds the answer in the session). SIGTERM stops taking jobs and lets running turns
+finish for ``BOTKIT_GRACE_PERIOD`` seconds; the rest go back to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from procrastinate.exceptions import ConnectorException
+
+from botkit.errors import StoreError
+from botkit.messengers.base import Incoming
+from botkit.runtime.base import ServedBot
+from botkit.runtime.queue import Outage, TurnQueue
+from botkit.runtime.setup import check_llm
+from botkit.runtime.telegram import tell_admins
+
+if TYPE_CHECKING:
+    from botkit.messengers.telegram import TelegramMessenger
+
+__all__ = ["Worker", "work"]
+
+log = structlog.get_logger(__name__)
+
+PRUNE_EVERY = 3600.0
+"""Seconds between two prunings of old update claims."""
+
+
+class Worker:
+    """Runs queued updates as turns of ``bot``, sending replies through ``messenger``."""
+
+    def __init__(self, bot: ServedBot, messenger: TelegramMessenger, queue: TurnQueue) -> None:
+        self.bot = bot
+        self.messenger = messenger
+        self.queue = queue
+        self.outage = Outage("worker")
+
+    async def run(self, job_id: int, update: dict[str, Any]) -> None:
+        """The task of one job: claim the update, read it, run its turn."""
+        update_id = int(update["update_id"])
+        if not await self._claim(update_id, job_id):
+            log.info("worker.duplicate_update", update_id=update_id, job_id=job_id)
+            return
+        message = await self.messenger.read_update(update)
+        if isinstance(message, Incoming):
+            await self.bot.handle_safely(message, self.messenger)
+
+    async def _claim(self, update_id: int, job_id: int) -> bool:
+        """Whether this job runs the update; retried while PostgreSQL is away."""
+        assert self.messenger.me is not None
+        while True:
+            try:
+                claimed = await self.queue.claim(self.messenger.me.id, update_id, job_id)
+            except (ConnectorException, OSError) as e:
+                await asyncio.sleep(self.outage.failed(e))
+                continue
+            self.outage.ok()
+            return claimed
+
+    async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
+        """Take jobs until ``stop`` is set; a worker broken by a lost database starts again."""
+        self.queue.register(self.run)
+        chores = [
+            asyncio.create_task(self._retry_stalled(stop)),
+            asyncio.create_task(self._hear_stops(stop)),
+        ]
+        try:
+            while not stop.is_set():
+                await self._one_run(stop, concurrency=concurrency, grace=grace)
+        finally:
+            for chore in chores:
+                chore.cancel()
+            await asyncio.gather(*chores, return_exceptions=True)
+
+    async def _one_run(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
+        timings = self.queue.timings
+        running = asyncio.create_task(
+            self.queue.app.run_worker_async(
+                concurrency=concurrency,
+                install_signal_handlers=False,
+                update_heartbeat_interval=timings.heartbeat,
+                stalled_worker_timeout=timings.stalled_after,
+                shutdown_graceful_timeout=grace,
+                fetch_job_polling_interval=timings.heartbeat,
+                delete_jobs="successful",
+            )
+        )
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not running.done():
+            running.cancel()  # procrastinate stops taking jobs, waits for running ones
+            with suppress(asyncio.CancelledError):
+                await running
+            return
+        error = running.exception()
+        if error is None:
+            return
+        await _sleep_unless(stop, self.outage.failed(error))
+
+    async def _retry_stalled(self, stop: asyncio.Event) -> None:
+        """Put dead workers' jobs back in the queue; prune old claims now and then."""
+        loop = asyncio.get_running_loop()
+        pruned = 0.0
+        while not stop.is_set():
+            try:
+                await self.queue.retry_stalled()
+                if loop.time() - pruned > PRUNE_EVERY:
+                    await self.queue.prune()
+                    pruned = loop.time()
+            except (ConnectorException, OSError, StoreError) as e:
+                log.debug("worker.stalled_check_failed", error=str(e))
+            await _sleep_unless(stop, self.queue.timings.heartbeat)
+
+    async def _hear_stops(self, stop: asyncio.Event) -> None:
+        """Stop buttons pressed anywhere: the turn showing that draft here is cancelled."""
+        while not stop.is_set():
+            try:
+                async for chat_id, draft_id in self.queue.stop_presses():
+                    self.bot.stop_turn(chat_id, draft_id)
+            except (ConnectorException, OSError, StoreError) as e:
+                log.debug("worker.stop_listener_failed", error=str(e))
+            await _sleep_unless(stop, self.queue.timings.heartbeat)
+
+
+async def work(
+    bot: ServedBot,
+    messenger: TelegramMessenger,
+    queue: TurnQueue,
+    stop: asyncio.Event,
+    *,
+    concurrency: int,
+    grace: float | None = None,
+) -> None:
+    """Run turns from ``queue`` until ``stop`` is set, then let running ones finish."""
+    bot.messenger = messenger
+    worker = Worker(bot, messenger, queue)
+    me = await messenger.start()
+    messenger.known_commands = frozenset(bot.commands) | {"start"}
+    await bot.on_start()
+    await check_llm(bot, partial(tell_admins, bot, messenger))
+    log.info("worker.started", username=me.username, concurrency=concurrency)
+    grace_period = bot.settings.grace_period if grace is None else grace
+    await worker.serve(stop, concurrency=concurrency, grace=grace_period)
+    log.info("worker.stopped")
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    with suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
