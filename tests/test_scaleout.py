@@ -5,13 +5,19 @@ stalled timeout of 2 s) so a dead worker's turns move on quickly."""
 from __future__ import annotations
 
 import asyncio
+import io
+import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pydantic import SecretStr
@@ -210,3 +216,219 @@ async def test_a_cached_context_sees_what_another_worker_appended(
     finally:
         await worker_a.aclose()
         await worker_b.aclose()
+
+
+# --- a worker killed with SIGKILL -----------------------------------------------------------
+
+
+def worker_process(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, db: str
+) -> subprocess.Popen[bytes]:
+    """``python -m botkit work`` (the default assistant) on the fakes and ``db``."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+    env = {
+        **keep,
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_BASE": telegram.base_url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": claude.base_url,
+        "BOTKIT_DATABASE_URL": db,
+        "BOTKIT_ACCESS": "open",
+        "BOTKIT_STREAM_REPLIES": "false",
+        "BOTKIT_STALLED_TIMEOUT": str(STALLED),
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "botkit", "work", "--concurrency", "4"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@asynccontextmanager
+async def killed_at_end(process: subprocess.Popen[bytes]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+async def test_a_killed_workers_turns_finish_on_another(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+
+    async def stuck_at_first(request: FakeRequest) -> FakeReply:
+        if not release.is_set():
+            await release.wait()  # the first worker's calls hang until it is dead
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+    claude.responder = stuck_at_first
+    users = [201, 202, 203]
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    doomed = worker_process(telegram, claude, tmp_path, db)
+    async with queued(receiver, work=False), killed_at_end(doomed):
+        for user in users:
+            telegram.send_text(user, f"question of {user}")
+        await until(lambda: len(claude.requests) == len(users), timeout=60)
+        doomed.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        release.set()
+        survivor = queued_bot(claude, telegram, tmp_path / "survivor", db)
+        async with queued(survivor, receive=False):
+            for user in users:
+                await telegram.wait_for_messages(user, 1, timeout=30)
+            took = time.monotonic() - killed_at
+            await asyncio.sleep(0.5)
+    for user in users:
+        assert [m.text for m in telegram.sent_messages(user)] == [f"echo: question of {user}"]
+    assert took <= 15, f"the last reply came {took:.1f} s after the kill"
+    assert len(claude.requests) == 2 * len(users)
+
+
+async def test_an_answer_recorded_before_the_kill_is_resent_not_regenerated(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    telegram.fail_next("sendMessage", error_code=500, times=1_000)  # the answer cannot leave
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    doomed = worker_process(telegram, claude, tmp_path, db)
+    async with queued(receiver, work=False), killed_at_end(doomed):
+        telegram.send_text(301, "remember me")
+        await until(lambda: len(telegram.requests_for("sendMessage")) >= 2, timeout=60)
+        doomed.send_signal(signal.SIGKILL)
+        telegram.clear_faults()
+        survivor = queued_bot(claude, telegram, tmp_path / "survivor", db)
+        async with queued(survivor, receive=False):
+            [reply] = await telegram.wait_for_messages(301, 1, timeout=30)
+            await asyncio.sleep(0.5)
+    assert reply.text == "echo: remember me"
+    assert len(claude.requests) == 1, "the recorded answer was sent again, not asked for again"
+
+
+# --- webhooks -------------------------------------------------------------------------------
+
+SECRET = "s3cret_Token-1"
+
+
+@asynccontextmanager
+async def webhook_receiver(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> AsyncIterator[str]:
+    """A receiver (and a worker) in webhook mode; yields the URL to POST updates to."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bot = queued_bot(
+        claude,
+        telegram,
+        tmp_path,
+        db,
+        webhook_url="https://bot.example.com/telegram/hook",
+        webhook_secret=SecretStr(SECRET),
+        webhook_listen=f"127.0.0.1:{port}",
+    )
+    async with queued(bot):
+        await until(lambda: telegram.webhook is not None)
+        yield f"http://127.0.0.1:{port}/telegram/hook"
+
+
+def an_update(update_id: int, user: int, text: str) -> dict[str, Any]:
+    chat = {"id": user, "type": "private", "first_name": "U"}
+    sender = {"id": user, "is_bot": False, "first_name": "U"}
+    message = {"message_id": update_id, "date": 1_700_000_000, "chat": chat, "from": sender}
+    return {"update_id": update_id, "message": {**message, "text": text}}
+
+
+async def test_webhook_refuses_forged_and_malformed_requests(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    good = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
+    async with (
+        webhook_receiver(claude, telegram, tmp_path, db) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        assert telegram.webhook is not None
+        assert telegram.webhook["secret_token"] == SECRET
+        assert telegram.webhook["url"] == "https://bot.example.com/telegram/hook"
+        update = an_update(900, 9, "forged")
+        statuses = []
+        for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}):
+            async with http.post(url, json=update, headers=headers) as response:
+                statuses.append(response.status)
+        for body in (b"not json", b"[1, 2]", b'{"message": {}}', b'{"update_id": "9"}'):
+            async with http.post(url, data=body, headers=good) as response:
+                statuses.append(response.status)
+        huge = io.BytesIO(b'{"update_id": 901, "padding": "' + b"x" * 1024 * 1024 + b'"}')
+        async with http.post(url, data=huge, headers=good) as response:
+            statuses.append(response.status)
+        await asyncio.sleep(0.5)
+    assert statuses == [401, 401, 400, 400, 400, 400, 413]
+    assert telegram.sent_messages() == []
+    assert claude.requests == []
+    assert await fetchval(db, "SELECT count(*) FROM procrastinate_jobs") == 0
+
+
+async def test_webhook_queues_updates_and_journals_unreadable_ones(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    good = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
+    unreadable = {"update_id": 951, "message": {"message_id": 1, "chat": "not a chat"}}
+    async with (
+        webhook_receiver(claude, telegram, tmp_path, db) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        statuses = []
+        for update in (an_update(950, 9, "hi"), unreadable, an_update(950, 9, "hi")):
+            async with http.post(url, json=update, headers=good) as response:
+                statuses.append(response.status)
+        await telegram.wait_for_messages(9, 1, timeout=20)
+        await asyncio.sleep(0.5)
+    assert statuses == [200, 200, 200]
+    assert [m.text for m in telegram.sent_messages(9)] == ["echo: hi"], "the retry ran once"
+    error = await fetchval(db, "SELECT error FROM botkit_unparseable_updates WHERE update_id = 951")
+    assert error == "message.date: Field required"
+
+
+# --- start-up failures ----------------------------------------------------------------------
+
+
+def botkit_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+    keep = {k: v for k, v in keep.items() if not k.startswith("BOTKIT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "botkit", *args],
+        cwd=tmp_path,
+        env={**keep, "TELEGRAM_BOT_TOKEN": "1:x", "ANTHROPIC_API_KEY": "sk-test-key", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("command", ["receive", "work", "run"])
+def test_postgres_unreachable_at_start_is_one_sentence(tmp_path: Path, command: str) -> None:
+    result = botkit_cli(
+        tmp_path, command, BOTKIT_DATABASE_URL="postgresql://u:hunter2@127.0.0.1:9/db"
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("botkit: cannot reach PostgreSQL at BOTKIT_DATABASE_URL")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "hunter2" not in result.stderr
+
+
+def test_webhook_mode_without_a_secret_is_one_line(tmp_path: Path) -> None:
+    result = botkit_cli(
+        tmp_path,
+        "receive",
+        BOTKIT_DATABASE_URL="postgresql://u@127.0.0.1:9/db",
+        BOTKIT_WEBHOOK_URL="https://bot.example.com/hook",
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("botkit: BOTKIT_WEBHOOK_SECRET is not set")
+    assert len(result.stderr.strip().splitlines()) == 1

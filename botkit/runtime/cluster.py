@@ -8,6 +8,7 @@ of workers at once. PostgreSQL unreachable at start is one sentence and exit sta
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 from contextlib import AsyncExitStack, suppress
@@ -71,6 +72,8 @@ async def serve_queued(
 
     settings = bot.settings
     check_webhook_settings(settings)
+    # procrastinate says "job started/succeeded" at INFO for every turn: botkit logs turns.
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
     slots = concurrency or settings.max_concurrent_turns
     queue = queue or queue_for(settings, concurrency=slots if work else 0)
     await queue.open()

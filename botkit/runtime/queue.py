@@ -189,7 +189,7 @@ async def _check_reachable(dsn: str) -> None:
     try:
         conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
     except (psycopg.Error, OSError) as e:
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"cannot reach PostgreSQL at BOTKIT_DATABASE_URL: {reason}") from e
     await conn.close()
 

@@ -664,6 +664,10 @@ class FakeTelegramServer(LoopbackServer):
         fault = _Fault(status, "garbled", None, times, raw_body=body)
         self._faults.setdefault(method.lower(), []).append(fault)
 
+    def clear_faults(self) -> None:
+        """Forget every fault still queued by ``fail_next`` and ``garble_next``."""
+        self._faults.clear()
+
     def fail_downloads(self, *, error_code: int = 404, times: int = 1) -> None:
         """Answer the next ``times`` file downloads with ``error_code`` instead of the file."""
         self._download_faults += [error_code] * times
