@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from datetime import UTC, date, datetime
 
 import structlog
@@ -16,16 +18,18 @@ from botkit.config import Settings
 from botkit.messengers.base import Incoming
 from botkit.options import BotOptions
 from botkit.pricing import CACHE_READ_FACTOR
-from botkit.stores.base import RedeemFailure, UserRecord, UserStore
+from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore
 from botkit.types import Usage
 
-__all__ = ["USER_CACHE_SECONDS", "Access", "open_user_store"]
+__all__ = ["USAGE_FLUSH_SECONDS", "USER_CACHE_SECONDS", "Access", "UsageLedger", "open_user_store"]
 
 log = structlog.get_logger(__name__)
 
 USER_CACHE_SECONDS = 10.0
 """How long a user record read for a message is trusted (blocking takes effect within it)."""
 USER_CACHE_SIZE = 10_000
+USAGE_FLUSH_SECONDS = 2.0
+"""How long token usage per model is gathered in memory before it is written in one batch."""
 
 
 class Access:
@@ -39,6 +43,8 @@ class Access:
         self._users = users
         self._users_lock = asyncio.Lock()
         self._cache: dict[int, tuple[float, UserRecord | None]] = {}
+        self.ledger = UsageLedger(self.user_store)
+        """Every user's tokens per day and model, recorded whether budgets are set or not."""
 
     async def user_store(self) -> UserStore:
         """The users and invites store, opened on first use."""
@@ -50,7 +56,8 @@ class Access:
             return self._users
 
     async def close(self) -> None:
-        """Close the store, if it was opened."""
+        """Write the usage not yet recorded, then close the store, if it was opened."""
+        await self.ledger.close()
         if self._users is not None:
             await self._users.close()
             self._users = None
@@ -64,11 +71,13 @@ class Access:
         user_id, settings = message.user_id, self.settings
         if self.is_admin(user_id):
             return None
-        if settings.access == "allowlist":
-            return None if user_id in settings.allowed_users else self.options.rejection_text
-        record = await self.known_user(user_id)
-        if record is not None and record.blocked:
+        if settings.access == "allowlist" and user_id not in settings.allowed_users:
             return self.options.rejection_text
+        record = await self.known_user(user_id)
+        if record is not None and record.blocked:  # whatever admitted them
+            return self.options.rejection_text
+        if settings.access == "allowlist":
+            return None
         if settings.access == "open" or record is not None or user_id in settings.allowed_users:
             return None
         return self.options.rejection_text
@@ -117,13 +126,83 @@ class Access:
             return False
         return await (await self.user_store()).usage_on(user_id, today()) >= budget
 
-    async def charge(self, user_id: int, usage: Usage) -> None:
-        """Count what a turn cost against the user's daily budget (when budgets are on)."""
+    def forget(self, user_id: int) -> None:
+        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
+        self._cache.pop(user_id, None)
+
+    async def charge(self, user_id: int, usage: Usage, model: str = "") -> None:
+        """Record what an LLM call cost: per model for the user's usage, and against the
+        user's daily budget (when budgets are on)."""
+        if model:
+            self.ledger.add(user_id, model, usage)
         if self.settings.daily_token_budget is None:
             return
         spent = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
         spent += round(usage.cache_read_input_tokens * CACHE_READ_FACTOR)  # billed at a tenth
         await (await self.user_store()).add_usage(user_id, today(), spent)
+
+
+class UsageLedger:
+    """Token usage per user, UTC day and model, written to the user store in batches.
+
+    An LLM call only adds to a dictionary; every :data:`USAGE_FLUSH_SECONDS` what gathered is
+    written in one transaction, so recording every user's usage costs no store round trip per
+    call. A batch the store refuses is kept and tried again with the next; at most the last
+    interval's usage is lost if the process is killed.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], Awaitable[UserStore]],
+        interval: float = USAGE_FLUSH_SECONDS,
+    ) -> None:
+        self._store = store
+        self.interval = interval
+        self._pending: dict[tuple[int, date, str], Usage] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def add(self, user_id: int, model: str, usage: Usage) -> None:
+        """Count ``usage`` for the user today with ``model``; it is written soon."""
+        key = (user_id, today(), model)
+        before = self._pending.get(key)
+        self._pending[key] = usage if before is None else before + usage
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_later(), name="botkit-usage-ledger")
+
+    async def flush(self) -> None:
+        """Write what gathered now; on a store error, keep it for the next try."""
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        entries = [ModelUsage(u, d, m, usage) for (u, d, m), usage in pending.items()]
+        try:
+            await (await self._store()).add_model_usage(entries)
+        except Exception as e:
+            log.warning("usage.not_recorded", entries=len(entries), error=str(e))
+            for key, usage in pending.items():
+                later = self._pending.get(key)
+                self._pending[key] = usage if later is None else usage + later
+
+    async def close(self) -> None:
+        """Write what is left now (a write under way is finished, never cut off)."""
+        self._wake.set()
+        flusher = self._flusher
+        if flusher is not None:
+            await flusher
+        await self.flush()
+        self._wake.clear()
+
+    async def _flush_later(self) -> None:
+        try:
+            while True:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+                await self.flush()
+                if not self._pending or self._wake.is_set():
+                    return
+        finally:
+            self._flusher = None
 
 
 def name_of(message: Incoming) -> str | None:

@@ -23,16 +23,17 @@ import structlog
 
 from botkit.config import Settings
 from botkit.errors import ConfigError
-from botkit.pricing import FALLBACK, price_for
+from botkit.pricing import estimate, price_for
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
-    DailyUsage,
+    ModelUsage,
     RevokeResult,
     StoredInvite,
     UserRecord,
     UserStore,
     is_invite_prefix,
 )
+from botkit.types import Usage
 
 __all__ = ["Admin", "add_commands", "format_table", "run_command"]
 
@@ -200,8 +201,6 @@ async def _users_block(store: UserStore, settings: Settings, args: argparse.Name
     print(f"blocked {user_id} (role {record.role})")
     if user_id in settings.admins:
         _note(f"{user_id} is in BOTKIT_ADMINS, whom the default authorize always admits")
-    elif settings.access == "allowlist" and user_id in settings.allowed_users:
-        _note("BOTKIT_ACCESS=allowlist does not read blocks: remove them from BOTKIT_ALLOWED_USERS")
     return 0
 
 
@@ -307,67 +306,71 @@ async def _usage(store: UserStore, settings: Settings, args: argparse.Namespace)
     if days < 1:
         raise ConfigError(f"--days must be at least 1, got {days}")
     first_day = datetime.now(UTC).date() - timedelta(days=days - 1)
-    usage = await store.usage_since(first_day)
+    usage = await store.model_usage_since(first_day)
     names = {u.user_id: _name(u) for u in await store.list_users()}
-    report = _UsageReport(settings.model, first_day, usage, names)
+    report = _UsageReport(first_day, usage, names)
     print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else report.as_text())
-    if settings.daily_token_budget is None:
-        _note("usage is recorded only while BOTKIT_DAILY_TOKEN_BUDGET is set")
     return 0
 
 
+_KINDS = (
+    ("input_tokens", "input_tokens"),
+    ("output_tokens", "output_tokens"),
+    ("cache_read_tokens", "cache_read_input_tokens"),
+    ("cache_creation_tokens", "cache_creation_input_tokens"),
+)
+"""The kinds of tokens as the report names them, and as ``Usage`` does."""
+
+
 class _UsageReport:
-    """Tokens per user and day, with costs estimated at the model's input price."""
+    """Tokens per user and day, by kind, with costs from each model's prices."""
 
-    def __init__(
-        self, model: str, first_day: date, usage: list[DailyUsage], names: dict[int, str]
-    ) -> None:
-        self.model, self.first_day, self.usage, self.names = model, first_day, usage, names
-        self.per_million = (price_for(model) or FALLBACK).input
+    def __init__(self, first_day: date, usage: list[ModelUsage], names: dict[int, str]) -> None:
+        self.first_day, self.names = first_day, names
+        self.days: dict[tuple[date, int], dict[str, Usage]] = {}
+        for row in usage:
+            models = self.days.setdefault((row.day, row.user_id), {})
+            models[row.model] = models.get(row.model, Usage()) + row.usage
+        self.unknown = sorted({row.model for row in usage if price_for(row.model) is None})
 
-    def cost(self, tokens: int) -> float:
-        """Dollars for ``tokens`` at the input price."""
-        return tokens * self.per_million / 1_000_000
-
-    def totals(self) -> dict[int, int]:
-        """Tokens per user over the whole period, largest first."""
-        totals: dict[int, int] = {}
-        for row in self.usage:
-            totals[row.user_id] = totals.get(row.user_id, 0) + row.tokens
-        return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
+    def totals(self) -> dict[int, dict[str, Usage]]:
+        """Usage per user and model over the whole period, biggest spender first."""
+        totals: dict[int, dict[str, Usage]] = {}
+        for (_, user), models in self.days.items():
+            mine = totals.setdefault(user, {})
+            for model, usage in models.items():
+                mine[model] = mine.get(model, Usage()) + usage
+        return dict(sorted(totals.items(), key=lambda item: (-estimate(item[1])[0], item[0])))
 
     @property
     def basis(self) -> str:
         """How costs were estimated, in one sentence."""
-        return (
-            f"cost estimated at {self.model}'s input price (${self.per_million:g} per million "
-            "tokens): the store keeps one token count per user and day, so output tokens, "
-            "which cost more, are priced as input"
+        basis = (
+            "cost estimated from each model's list prices (cache writes at 1.25x and cache "
+            "reads at 0.1x the input price)"
         )
+        if self.unknown:
+            basis += f"; no price known for {', '.join(self.unknown)}: priced as Sonnet"
+        return basis
 
     def as_text(self) -> str:
         """Per day and per user tables, and the basis of the estimate."""
-        if not self.usage:
+        if not self.days:
             return f"no usage since {self.first_day.isoformat()}"
         daily = [
-            [
-                r.day.isoformat(),
-                str(r.user_id),
-                self.names.get(r.user_id, ""),
-                f"{r.tokens:,}",
-                _usd(self.cost(r.tokens)),
-            ]
-            for r in self.usage
+            [day.isoformat(), str(user), self.names.get(user, ""), *_cells(models)]
+            for (day, user), models in self.days.items()
         ]
-        total = [
-            [str(user), self.names.get(user, ""), f"{tokens:,}", _usd(self.cost(tokens))]
-            for user, tokens in self.totals().items()
+        users = [
+            [str(user), self.names.get(user, ""), *_cells(models)]
+            for user, models in self.totals().items()
         ]
+        kinds = ["INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "COST"]
         return "\n".join(
             [
-                format_table(["DAY", "USER", "NAME", "TOKENS", "COST"], daily, right={1, 3, 4}),
+                format_table(["DAY", "USER", "NAME", *kinds], daily, right={1, 3, 4, 5, 6, 7}),
                 "",
-                format_table(["USER", "NAME", "TOKENS", "COST"], total, right={0, 2, 3}),
+                format_table(["USER", "NAME", *kinds], users, right={0, 2, 3, 4, 5, 6}),
                 "",
                 self.basis,
             ]
@@ -377,23 +380,34 @@ class _UsageReport:
         """The same, as one JSON-ready object."""
         return {
             "since": self.first_day.isoformat(),
-            "model": self.model,
-            "input_price_per_million_usd": self.per_million,
             "cost_basis": self.basis,
             "days": [
-                {
-                    "day": r.day.isoformat(),
-                    "user_id": r.user_id,
-                    "tokens": r.tokens,
-                    "cost_usd": self.cost(r.tokens),
-                }
-                for r in self.usage
+                {"day": day.isoformat(), "user_id": user, **_as_json(models)}
+                for (day, user), models in self.days.items()
             ],
             "users": [
-                {"user_id": user, "tokens": tokens, "cost_usd": self.cost(tokens)}
-                for user, tokens in self.totals().items()
+                {"user_id": user, **_as_json(models)} for user, models in self.totals().items()
             ],
         }
+
+
+def _cells(models: dict[str, Usage]) -> list[str]:
+    total = sum(models.values(), Usage())
+    return [f"{getattr(total, field):,}" for _, field in _KINDS] + [_usd(estimate(models)[0])]
+
+
+def _as_json(models: dict[str, Usage]) -> dict[str, Any]:
+    total = sum(models.values(), Usage())
+    kinds = {name: getattr(total, field) for name, field in _KINDS}
+    return {
+        **kinds,
+        "tokens": sum(kinds.values()),
+        "cost_usd": estimate(models)[0],
+        "models": {
+            model: {name: getattr(usage, field) for name, field in _KINDS}
+            for model, usage in sorted(models.items())
+        },
+    }
 
 
 # --- output ------------------------------------------------------------------------------------

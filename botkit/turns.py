@@ -363,7 +363,7 @@ class TurnPipeline:
         self.usage_by_model[response.model] = (
             self.usage_by_model.get(response.model, Usage()) + usage
         )
-        await self.access.charge(user_id, usage)
+        await self.access.charge(user_id, usage, response.model)
 
     async def context_for(self, message: Incoming) -> ContextManager:
         """The context of the conversation ``message`` was written in."""

@@ -22,8 +22,10 @@ from botkit import Bot, Settings
 from botkit.access import open_user_store
 from botkit.admin import Admin, format_table
 from botkit.stores import RedeemFailure, UserStore
+from botkit.stores.base import ModelUsage
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, fake_llm, running
+from botkit.types import Usage
 
 ANN, BOB, ALLOWED, STRANGER = 2101, 2102, 2103, 2104
 
@@ -263,38 +265,70 @@ async def test_invites_are_listed_and_revoked_by_code_or_prefix(
 # --- usage -------------------------------------------------------------------------------------
 
 
-async def test_usage_gives_tokens_and_estimated_cost_per_user_and_day(
+async def test_usage_gives_tokens_by_kind_and_cost_per_user_and_day(
     backend: Backend, store: UserStore
 ) -> None:
     today = datetime.now(UTC).date()
+    yesterday, before = today - timedelta(days=1), today - timedelta(days=2)
+    haiku, sonnet = "claude-haiku-4-5", "claude-sonnet-5"  # $1/$5 and $3/$15 per million
     await store.upsert_user(ANN, "user", "Ann")
-    await store.add_usage(ANN, today, 2_000_000)
-    await store.add_usage(BOB, today, 500_000)
-    await store.add_usage(ANN, today - timedelta(days=1), 1_000_000)
-    await store.add_usage(ANN, today - timedelta(days=2), 7)  # before --days 2
+    await store.add_model_usage(
+        [
+            ModelUsage(ANN, today, haiku, Usage(input_tokens=1_000_000, output_tokens=200_000)),
+            ModelUsage(ANN, today, sonnet, Usage(cache_read_input_tokens=1_000_000)),
+            ModelUsage(BOB, today, haiku, Usage(input_tokens=500_000)),
+            ModelUsage(ANN, yesterday, haiku, Usage(output_tokens=200_000)),
+            ModelUsage(ANN, before, haiku, Usage(input_tokens=7)),  # before --days 2
+        ]
+    )
 
-    env = {"BOTKIT_MODEL": "claude-haiku-4-5", "BOTKIT_DAILY_TOKEN_BUDGET": "9999999"}
-    as_json, table, unbudgeted = await asyncio.gather(
-        backend.acli("usage", "--days", "2", "--json", **env),
-        backend.acli("usage", "--days", "2", **env),
+    as_json, table, everything = await asyncio.gather(
+        backend.acli("usage", "--days", "2", "--json"),
+        backend.acli("usage", "--days", "2"),
         backend.acli("usage", "--json"),
     )
 
     report = json.loads(as_json.stdout)
-    assert [(d["day"], d["user_id"], d["tokens"], d["cost_usd"]) for d in report["days"]] == [
-        ((today - timedelta(days=1)).isoformat(), ANN, 1_000_000, 1.0),
-        (today.isoformat(), ANN, 2_000_000, 2.0),
-        (today.isoformat(), BOB, 500_000, 0.5),
+    assert [
+        (d["day"], d["user_id"], d["input_tokens"], d["output_tokens"], d["cache_read_tokens"])
+        for d in report["days"]
+    ] == [
+        (yesterday.isoformat(), ANN, 0, 200_000, 0),
+        (today.isoformat(), ANN, 1_000_000, 200_000, 1_000_000),
+        (today.isoformat(), BOB, 500_000, 0, 0),
     ]
-    assert [(u["user_id"], u["tokens"], u["cost_usd"]) for u in report["users"]] == [
-        (ANN, 3_000_000, 3.0),
+    assert [round(d["cost_usd"], 6) for d in report["days"]] == [1.0, 2.3, 0.5]
+    assert report["days"][1]["models"][sonnet]["cache_read_tokens"] == 1_000_000
+    assert [(u["user_id"], u["tokens"], round(u["cost_usd"], 6)) for u in report["users"]] == [
+        (ANN, 2_400_000, 3.3),
         (BOB, 500_000, 0.5),
     ]
-    assert "input price" in report["cost_basis"] and as_json.stderr == ""
-    assert "3,000,000" in table.stdout and "$3.0000" in table.stdout and "Ann" in table.stdout
-    assert "estimated at claude-haiku-4-5's input price" in table.stdout
-    assert "recorded only while BOTKIT_DAILY_TOKEN_BUDGET is set" in unbudgeted.stderr
-    assert len(json.loads(unbudgeted.stdout)["days"]) == 4
+    assert "list prices" in report["cost_basis"] and as_json.stderr == ""
+    assert "1,000,000" in table.stdout and "$3.3000" in table.stdout and "Ann" in table.stdout
+    assert "CACHE READ" in table.stdout and table.returncode == 0
+    assert len(json.loads(everything.stdout)["days"]) == 4
+
+
+async def test_a_running_bot_records_every_users_usage_without_a_budget(
+    backend: Backend, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = Bot(settings=backend.settings(), llm=fake_llm(claude))
+    assert bot.settings.daily_token_budget is None
+    async with running(bot, telegram):
+        await ask(telegram, ALLOWED, "hi")
+        await ask(telegram, ALLOWED, "and again")
+
+    shown = json.loads((await backend.acli("usage", "--json")).stdout)
+    (day,) = shown["days"]
+    ((model, spent),) = bot.usage_by_model.items()
+    assert set(day["models"]) == {model}
+    assert (day["user_id"], day["input_tokens"], day["output_tokens"]) == (
+        ALLOWED,
+        spent.input_tokens,
+        spent.output_tokens,
+    )
+    assert day["cache_creation_tokens"] == spent.cache_creation_input_tokens
+    assert day["cost_usd"] > 0
 
 
 # --- the audit trail, in process ---------------------------------------------------------------
@@ -330,10 +364,11 @@ def test_tables_align_every_column() -> None:
 # --- blocking a running bot --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("access", ["invite", "allowlist"])
 async def test_a_block_from_the_cli_stops_a_running_bot_within_15_seconds(
-    backend: Backend, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+    backend: Backend, telegram: FakeTelegramServer, claude: FakeAnthropicServer, access: str
 ) -> None:
-    bot = Bot(settings=backend.settings(), llm=fake_llm(claude))
+    bot = Bot(settings=backend.settings(access=access), llm=fake_llm(claude))
     rejection = bot.options.rejection_text
 
     async def say(text: str) -> str:

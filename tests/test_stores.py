@@ -30,6 +30,7 @@ from botkit.stores import (
     hash_invite_code,
     new_invite_code,
 )
+from botkit.stores.base import ModelUsage
 from botkit.stores.migrate import (
     MIGRATIONS,
     apply_migrations,
@@ -37,10 +38,18 @@ from botkit.stores.migrate import (
     migrate,
     pending_migrations,
 )
+from botkit.types import Usage
 
 CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Telegram's rule for /start parameters
 FIRST = "001_users_and_invites"
-ALL = [FIRST, "002_hash_invite_codes", "003_sessions", "004_schedules", "005_job_queue"]
+ALL = [
+    FIRST,
+    "002_hash_invite_codes",
+    "003_sessions",
+    "004_schedules",
+    "005_job_queue",
+    "007_usage_by_model",
+]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
 
@@ -595,6 +604,46 @@ async def test_usage_is_listed_per_user_per_day_from_a_day_on(store: UserStore) 
     ]
     assert len(await store.usage_since(sunday)) == 4
     assert await store.usage_since(date(2025, 3, 5)) == []
+
+
+async def test_usage_per_model_adds_up_by_kind_and_is_listed_from_a_day_on(
+    store: UserStore,
+) -> None:
+    sunday, monday = date(2025, 3, 2), date(2025, 3, 3)
+    some = Usage(
+        input_tokens=10, output_tokens=2, cache_read_input_tokens=100, cache_creation_input_tokens=5
+    )
+    await store.add_model_usage(
+        [
+            ModelUsage(1, monday, "claude-sonnet-5", some),
+            ModelUsage(1, monday, "claude-haiku-4-5", Usage(output_tokens=1)),
+            ModelUsage(2, monday, "claude-sonnet-5", Usage(input_tokens=3)),
+            ModelUsage(1, sunday, "claude-sonnet-5", Usage(input_tokens=99)),
+        ]
+    )
+    await store.add_model_usage([ModelUsage(1, monday, "claude-sonnet-5", some)])
+    await store.add_model_usage([])
+
+    assert await store.model_usage_since(monday) == [
+        ModelUsage(1, monday, "claude-haiku-4-5", Usage(output_tokens=1)),
+        ModelUsage(1, monday, "claude-sonnet-5", some + some),
+        ModelUsage(2, monday, "claude-sonnet-5", Usage(input_tokens=3)),
+    ]
+    assert len(await store.model_usage_since(sunday)) == 4
+    with pytest.raises(ValueError, match="negative"):
+        await store.add_model_usage([ModelUsage(1, monday, "m", Usage(input_tokens=-1))])
+
+
+async def test_concurrent_usage_per_model_is_not_lost(store: UserStore) -> None:
+    day, one = date(2025, 3, 3), Usage(input_tokens=1, output_tokens=2)
+    batch = [ModelUsage(1, day, "a", one), ModelUsage(2, day, "b", one)]
+
+    await asyncio.gather(*(store.add_model_usage(batch) for _ in range(20)))
+
+    totals = {row.model: row.usage for row in await store.model_usage_since(day)}
+    assert totals == {"a": Usage(input_tokens=20, output_tokens=40)} | {
+        "b": Usage(input_tokens=20, output_tokens=40)
+    }
 
 
 # --- database failures --------------------------------------------------------------------

@@ -5,18 +5,21 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Protocol
 
 from botkit.stores.schedules import ScheduleStore
+from botkit.types import Usage
 
 __all__ = [
     "INVITE_CODE_PATTERN",
     "INVITE_PREFIX_LENGTH",
     "DailyUsage",
     "Invite",
+    "ModelUsage",
     "RedeemFailure",
     "RedeemResult",
     "RevokeResult",
@@ -161,6 +164,20 @@ class DailyUsage:
     """The UTC day."""
     tokens: int
     """Tokens counted against the user's budget that day."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """The tokens one user spent with one model on one UTC day, by kind."""
+
+    user_id: int
+    """The Telegram user id."""
+    day: date
+    """The UTC day."""
+    model: str
+    """The model that billed them."""
+    usage: Usage
+    """Input, output, cache-read and cache-write tokens."""
 
 
 def is_invite_prefix(text: str) -> bool:
@@ -316,6 +333,14 @@ class UserStore(ScheduleStore, Protocol):
 
     async def usage_since(self, first_day: date) -> list[DailyUsage]:
         """What each user spent on each day from ``first_day`` on, by day, then user id."""
+        ...
+
+    async def add_model_usage(self, entries: Sequence[ModelUsage]) -> None:
+        """Add each entry's tokens to its user, day and model (all in one transaction)."""
+        ...
+
+    async def model_usage_since(self, first_day: date) -> list[ModelUsage]:
+        """Tokens per user, day and model from ``first_day`` on, by day, user id, model."""
         ...
 
     async def close(self) -> None:

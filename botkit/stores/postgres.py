@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
@@ -15,6 +15,7 @@ from botkit.stores._postgres_schedules import PostgresSchedules
 from botkit.stores.base import (
     DailyUsage,
     Invite,
+    ModelUsage,
     RedeemFailure,
     RedeemResult,
     RevokeResult,
@@ -26,6 +27,7 @@ from botkit.stores.base import (
     new_invite,
 )
 from botkit.stores.migrate import pending_migrations
+from botkit.types import Usage
 
 __all__ = ["PostgresUserStore"]
 
@@ -77,10 +79,32 @@ _INSERT_INVITE = f"""
 _ADD_USAGE = """
     INSERT INTO botkit_usage (user_id, day, tokens) VALUES ($1, $2, $3)
     ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
+_ADD_MODEL_USAGE = """
+    INSERT INTO botkit_model_usage AS u (user_id, day, model, input_tokens, output_tokens,
+        cache_read_tokens, cache_creation_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (user_id, day, model) DO UPDATE SET
+        input_tokens = u.input_tokens + excluded.input_tokens,
+        output_tokens = u.output_tokens + excluded.output_tokens,
+        cache_read_tokens = u.cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = u.cache_creation_tokens + excluded.cache_creation_tokens"""
+_MODEL_USAGE_SINCE = """
+    SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
+        cache_creation_tokens FROM botkit_model_usage WHERE day >= $1
+    ORDER BY day, user_id, model"""
 
 
 class _RegisteredMeanwhile(Exception):
     """Another transaction registered the user first: undo the use taken of the invite."""
+
+
+def _kinds(usage: Usage) -> tuple[int, int, int, int]:
+    """Input, output, cache-read and cache-write tokens, each checked."""
+    return (
+        check_tokens(usage.input_tokens),
+        check_tokens(usage.output_tokens),
+        check_tokens(usage.cache_read_input_tokens),
+        check_tokens(usage.cache_creation_input_tokens),
+    )
 
 
 def _user(row: Any) -> UserRecord:
@@ -283,6 +307,35 @@ class PostgresUserStore(PostgresSchedules):
         async with self._connection("listing token usage") as conn:
             rows = await conn.fetch(_USAGE_SINCE, first_day)
         return [DailyUsage(row["user_id"], row["day"], int(row["tokens"])) for row in rows]
+
+    async def add_model_usage(self, entries: Sequence[ModelUsage]) -> None:
+        """Add each entry's tokens to its user, day and model (all in one transaction)."""
+        rows = [(e.user_id, e.day, e.model, *_kinds(e.usage)) for e in entries]
+        if not rows:
+            return
+        # In key order, so two processes adding the same keys never deadlock.
+        rows.sort(key=lambda row: (row[0], row[1], row[2]))
+        async with self._connection("adding token usage per model") as conn, conn.transaction():
+            await conn.executemany(_ADD_MODEL_USAGE, rows)
+
+    async def model_usage_since(self, first_day: date) -> list[ModelUsage]:
+        """Tokens per user, day and model from ``first_day`` on, by day, user id, model."""
+        async with self._connection("listing token usage per model") as conn:
+            rows = await conn.fetch(_MODEL_USAGE_SINCE, first_day)
+        return [
+            ModelUsage(
+                row["user_id"],
+                row["day"],
+                row["model"],
+                Usage(
+                    input_tokens=row["input_tokens"],
+                    output_tokens=row["output_tokens"],
+                    cache_read_input_tokens=row["cache_read_tokens"],
+                    cache_creation_input_tokens=row["cache_creation_tokens"],
+                ),
+            )
+            for row in rows
+        ]
 
     @asynccontextmanager
     async def _connection(self, doing: str) -> AsyncIterator[Any]:

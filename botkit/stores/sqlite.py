@@ -20,6 +20,7 @@ from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
     DailyUsage,
     Invite,
+    ModelUsage,
     RedeemFailure,
     RedeemResult,
     RevokeResult,
@@ -31,6 +32,7 @@ from botkit.stores.base import (
     new_invite,
     utc,
 )
+from botkit.types import Usage
 
 __all__ = ["SCHEMA_VERSION", "SqliteUserStore"]
 
@@ -74,6 +76,16 @@ _SCHEMA = (
         PRIMARY KEY (user_id, day)
     )""",
     *SCHEDULE_SCHEMA,
+    """CREATE TABLE IF NOT EXISTS botkit_model_usage (
+        user_id               INTEGER NOT NULL,
+        day                   TEXT    NOT NULL,
+        model                 TEXT    NOT NULL,
+        input_tokens          INTEGER NOT NULL DEFAULT 0,
+        output_tokens         INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens     INTEGER NOT NULL DEFAULT 0,
+        cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (user_id, day, model)
+    )""",
 )
 
 _USER = "user_id, role, display_name, joined_at, blocked"
@@ -110,6 +122,39 @@ _TAKE_USE = """
 _ADD_USAGE = """
     INSERT INTO botkit_usage (user_id, day, tokens) VALUES (?, ?, ?)
     ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
+
+_ADD_MODEL_USAGE = """
+    INSERT INTO botkit_model_usage (user_id, day, model, input_tokens, output_tokens,
+        cache_read_tokens, cache_creation_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (user_id, day, model) DO UPDATE SET
+        input_tokens = input_tokens + excluded.input_tokens,
+        output_tokens = output_tokens + excluded.output_tokens,
+        cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = cache_creation_tokens + excluded.cache_creation_tokens"""
+_MODEL_USAGE_SINCE = """
+    SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
+        cache_creation_tokens FROM botkit_model_usage WHERE day >= ? ORDER BY day, user_id, model"""
+
+
+def _kinds(usage: Usage) -> tuple[int, int, int, int]:
+    """Input, output, cache-read and cache-write tokens, each checked."""
+    return (
+        check_tokens(usage.input_tokens),
+        check_tokens(usage.output_tokens),
+        check_tokens(usage.cache_read_input_tokens),
+        check_tokens(usage.cache_creation_input_tokens),
+    )
+
+
+def _model_usage(user_id: int, day: date, model: str, *tokens: int) -> ModelUsage:
+    inputs, outputs, reads, writes = (int(t) for t in tokens)
+    usage = Usage(
+        input_tokens=inputs,
+        output_tokens=outputs,
+        cache_read_input_tokens=reads,
+        cache_creation_input_tokens=writes,
+    )
+    return ModelUsage(int(user_id), day, model, usage)
 
 
 def _to_db(moment: datetime) -> str:
@@ -319,6 +364,20 @@ class SqliteUserStore(SqliteSchedules):
         async with self._read("listing token usage") as db:
             rows = await db.execute_fetchall(sql, (first_day.isoformat(),))
         return [DailyUsage(int(u), date.fromisoformat(d), int(t)) for u, d, t in rows]
+
+    async def add_model_usage(self, entries: Sequence[ModelUsage]) -> None:
+        """Add each entry's tokens to its user, day and model (all in one transaction)."""
+        rows = [(e.user_id, e.day.isoformat(), e.model, *_kinds(e.usage)) for e in entries]
+        if not rows:
+            return
+        async with self._transaction("adding token usage per model") as db:
+            await db.executemany(_ADD_MODEL_USAGE, rows)
+
+    async def model_usage_since(self, first_day: date) -> list[ModelUsage]:
+        """Tokens per user, day and model from ``first_day`` on, by day, user id, model."""
+        async with self._read("listing token usage per model") as db:
+            rows = await db.execute_fetchall(_MODEL_USAGE_SINCE, (first_day.isoformat(),))
+        return [_model_usage(u, date.fromisoformat(d), *rest) for u, d, *rest in rows]
 
     @staticmethod
     async def _get_invite(db: aiosqlite.Connection, code: str) -> Invite | None:
