@@ -25,8 +25,9 @@ __all__ = ["USAGE_FLUSH_SECONDS", "USER_CACHE_SECONDS", "Access", "UsageLedger",
 
 log = structlog.get_logger(__name__)
 
-USER_CACHE_SECONDS = 10.0
-"""How long a user record read for a message is trusted (blocking takes effect within it)."""
+USER_CACHE_SECONDS = 3.0
+"""How long a user record read for a message is trusted: a block, or an invite redeemed on
+another worker, takes effect on every process within it."""
 USER_CACHE_SIZE = 10_000
 USAGE_FLUSH_SECONDS = 2.0
 """How long token usage per model is gathered in memory before it is written in one batch."""

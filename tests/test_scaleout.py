@@ -22,7 +22,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot
+from botkit import Bot, Settings
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.queue import TurnQueue
@@ -432,3 +432,78 @@ def test_webhook_mode_without_a_secret_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("botkit: BOTKIT_WEBHOOK_SECRET is not set")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# --- Telegram's limits across workers -------------------------------------------------------
+
+
+@asynccontextmanager
+async def two_workers_flood(
+    telegram: FakeTelegramServer, db: str, rate: float
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Two workers' pacing (each its own queue connection) on one database, sending to
+    ``telegram``: what two worker processes of one bot would have."""
+    from aiogram import Bot as AiogramBot
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+
+    from botkit.runtime.cluster import shared_flood
+
+    settings = make_settings_for(telegram, db, global_rate=rate)
+    queues = [TurnQueue(db), TurnQueue(db)]
+    api = AiogramBot(
+        telegram.token, session=AiohttpSession(api=TelegramAPIServer.from_base(telegram.base_url))
+    )
+    try:
+        for queue in queues:
+            await queue.open()
+        floods = [shared_flood(settings, queue) for queue in queues]
+        yield (api, floods)
+    finally:
+        await api.session.close()
+        for queue in queues:
+            await queue.close()
+
+
+def make_settings_for(telegram: FakeTelegramServer, db: str, **more: Any) -> Settings:
+    from botkit.testing import make_settings
+
+    return make_settings(
+        Path("/nonexistent"),
+        database_url=SecretStr(db),
+        telegram_bot_token=SecretStr(telegram.token),
+        telegram_api_base=telegram.base_url,
+        **more,
+    )
+
+
+async def test_the_global_rate_is_shared_by_all_workers(
+    telegram: FakeTelegramServer, db: str
+) -> None:
+    async with two_workers_flood(telegram, db, rate=20) as (api, floods):
+        started = time.monotonic()
+
+        async def burst(flood: FloodControl, first_chat: int) -> None:
+            for chat in range(first_chat, first_chat + 15):  # other chats: only the global limit
+                await flood.send(chat, lambda chat=chat: api.send_message(chat, "hi"))
+
+        await asyncio.gather(burst(floods[0], 1_000), burst(floods[1], 2_000))
+        took = time.monotonic() - started
+    assert len(telegram.sent_messages()) == 30
+    assert took >= 29 / 20 * 0.9, f"30 sends at 20/s over two workers took only {took:.2f} s"
+
+
+async def test_a_429_seen_by_one_worker_holds_the_chat_for_the_others(
+    telegram: FakeTelegramServer, db: str
+) -> None:
+    async with two_workers_flood(telegram, db, rate=30) as (api, floods):
+        telegram.fail_next("sendMessage", error_code=429, retry_after=2)
+        first = asyncio.create_task(floods[0].send(77, lambda: api.send_message(77, "one")))
+        await until(lambda: telegram.requests_for("sendMessage"))
+        await asyncio.sleep(0.3)  # the first worker has seen the 429 and shared it
+        started = time.monotonic()
+        await floods[1].send(77, lambda: api.send_message(77, "two"))
+        waited = time.monotonic() - started
+        await first
+    assert waited >= 1.4, f"the second worker sent after {waited:.2f} s, inside the hold"
+    assert sorted(m.text for m in telegram.sent_messages(77)) == ["one", "two"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 from aiogram.exceptions import (
@@ -37,7 +37,7 @@ from botkit.errors import MessengerError
 if TYPE_CHECKING:
     from botkit.metrics import Metrics
 
-__all__ = ["FloodControl", "FloodLimits"]
+__all__ = ["FloodControl", "FloodLimits", "SharedLimits"]
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +71,19 @@ class FloodLimits:
             raise ValueError(f"FloodLimits.chat_burst must be at least 1, got {self.chat_burst}")
 
 
+class SharedLimits(Protocol):
+    """The limits several processes of one bot share (``botkit.runtime.pacing`` keeps them in
+    PostgreSQL): the global rate, and chats a 429 put on hold."""
+
+    async def reserve(self, chat_id: int) -> float:
+        """Take the next global send slot for ``chat_id``; the seconds to wait for it."""
+        ...
+
+    async def hold(self, chat_id: int, seconds: float) -> None:
+        """Tell every process that ``chat_id`` must not be sent to for ``seconds``."""
+        ...
+
+
 @dataclass(eq=False)
 class _ChatState:
     """What one chat needs while it is busy or its buckets have not drained yet."""
@@ -96,8 +109,13 @@ class FloodControl:
         *,
         max_attempts: int = 10,
         max_backoff: float = 30.0,
+        shared: SharedLimits | None = None,
     ) -> None:
-        """Pace to ``limits`` (Telegram's defaults if ``None``), retrying up to ``max_attempts``."""
+        """Pace to ``limits`` (Telegram's defaults if ``None``), retrying up to ``max_attempts``.
+
+        With ``shared``, the global rate and 429 holds are those of every process of the bot;
+        while ``shared`` fails (its database away), this process paces on its own.
+        """
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if max_backoff < 0:
@@ -110,6 +128,8 @@ class FloodControl:
         self._chats: dict[int, _ChatState] = {}
         self._recent_floods: dict[int, float] = {}  # chat_id -> loop time of its last 429
         self._hold_until = 0.0  # loop time before which nobody sends (bot-wide flood wait)
+        self.shared = shared
+        self._shared_failing = False
         self.metrics: Metrics | None = None
         """Where retries and flood waits are counted, if anywhere."""
 
@@ -190,7 +210,7 @@ class FloodControl:
         failures = 0
         last: TelegramAPIError | None = None
         for attempt in range(1, self.max_attempts + 1):
-            await self._pace(state)
+            await self._pace(state, chat_id)
             try:
                 return await call()
             except TelegramRetryAfter as e:
@@ -202,6 +222,7 @@ class FloodControl:
                     attempt=attempt,
                 )
                 self._note_flood(chat_id, e.retry_after)
+                await self._share_hold(chat_id, e.retry_after)
                 if attempt < self.max_attempts:
                     if self.metrics is not None:
                         self.metrics.telegram_retry("429", e.retry_after)
@@ -235,7 +256,7 @@ class FloodControl:
             f"Could not send to chat {chat_id} after {self.max_attempts} attempts: {reason}"
         ) from last
 
-    async def _pace(self, state: _ChatState) -> None:
+    async def _pace(self, state: _ChatState, chat_id: int) -> None:
         """Wait until this chat, its group and the bot may send one more message."""
         if state.limiter is not None:
             await state.limiter.acquire()
@@ -246,8 +267,38 @@ class FloodControl:
         while pause > 0:  # a bot-wide flood wait, possibly extended while we sleep
             await asyncio.sleep(pause)
             pause = self._hold_until - loop.time()
+        if self.shared is not None and self._paced and await self._shared_pace(chat_id):
+            return
         if self._global is not None:
             await self._global.acquire()
+
+    async def _shared_pace(self, chat_id: int) -> bool:
+        """Wait for a slot of the bot-wide rate; ``False`` when the shared limits failed."""
+        assert self.shared is not None
+        try:
+            wait = await self.shared.reserve(chat_id)
+        except Exception as e:  # its database is away: pace on our own meanwhile
+            self._shared_failed(e)
+            return False
+        if self._shared_failing:
+            log.info("telegram.shared_limits_back")
+            self._shared_failing = False
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True
+
+    async def _share_hold(self, chat_id: int, retry_after: float) -> None:
+        if self.shared is None:
+            return
+        try:
+            await self.shared.hold(chat_id, retry_after)
+        except Exception as e:
+            self._shared_failed(e)
+
+    def _shared_failed(self, error: Exception) -> None:
+        if not self._shared_failing:
+            log.warning("telegram.shared_limits_failed", error=str(error))
+            self._shared_failing = True
 
     def _note_flood(self, chat_id: int, retry_after: float) -> None:
         """Hold every chat for ``retry_after`` when several chats got a 429 at once."""

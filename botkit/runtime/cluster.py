@@ -23,9 +23,16 @@ from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
 
 if TYPE_CHECKING:
+    from botkit.messengers.flood import FloodControl
     from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = ["check_webhook_settings", "queue_for", "run_queued", "serve_queued"]
+__all__ = [
+    "check_webhook_settings",
+    "queue_for",
+    "run_queued",
+    "serve_queued",
+    "shared_flood",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +47,18 @@ def queue_for(settings: Settings, *, concurrency: int = 0) -> TurnQueue:
     timings = QueueTimings(heartbeat=stalled / 4, stalled_after=stalled)
     pool_size = 4 + concurrency // 4
     return TurnQueue(settings.database_url.get_secret_value(), pool_size=pool_size, timings=timings)
+
+
+def shared_flood(settings: Settings, queue: TurnQueue) -> FloodControl:
+    """Pacing to Telegram's limits with the global rate and 429 holds shared in ``queue``'s
+    database by every process of this bot."""
+    from botkit.messengers.flood import FloodControl, FloodLimits
+    from botkit.runtime.pacing import SharedPacing
+
+    prefix = settings.require_telegram_token().split(":", 1)[0]  # a token is <bot id>:<secret>
+    bot_id = int(prefix) if prefix.isdigit() else 0
+    shared = SharedPacing(queue, bot_id, settings.send_rate)
+    return FloodControl(FloodLimits(global_per_second=settings.send_rate), shared=shared)
 
 
 def check_webhook_settings(settings: Settings) -> None:
@@ -77,7 +96,9 @@ async def serve_queued(
     slots = concurrency or settings.max_concurrent_turns
     queue = queue or queue_for(settings, concurrency=slots if work else 0)
     await queue.open()
-    messenger = messenger or messenger_for(settings, inbox=False)
+    messenger = messenger or messenger_for(
+        settings, inbox=False, flood=shared_flood(settings, queue)
+    )
     async with AsyncExitStack() as stack:
         stack.push_async_callback(bot.aclose)
         stack.push_async_callback(queue.close)
