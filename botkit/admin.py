@@ -17,12 +17,14 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
+from botkit.commands import CommandHandler
 from botkit.config import Settings
 from botkit.errors import ConfigError
+from botkit.messengers.base import Incoming
 from botkit.pricing import estimate, price_for
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
@@ -35,7 +37,14 @@ from botkit.stores.base import (
 )
 from botkit.types import Usage
 
-__all__ = ["Admin", "add_commands", "format_table", "run_command"]
+__all__ = [
+    "Admin",
+    "AdminHost",
+    "add_commands",
+    "format_table",
+    "register_admin_commands",
+    "run_command",
+]
 
 EXIT_NOT_FOUND = 1
 
@@ -88,6 +97,85 @@ class Admin:
         log.info(
             "admin.action", actor=self.actor, action=action, target=target, **self._who, **details
         )
+
+
+# --- admins in chat ---------------------------------------------------------------------------
+
+CHAT_USERS_SHOWN = 30
+"""Most users ``/users`` lists in one message (the newest ones)."""
+
+
+class AdminHost(Protocol):
+    """What the admin chat commands need of a bot."""
+
+    settings: Settings
+
+    def command(
+        self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
+    ) -> Callable[[CommandHandler], CommandHandler]:
+        """Register a command."""
+        ...
+
+    async def user_store(self) -> UserStore:
+        """The users and invites store."""
+        ...
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
+        ...
+
+
+def register_admin_commands(bot: AdminHost) -> None:
+    """``/users``, ``/block ID`` and ``/unblock ID``: for admins only, unknown to others."""
+
+    async def admin_of(message: Incoming) -> Admin:
+        return Admin(await bot.user_store(), message.user_id, via="chat")
+
+    async def users(message: Incoming, args: str) -> str:
+        role = args.strip() or None
+        found = await (await bot.user_store()).list_users(role)
+        if not found:
+            return "No users" + (f" with role {role}." if role else " are registered.")
+        lines = [_chat_line(user) for user in found[-CHAT_USERS_SHOWN:]]
+        more = len(found) - len(lines)
+        head = f"{len(found)} user{'' if len(found) == 1 else 's'}"
+        head += f" with role {role}" if role else ""
+        head += f" (the newest {len(lines)}):" if more else ":"
+        return "\n".join([head, *lines])
+
+    async def block(message: Incoming, args: str) -> str:
+        user_id = _user_id(args)
+        if user_id is None:
+            return "Usage: /block USER_ID"
+        record = await (await admin_of(message)).block(user_id)
+        bot.forget_user(user_id)
+        note = ""
+        if user_id in bot.settings.admins:
+            note = " They are in BOTKIT_ADMINS, so they are still admitted."
+        return f"Blocked {user_id} (role {record.role}).{note}"
+
+    async def unblock(message: Incoming, args: str) -> str:
+        user_id = _user_id(args)
+        if user_id is None:
+            return "Usage: /unblock USER_ID"
+        if not await (await admin_of(message)).unblock(user_id):
+            return f"No user {user_id} in the user store."
+        bot.forget_user(user_id)
+        return f"Unblocked {user_id}."
+
+    bot.command("users", "Registered users (/users ROLE: only that role)", hidden=True)(users)
+    bot.command("block", "Block a user: /block USER_ID", hidden=True)(block)
+    bot.command("unblock", "Unblock a user: /unblock USER_ID", hidden=True)(unblock)
+
+
+def _user_id(args: str) -> int | None:
+    text = args.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _chat_line(user: UserRecord) -> str:
+    name = _name(user) or "-"
+    return f"{user.user_id} {user.role} {name}" + (" (blocked)" if user.blocked else "")
 
 
 # --- the command line ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from botkit.access import Access
+from botkit.admin import register_admin_commands
 from botkit.agent.context import ContextManager
 from botkit.agent.events import Event, Hooks
 from botkit.agent.pool import ContextPool
@@ -90,6 +91,7 @@ class Bot:
             self.plugins += [PromptPlugin(self.skills.prompt_section()), ToolPlugin(self.skills)]
         self.commands: dict[str, Command] = {}
         register_builtin_commands(self)
+        register_admin_commands(self)
         self._llm = llm
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
@@ -125,19 +127,29 @@ class Bot:
         return fn
 
     def command(
-        self, name: str, description: str, *, admin_only: bool = False
+        self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
-        """Decorator: register ``async def handler(message, args) -> str`` as ``/name``."""
+        """Decorator: register ``async def handler(message, args) -> str`` as ``/name``.
+
+        ``hidden`` commands are for admins only and unknown to everyone else.
+        """
 
         def register(handler: CommandHandler) -> CommandHandler:
-            self.commands[name] = Command(name, description, handler, admin_only)
+            self.commands[name] = Command(name, description, handler, admin_only, hidden)
             return handler
 
         return register
 
-    def command_menu(self) -> list[tuple[str, str]]:
-        """The commands as Telegram's menu shows them."""
-        return [(c.name, c.description) for c in self.commands.values()]
+    def command_menu(self, *, admin: bool = False) -> list[tuple[str, str]]:
+        """The commands as Telegram's menu shows them (to an admin, hidden ones too)."""
+        return [(c.name, c.description) for c in self.commands.values() if admin or not c.hidden]
+
+    def commands_for(self, message: Incoming) -> list[Command]:
+        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
+        admin = self.is_admin(message.user_id) or (
+            message.user is not None and message.user.role == "admin"
+        )
+        return [c for c in self.commands.values() if admin or not c.hidden]
 
     # ---- the steps a bot may override -----------------------------------------------
 
@@ -264,6 +276,10 @@ class Bot:
     async def over_budget(self, user_id: int) -> bool:
         """Whether the user has used up today's token budget (if one is set)."""
         return await self.access.over_budget(user_id)
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
+        self.access.forget(user_id)
 
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""

@@ -32,6 +32,8 @@ class Command:
     description: str
     handler: CommandHandler
     admin_only: bool = False
+    hidden: bool = False
+    """For admins only, and unknown to everyone else: not in their menu or ``/help``."""
 
 
 class CommandHost(Protocol):
@@ -44,9 +46,13 @@ class CommandHost(Protocol):
     model_override: str | None
 
     def command(
-        self, name: str, description: str, *, admin_only: bool = False
+        self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
         """Register a command."""
+        ...
+
+    def commands_for(self, message: Incoming) -> list[Command]:
+        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
         ...
 
     def is_admin(self, user_id: int) -> bool:
@@ -70,7 +76,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
     """``/help``, ``/clear``, ``/usage``, ``/model`` and, with skills, ``/skills``."""
 
     async def help_(message: Incoming, args: str) -> str:
-        lines = [f"/{c.name} — {c.description}" for c in bot.commands.values()]
+        lines = [f"/{c.name} — {c.description}" for c in bot.commands_for(message)]
         return "\n".join([bot.options.help_text, *lines])
 
     async def clear(message: Incoming, args: str) -> str:

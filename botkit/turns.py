@@ -55,6 +55,10 @@ class BotSteps(Protocol):
     hooks: Hooks
     model_override: str | None
 
+    def commands_for(self, message: Incoming) -> list[Command]:
+        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
+        ...
+
     @property
     def llm(self) -> LLM:
         """The model the bot talks to."""
@@ -234,10 +238,11 @@ class TurnPipeline:
 
     async def _answer_command(self, message: Incoming) -> str:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
+        visible = self.bot.commands_for(message)
         command = self.bot.commands.get(message.command or "")
-        if command is not None:
+        if command is not None and command in visible:
             return await self._run_command(command, message)
-        menu = "\n".join(f"/{c.name} — {c.description}" for c in self.bot.commands.values())
+        menu = "\n".join(f"/{c.name} — {c.description}" for c in visible)
         if message.command == "start":
             return f"{self.bot.options.help_text}\n{menu}"
         return f"{self.bot.options.unknown_command_text.format(command=message.command)}\n{menu}"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from botkit import ToolError, tool
 from botkit.metrics import Metrics
@@ -148,3 +149,62 @@ def test_label_values_are_bounded() -> None:
         if sample.name == "botkit_telegram_requests_total"
     }
     assert len(methods) == 51 and "other" in methods
+
+
+# --- admins in chat ----------------------------------------------------------------------------
+
+ADMIN, MEMBER = 7, 8
+
+
+async def test_admins_list_block_and_unblock_users_in_chat_with_an_audit_line(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(
+        claude, tmp_path, admins=frozenset({ADMIN}), allowed_users=frozenset({ALICE, MEMBER})
+    )
+    rejection = bot.options.rejection_text
+    async with running(bot, telegram):
+        assert (await ask(telegram, ALICE, "hi")).text == "echo: hi"
+        with capture_logs() as logs:
+            blocked = (await ask(telegram, ADMIN, f"/block {ALICE}")).text
+            assert blocked == f"Blocked {ALICE} (role user)."
+            assert (await ask(telegram, ALICE, "still there?")).text == rejection
+            listed = (await ask(telegram, ADMIN, "/users")).text
+            assert (await ask(telegram, ADMIN, f"/unblock {ALICE}")).text == f"Unblocked {ALICE}."
+            assert (await ask(telegram, ALICE, "back?")).text == "echo: back?"
+            assert (
+                await ask(telegram, ADMIN, "/unblock 123")
+            ).text == "No user 123 in the user store."
+            assert (await ask(telegram, ADMIN, "/block someone")).text == "Usage: /block USER_ID"
+
+    assert listed.splitlines() == ["1 user:", f"{ALICE} user - (blocked)"]
+    assert len(claude.requests) == 2, "the blocked message cost no LLM call"
+    audit = [e for e in logs if e["event"] == "admin.action"]
+    assert [(e["actor"], e["action"], e["target"], e["via"]) for e in audit] == [
+        (ADMIN, "users.block", ALICE, "chat"),
+        (ADMIN, "users.unblock", ALICE, "chat"),
+    ]
+
+
+async def test_admin_commands_are_unknown_to_everyone_else(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(claude, tmp_path, admins=frozenset({ADMIN}), allowed_users=frozenset({MEMBER}))
+    async with running(bot, telegram):
+        unknown = (await ask(telegram, MEMBER, "/frobnicate 1")).text
+        tried = (await ask(telegram, MEMBER, f"/block {ADMIN}")).text
+        users = (await ask(telegram, MEMBER, "/users")).text
+        member_help = (await ask(telegram, MEMBER, "/help")).text
+        admin_help = (await ask(telegram, ADMIN, "/help")).text
+        default_menu = telegram.commands()
+        admin_menu = telegram.commands({"type": "chat", "chat_id": ADMIN})
+
+    assert tried == unknown.replace("frobnicate", "block")
+    assert users == unknown.replace("frobnicate", "users")
+    assert await bot.known_user(ADMIN) is None, "nothing was blocked"
+    for hidden in ("/users", "/block", "/unblock"):
+        assert hidden not in member_help and hidden not in unknown
+        assert hidden in admin_help
+    assert {c["command"] for c in default_menu} & {"users", "block", "unblock"} == set()
+    assert {"users", "block", "unblock", "help"} <= {c["command"] for c in admin_menu}
+    assert len(claude.requests) == 0

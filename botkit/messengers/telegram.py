@@ -32,7 +32,7 @@ from aiogram.exceptions import (
 )
 from aiogram.methods import TelegramMethod
 from aiogram.methods.base import Response, TelegramType
-from aiogram.types import BotCommand, ReplyParameters, Update, User
+from aiogram.types import BotCommand, BotCommandScopeChat, ReplyParameters, Update, User
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
@@ -215,16 +215,20 @@ class TelegramMessenger:
             self.api, message.chat_id, interval=self.draft_interval, thread_id=message.thread_id
         )
 
-    async def sync_commands(self, commands: Sequence[tuple[str, str]]) -> bool:
-        """Set the bot's command menu, only if it differs (setMyCommands is rate limited)."""
+    async def sync_commands(
+        self, commands: Sequence[tuple[str, str]], *, chat_id: int | None = None
+    ) -> bool:
+        """Set the bot's command menu (in one private chat only, with ``chat_id``), only if it
+        differs (setMyCommands is rate limited)."""
         wanted = [(name, description) for name, description in commands]
+        scope = BotCommandScopeChat(chat_id=chat_id) if chat_id is not None else None
         async with _errors_mapped("getMyCommands"):
-            current = await self.flood.send(0, self.api.get_my_commands)
+            current = await self.flood.send(0, partial(self.api.get_my_commands, scope=scope))
         if [(c.command, c.description) for c in current] == wanted:
             return False
         menu = [BotCommand(command=n, description=d) for n, d in wanted]
         async with _errors_mapped("setMyCommands"):
-            await self.flood.send(0, partial(self.api.set_my_commands, menu))
+            await self.flood.send(0, partial(self.api.set_my_commands, menu, scope=scope))
         return True
 
     # ---- input ------------------------------------------------------------------------

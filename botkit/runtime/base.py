@@ -44,8 +44,8 @@ class ServedBot(Protocol):
         """The users and invites store."""
         ...
 
-    def command_menu(self) -> list[tuple[str, str]]:
-        """The commands as a menu shows them."""
+    def command_menu(self, *, admin: bool = False) -> list[tuple[str, str]]:
+        """The commands as a menu shows them (to an admin, hidden ones too)."""
         ...
 
     async def on_start(self) -> None:

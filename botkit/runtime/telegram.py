@@ -158,6 +158,14 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
         log.warning("bot.commands_not_set", error=str(e))
         return
     log.info("bot.commands", changed=changed, count=len(bot.commands))
+    admin_menu = bot.command_menu(admin=True)
+    if admin_menu == bot.command_menu():
+        return
+    for admin in sorted(bot.settings.admins):  # hidden commands: only in admins' own menus
+        try:
+            await messenger.sync_commands(admin_menu, chat_id=admin)
+        except MessengerError as e:  # e.g. an admin who never opened a chat with the bot
+            log.warning("bot.admin_commands_not_set", admin=admin, error=str(e))
 
 
 def run_bot(bot: ServedBot) -> None:
