@@ -7,10 +7,14 @@ from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from botkit import ToolError, tool
+from botkit.messengers.flood import FloodControl
 from botkit.metrics import Metrics
+from botkit.runtime.telegram import messenger_for
+from botkit.stores.migrate import migrate
 from botkit.testing import FakeReply, ask, make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.telegram import FakeTelegramServer
@@ -208,3 +212,42 @@ async def test_admin_commands_are_unknown_to_everyone_else(
     assert {c["command"] for c in default_menu} & {"users", "block", "unblock"} == set()
     assert {"users", "block", "unblock", "help"} <= {c["command"] for c in admin_menu}
     assert len(claude.requests) == 0
+
+
+# --- the queued runtimes (receive and work) ------------------------------------------------------
+
+
+async def test_a_queued_receiver_and_worker_serve_metrics_and_readiness(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer, postgres_db: str
+) -> None:
+    from botkit.runtime.cluster import queue_for, serve_queued
+
+    await migrate(postgres_db)
+    bot = make_bot(
+        claude,
+        tmp_path,
+        database_url=SecretStr(postgres_db),
+        telegram_bot_token=SecretStr(telegram.token),
+        telegram_api_base=telegram.base_url,
+        access="open",
+        poll_timeout=1,
+        metrics_port=0,
+    )
+    messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve_queued(bot, stop, messenger=messenger, queue=queue_for(bot.settings, concurrency=2))
+    )
+    try:
+        assert (await ask(telegram, ALICE, "hi", timeout=20)).text == "echo: hi"
+        url = bot.metrics.served_at
+        assert url is not None
+        samples = await scrape(url)
+        ready = await get(f"{url}/readyz")
+    finally:
+        stop.set()
+        await task
+
+    assert value(samples, "botkit_turns_total", outcome="answered") == 1
+    assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 1
+    assert ready == (200, "ready\n")

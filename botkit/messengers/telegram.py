@@ -287,9 +287,11 @@ class TelegramMessenger:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self.poll_failure = _describe_error(e)
                 await _sleep_unless(stop, failures.wait_after(e))
                 continue
             failures.reset()
+            self.polled_at, self.poll_failure = time.monotonic(), None
             for raw in batch:
                 update_id = _update_id(raw)
                 if update_id is None:

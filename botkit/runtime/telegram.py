@@ -119,8 +119,11 @@ async def serve(
         await bot.aclose()
 
 
-def readiness(bot: ServedBot, messenger: TelegramMessenger) -> list[ReadinessCheck]:
-    """What ``/readyz`` checks: polling Telegram works, recently, and the stores answer."""
+def readiness(
+    bot: ServedBot, messenger: TelegramMessenger, *, polling_too: bool = True
+) -> list[ReadinessCheck]:
+    """What ``/readyz`` checks: the stores answer and (if this process polls) polling
+    Telegram works, recently."""
 
     async def polling() -> str | None:
         if messenger.poll_failure is not None:
@@ -138,7 +141,8 @@ def readiness(bot: ServedBot, messenger: TelegramMessenger) -> list[ReadinessChe
     async def read_session() -> object:
         return await bot.sessions.load(0)
 
-    return [polling, stores_check(read_user, read_session)]
+    stores = stores_check(read_user, read_session)
+    return [polling, stores] if polling_too else [stores]
 
 
 async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError) -> None:
