@@ -16,11 +16,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from botkit import Bot, Settings
 from botkit.messengers.flood import FloodControl
@@ -507,3 +509,49 @@ async def test_a_429_seen_by_one_worker_holds_the_chat_for_the_others(
         await first
     assert waited >= 1.4, f"the second worker sent after {waited:.2f} s, inside the hold"
     assert sorted(m.text for m in telegram.sent_messages(77)) == ["one", "two"]
+
+
+# --- PostgreSQL lost while running ----------------------------------------------------------
+
+
+async def cut_off(db: str, admin_dsn: str, *, allow: bool) -> None:
+    """Refuse (or allow again) connections to ``db`` and drop the ones open: an outage."""
+    name = urlsplit(db).path.lstrip("/")
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allow).lower()}')
+        if not allow:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+    finally:
+        await admin.close()
+
+
+async def test_an_outage_of_postgres_loses_no_update(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    postgres_dsn: str,
+) -> None:
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    with capture_logs() as logs:
+        async with queued(bot):
+            telegram.send_text(11, "before")
+            await telegram.wait_for_messages(11, 1, timeout=20)
+            await cut_off(db, postgres_dsn, allow=False)
+            for user in (11, 12, 13):
+                telegram.send_text(user, f"during {user}")
+            await asyncio.sleep(6)  # past the pool's 5 s wait for a connection
+            assert len(telegram.sent_messages()) == 1, "nothing is answered while it is away"
+            await cut_off(db, postgres_dsn, allow=True)
+            for user in (11, 12, 13):
+                await telegram.wait_for_messages(user, 2 if user == 11 else 1, timeout=30)
+            await asyncio.sleep(0.5)
+    assert [m.text for m in telegram.sent_messages(11)] == ["echo: before", "echo: during 11"]
+    for user in (12, 13):
+        assert [m.text for m in telegram.sent_messages(user)] == [f"echo: during {user}"]
+    lost = [e for e in logs if e["event"] == "queue.database_lost" and e["what"] == "receiver"]
+    assert len(lost) == 1, "one line per outage"
+    assert lost[0]["error"] == "cannot queue update 2: couldn't get a connection after 5.00 sec"

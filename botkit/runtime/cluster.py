@@ -93,6 +93,8 @@ async def serve_queued(
     check_webhook_settings(settings)
     # procrastinate says "job started/succeeded" at INFO for every turn: botkit logs turns.
     logging.getLogger("procrastinate").setLevel(logging.WARNING)
+    # psycopg's pool warns at every reconnection attempt: an outage is logged once, by botkit.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     slots = concurrency or settings.max_concurrent_turns
     queue = queue or queue_for(settings, concurrency=slots if work else 0)
     await queue.open()

@@ -25,7 +25,15 @@ from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
 
-__all__ = ["QUEUE", "TURN_TASK", "Outage", "QueueTimings", "TurnQueue", "lock_for"]
+__all__ = [
+    "QUEUE",
+    "TURN_TASK",
+    "Outage",
+    "QueueTimings",
+    "TurnQueue",
+    "describe",
+    "lock_for",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +84,8 @@ class TurnQueue:
         self.dsn = dsn
         self.timings = timings or QueueTimings()
         self.app = App(
-            connector=PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size),
+            # A connection not had within ``timeout`` s is an error (an outage), not a wait.
+            connector=PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size, timeout=5),
             worker_defaults={"queues": [QUEUE]},
         )
 
@@ -88,7 +97,9 @@ class TurnQueue:
             row = await self.app.connector.execute_query_one_async(_SCHEMA)
         except ConnectorException as e:
             await self.close()
-            raise ConfigError(f"cannot use the job queue in BOTKIT_DATABASE_URL: {e}") from e
+            raise ConfigError(
+                f"cannot use the job queue in BOTKIT_DATABASE_URL: {describe(e)}"
+            ) from e
         if not row["ok"]:
             await self.close()
             raise ConfigError(
@@ -121,7 +132,7 @@ class TurnQueue:
         except AlreadyEnqueued:
             log.info("queue.duplicate_update", update_id=update_id)
         except (ConnectorException, OSError) as e:
-            raise StoreError(f"cannot queue update {update_id}: {e}") from e
+            raise StoreError(f"cannot queue update {update_id}: {describe(e)}") from e
 
     async def claim(self, bot_id: int, update_id: int, job_id: int) -> bool:
         """Whether job ``job_id`` runs ``update_id``: the first job to claim it does."""
@@ -138,7 +149,7 @@ class TurnQueue:
                 _REJECT, bot_id=bot_id, update_id=update_id, payload=payload, error=error
             )
         except (ConnectorException, OSError) as e:
-            raise StoreError(f"cannot journal unparseable update {update_id}: {e}") from e
+            raise StoreError(f"cannot journal unparseable update {update_id}: {describe(e)}") from e
 
     async def notify_stop(self, chat_id: int, draft_id: int) -> None:
         """Tell every worker that the stop button of ``draft_id`` in ``chat_id`` was pressed."""
@@ -147,7 +158,7 @@ class TurnQueue:
                 "SELECT pg_notify('botkit_stop', %(press)s)", press=f"{chat_id}:{draft_id}"
             )
         except (ConnectorException, OSError) as e:
-            raise StoreError(f"cannot pass on a stop press: {e}") from e
+            raise StoreError(f"cannot pass on a stop press: {describe(e)}") from e
 
     async def stop_presses(self) -> AsyncIterator[tuple[int, int]]:
         """Stop presses as they are announced: ``(chat_id, draft_id)``, until cancelled."""
@@ -222,7 +233,7 @@ class Outage:
         loop = asyncio.get_running_loop()
         if self.since is None:
             self.since = loop.time()
-            log.warning("queue.database_lost", what=self.what, error=str(error))
+            log.warning("queue.database_lost", what=self.what, error=describe(error))
         delay, self.delay = self.delay, min(self.delay * 2, self.longest)
         return delay
 
@@ -233,3 +244,10 @@ class Outage:
         lasted = asyncio.get_running_loop().time() - self.since
         log.info("queue.database_back", what=self.what, seconds=round(lasted, 1))
         self.since, self.delay = None, self.first
+
+
+def describe(error: BaseException) -> str:
+    """One line saying what failed: procrastinate's "Database error." names its cause."""
+    cause = error.__cause__ if isinstance(error, ConnectorException) else None
+    text = str(cause or error).strip() or type(error).__name__
+    return text.splitlines()[0]
