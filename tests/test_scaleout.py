@@ -555,3 +555,20 @@ async def test_an_outage_of_postgres_loses_no_update(
     lost = [e for e in logs if e["event"] == "queue.database_lost" and e["what"] == "receiver"]
     assert len(lost) == 1, "one line per outage"
     assert lost[0]["error"] == "cannot queue update 2: couldn't get a connection after 5.00 sec"
+
+
+async def test_receivers_and_workers_serve_metrics_and_readiness(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude, telegram, tmp_path, db, metrics_port=0)
+    async with queued(bot), aiohttp.ClientSession() as http:
+        await until(lambda: bot.metrics.served_at is not None)
+        telegram.send_text(21, "count me")
+        await telegram.wait_for_messages(21, 1, timeout=20)
+        await until(lambda: telegram.requests_for("getUpdates"))
+        async with http.get(f"{bot.metrics.served_at}/readyz") as response:
+            ready = (response.status, await response.text())
+        async with http.get(f"{bot.metrics.served_at}/metrics") as response:
+            metrics = await response.text()
+    assert ready == (200, "ready\n")
+    assert "sendMessage" in metrics

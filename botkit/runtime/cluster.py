@@ -18,6 +18,7 @@ import structlog
 
 from botkit.config import Settings
 from botkit.errors import ConfigError
+from botkit.ops import ops_server
 from botkit.runtime.base import ServedBot
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
@@ -87,7 +88,7 @@ async def serve_queued(
     grace_period: float | None = None,
 ) -> None:
     """Receive into the queue, work from it, or both, until ``stop`` is set."""
-    from botkit.runtime.telegram import messenger_for
+    from botkit.runtime.telegram import messenger_for, readiness
 
     settings = bot.settings
     check_webhook_settings(settings)
@@ -101,10 +102,15 @@ async def serve_queued(
     messenger = messenger or messenger_for(
         settings, inbox=False, flood=shared_flood(settings, queue)
     )
+    messenger.observe(bot.metrics)
+    bot.metrics.watch_load(contexts=lambda: bot.resident_contexts)
+    polling = receive and settings.webhook_url is None
+    checks = [*readiness(bot, messenger, polling_too=polling), queue.check]
     async with AsyncExitStack() as stack:
         stack.push_async_callback(bot.aclose)
         stack.push_async_callback(queue.close)
         stack.push_async_callback(messenger.close)
+        await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
         await stack.enter_async_context(_ops(bot, messenger, polling=receive))
         jobs = []
         if receive:

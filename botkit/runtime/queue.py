@@ -111,6 +111,14 @@ class TurnQueue:
         with _suppressed():
             await self.app.close_async()
 
+    async def check(self) -> str | None:
+        """A readiness check: ``None`` while the queue's database answers."""
+        try:
+            await self.app.connector.execute_query_one_async("SELECT 1 AS one")
+        except Exception as e:
+            return f"the job queue's database does not answer: {describe(e)}"
+        return None
+
     def register(self, run: Callable[[int, dict[str, Any]], Awaitable[None]]) -> None:
         """Make ``run(job_id, update)`` the task that runs a turn in this process."""
 
