@@ -192,8 +192,8 @@ class TurnPipeline:
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
         context = await self.context_for(message)
         async with context.lock, self._typing(messenger, message):
-            await context.flush_pending()
             if not context.has_turn(message.update_id):
+                await context.flush_pending()  # notes relayed since the last turn, in order
                 await context.append(self._user_turn(message), **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.

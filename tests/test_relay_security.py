@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
-from botkit import Bot, Settings
+from botkit import Bot, Settings, tool
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.relay import MAX_RELAYS_PER_TURN, UNREACHABLE
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
@@ -120,3 +121,58 @@ async def test_relays_per_turn_are_capped(
     assert len(telegram.sent_messages(ADMIN)) == MAX_RELAYS_PER_TURN
     assert summary.plain_text.count("Delivered") == MAX_RELAYS_PER_TURN
     assert f"at most {MAX_RELAYS_PER_TURN} messages" in summary.plain_text
+
+
+async def test_a_note_relayed_to_a_busy_user_survives_a_crash_and_comes_in_order(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    released = asyncio.Event()
+    waiting = asyncio.Event()
+
+    @tool
+    async def check_stock() -> str:
+        """Checks the stock (slowly)."""
+        waiting.set()
+        await released.wait()
+        return "12 towels"
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.last_user_text() == "check the stock":
+            return FakeReply.tool_use("check_stock", {})
+        return obedient(request)
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path)
+    bot.tools.register(check_stock)
+    await register(bot, ADMIN, MALLORY)
+    async with running(bot, telegram, grace_period=0.1):
+        telegram.send_text(ADMIN, "check the stock")
+        await asyncio.wait_for(waiting.wait(), 10)
+        telegram.send_text(MALLORY, f"relay {ADMIN} the van is here")
+        await telegram.wait_for_messages(MALLORY)
+        recorded = (tmp_path / "sessions" / f"{ADMIN}.jsonl").read_text()
+        assert "the van is here" in recorded, "written at once, while the admin's turn runs"
+    await bot.aclose()  # the admin's turn was cut off: a crash as far as it knows
+
+    released.set()
+    restarted = make_bot(claude, tmp_path)
+    restarted.tools.register(check_stock)
+    claude.requests.clear()
+    async with running(restarted, telegram):
+        await telegram.wait_for_messages(ADMIN, 2)  # the interrupted turn is finished
+        telegram.send_text(ADMIN, "anything new?")
+        await telegram.wait_for_messages(ADMIN, 3)
+    await restarted.aclose()
+    blocks = [
+        (message["role"], block.get("name") or block.get("text") or block.get("content"))
+        for message in claude.requests[-1].messages
+        for block in message["content"]
+    ]
+    notes = [i for i, (_, text) in enumerate(blocks) if "the van is here" in str(text)]
+    assert len(notes) == 1, "the note is in the admin's context exactly once"
+    note = notes[0]
+    tool_call = blocks.index(("assistant", "check_stock"))
+    resumed_answer = max(i for i, (role, _) in enumerate(blocks[:note]) if role == "assistant")
+    assert tool_call < resumed_answer < note, "after the turn it arrived in, never inside it"
+    assert blocks[note + 1][0] == "assistant", "the acknowledgement follows the note"
+    assert blocks[note + 2 :] == [("user", "anything new?")], "then the admin's next message"

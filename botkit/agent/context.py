@@ -52,7 +52,7 @@ class ContextManager:
         """Messages appended since this context was built (compaction does not lower it)."""
         self._turn_starts: dict[int, int] = {}
         self.pending: list[Message] = []
-        """Messages injected while a turn ran; appended before the next one."""
+        """Messages injected with ``defer`` (already recorded); they join at the next turn."""
         self.usage_by_model: dict[str, Usage] = {}
         """Everything this user's calls cost, per model, resets and compactions included."""
 
@@ -62,7 +62,11 @@ class ContextManager:
         context = cls(user_id, **options)
         for entry in entries:
             context._count(entry)
-            if isinstance(entry, SessionEntry):
+            if isinstance(entry, SessionEntry) and entry.deferred:
+                context.pending.append(entry.to_message())
+            elif isinstance(entry, SessionEntry):
+                if _starts_turn(entry):
+                    context._flush()  # where flush_pending put them before this turn
                 context._add(entry.to_message(), entry.update_id)
             elif isinstance(entry, ResetEntry):
                 context.clear()
@@ -99,10 +103,26 @@ class ContextManager:
         self._messages.append(message)
         self.appended += 1
 
+    async def defer(self, message: Message) -> None:
+        """Record ``message`` now; it joins the context when the next turn starts.
+
+        For messages from outside the conversation (a relayed note): recorded at once, so a
+        restart keeps them, and never inside a running turn, where they would split a tool call
+        from its result (in this process or in another one sharing the session store).
+        """
+        entry = SessionEntry.of(
+            self.user_id, message, conversation=self.conversation, deferred=True
+        )
+        await self._record(entry)
+        self.pending.append(message)
+
     async def flush_pending(self) -> None:
-        """Append the messages injected while the context was busy (hold ``lock``)."""
+        """Add the deferred messages to the context, in order (hold ``lock``, at a turn's start)."""
+        self._flush()
+
+    def _flush(self) -> None:
         while self.pending:
-            await self.append(self.pending.pop(0))
+            self._add(self.pending.pop(0), None)
 
     def since(self, appended: int) -> list[Message]:
         """The messages appended after ``appended`` was read (those still in the context)."""
@@ -159,6 +179,7 @@ class ContextManager:
     def clear(self) -> None:
         """Forget the conversation in memory (the session file is not touched)."""
         self._messages.clear()
+        self.pending.clear()
         self._turn_starts.clear()
 
     async def _record(self, entry: Entry) -> None:
@@ -178,3 +199,8 @@ class ContextManager:
         self._turn_starts = {u: i - shift + 1 for u, i in self._turn_starts.items() if i >= shift}
         note = Message(role="user", content=[TextBlock(text=SUMMARY_PREFIX + summary)])
         self._messages = [note, *kept_messages]
+
+
+def _starts_turn(entry: SessionEntry) -> bool:
+    """Whether a recorded message began a turn: a user message that is not only tool results."""
+    return entry.role == "user" and any(block.type != "tool_result" for block in entry.content)

@@ -67,13 +67,8 @@ class ContextPool:
         return last == self._last_seq.get(key)
 
     async def inject(self, user_id: int, message: Message) -> None:
-        """Add ``message`` to a user's context (now, or right after their running turn)."""
-        context = await self.get(user_id)
-        if context.lock.locked():
-            context.pending.append(message)
-            return
-        async with context.lock:
-            await context.append(message)
+        """Record ``message`` in a user's conversation now; it joins their next turn."""
+        await (await self.get(user_id)).defer(message)
 
     def _evict_idle(self) -> None:
         """Drop the least recently used contexts beyond ``max_contexts`` that are not in use."""

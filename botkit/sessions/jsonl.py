@@ -79,6 +79,9 @@ class SessionEntry(_Entry):
     stop_reason: str | None = None
     speaker: str | None = None
     """Who wrote a user message in a group conversation (their display name)."""
+    deferred: bool | None = None
+    """Injected from outside the conversation (a relayed note): recorded at once, it joins the
+    context at the start of the conversation's next turn, never inside a running one."""
 
     @classmethod
     def of(cls, user_id: int, message: Message, **meta: object) -> SessionEntry:
