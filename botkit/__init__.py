@@ -44,7 +44,16 @@ from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.sessions import JsonlSessionStore, SessionEntry, SessionStore, read_session_file
 from botkit.skills import Skill, SkillLibrary, load_skills
 from botkit.stores.base import Invite, UserRecord, UserStore
-from botkit.tools import ContextInjector, Tool, ToolContext, ToolRegistry, ToolSet, tool
+from botkit.tools import (
+    ContextInjector,
+    Tool,
+    ToolContext,
+    ToolFile,
+    ToolImage,
+    ToolRegistry,
+    ToolSet,
+    tool,
+)
 from botkit.types import (
     ImageBlock,
     Message,
@@ -109,6 +118,8 @@ __all__ = [
     "ToolContext",
     "ToolDef",
     "ToolError",
+    "ToolFile",
+    "ToolImage",
     "ToolPlugin",
     "ToolRegistry",
     "ToolResult",

@@ -188,6 +188,21 @@ class Bot:
         parts += [part for p in self.plugins if (part := await p.prompt(message))]
         return "\n\n".join(parts)
 
+    async def transcribe(self, audio: bytes, mime: str) -> str | None:
+        """What a voice note or audio file says; ``None`` (the default): not understood.
+
+        Override it (or pass ``transcribe=``) to answer voice: the text becomes the turn and
+        the user is shown what was understood.
+        """
+        if self.options.transcribe is not None:
+            return await self.options.transcribe(audio, mime)
+        return None
+
+    @property
+    def can_transcribe(self) -> bool:
+        """Whether voice notes are understood: ``transcribe`` was overridden or passed."""
+        return self.options.transcribe is not None or type(self).transcribe is not Bot.transcribe
+
     async def on_start(self) -> None:
         """Called once before the bot takes messages; raise ``ConfigError`` to stop cleanly."""
 

@@ -16,7 +16,7 @@ from botkit.pricing import estimate
 from botkit.skills import SkillLibrary
 from botkit.types import Usage
 
-__all__ = ["Command", "CommandHandler", "CommandHost", "register_builtin_commands"]
+__all__ = ["Command", "CommandHandler", "CommandHost", "help_intro", "register_builtin_commands"]
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +45,11 @@ class CommandHost(Protocol):
     skills: SkillLibrary
     model_override: str | None
 
+    @property
+    def can_transcribe(self) -> bool:
+        """Whether voice notes are understood."""
+        ...
+
     def command(
         self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
@@ -72,12 +77,22 @@ class CommandHost(Protocol):
         ...
 
 
+def help_intro(options: BotOptions, can_transcribe: bool) -> str:
+    """The help's first line: what the bot accepts (voice too, when it can transcribe)."""
+    if not can_transcribe:
+        return options.help_text
+    intro, colon, rest = options.help_text.rpartition(" Commands:")
+    if not colon:
+        return f"{options.help_text} {options.voice_help_text}"
+    return f"{intro} {options.voice_help_text}{colon}{rest}"
+
+
 def register_builtin_commands(bot: CommandHost) -> None:
     """``/help``, ``/clear``, ``/usage``, ``/model`` and, with skills, ``/skills``."""
 
     async def help_(message: Incoming, args: str) -> str:
         lines = [f"/{c.name} — {c.description}" for c in bot.commands_for(message)]
-        return "\n".join([bot.options.help_text, *lines])
+        return "\n".join([help_intro(bot.options, bot.can_transcribe), *lines])
 
     async def clear(message: Incoming, args: str) -> str:
         if message.in_group and not await bot.is_group_admin(message):

@@ -134,6 +134,11 @@ class Settings(BaseSettings):
     )
     """BOTKIT_STALLED_TIMEOUT: seconds without a heartbeat after which a worker counts as
     dead and its turns are picked up by the others (workers beat 4 times as often)."""
+    max_file_mb: float = Field(
+        20.0, gt=0, validation_alias=AliasChoices("BOTKIT_MAX_FILE_MB", "max_file_mb")
+    )
+    """BOTKIT_MAX_FILE_MB: the largest file users may send, in MB (Telegram lets bots download
+    at most 20); larger ones are refused before downloading."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
     metrics_port: int | None = Field(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botkit.agent.loop import LoopTexts
+from botkit.files import FileTexts, Transcribe
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry
 
@@ -18,6 +19,7 @@ __all__ = [
     "BuildPrompt",
     "BuildTools",
     "HandleStart",
+    "Transcribe",
 ]
 
 HandleStart = Callable[[Incoming, str], Awaitable[str | None]]
@@ -33,7 +35,10 @@ BuildPrompt = Callable[[Incoming], Awaitable[str]]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant talking with people on Telegram. Answer clearly and "
-    "briefly; use tools when they help."
+    "briefly; use tools when they help. People can send you text, photos (several at once "
+    "too), PDFs and text files such as .txt, .md, .csv, .json or source code; voice messages "
+    "reach you as text when transcription is set up. Files and pictures your tools make are "
+    "sent to the chat."
 )
 
 
@@ -54,7 +59,8 @@ class BotOptions:
     )
     error_text: str = "Sorry, something went wrong on my side. Please try again."
     unsupported_text: str = (
-        "Sorry, I can only read text and photos. Please write your message as text."
+        "Sorry, I can only read text, photos, PDFs and text files. Please write your message "
+        "as text."
     )
     stopped_text: str = "Stopped."
     unknown_command_text: str = "I don't know /{command}. These are my commands:"
@@ -72,7 +78,16 @@ class BotOptions:
     invite_expired_text: str = "This invite link has expired. Ask for a new one."
     invite_used_up_text: str = "This invite link has already been used. Ask for a new one."
     budget_text: str = "You've used today's allowance of tokens. Please come back tomorrow."
-    help_text: str = "Just write to me; I can also use tools when they help. Commands:"
+    help_text: str = (
+        "Just write to me, or send photos (albums too), PDFs and text files (.txt, .md, .csv, "
+        ".json, source code); I can also use tools when they help. Commands:"
+    )
+    voice_help_text: str = "I understand voice messages too."
+    """Added to the help when the bot can transcribe."""
+    file_texts: FileTexts = field(default_factory=FileTexts)
+    """What users are told about files that are too large or cannot be read."""
+    max_text_file_chars: int = 100_000
+    """A text file with more characters is refused (it would crowd the conversation out)."""
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
     typing_delay: float = 1.0
@@ -83,3 +98,5 @@ class BotOptions:
     build_extra: BuildExtra | None = None
     build_tools: BuildTools | None = None
     build_prompt: BuildPrompt | None = None
+    transcribe: Transcribe | None = None
+    """Voice notes and audio files to text; without it they get ``unsupported_text``."""

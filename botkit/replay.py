@@ -30,7 +30,15 @@ from botkit.sessions import (
     is_conversation_key,
     read_session_file,
 )
-from botkit.types import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from botkit.types import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 
 __all__ = ["format_transcript", "replay"]
 
@@ -283,6 +291,8 @@ def _block(block: ContentBlock, names: dict[str, str]) -> list[str]:
         return _indented(block.text)
     if isinstance(block, ImageBlock):
         return [f"{INDENT}{_image(block)}"]
+    if isinstance(block, DocumentBlock):
+        return [f"{INDENT}{_document(block)}"]
     if isinstance(block, ToolUseBlock):
         return [f"{INDENT}→ {block.name}({_cut(_compact_json(block.input))})"]
     return [f"{INDENT}{_tool_result(block, names)}"]
@@ -301,6 +311,17 @@ def _image(block: ImageBlock) -> str:
     data = source.data or ""
     size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
     return f"[image {source.media_type or 'of unknown type'}, {_size(size)}]"
+
+
+def _document(block: DocumentBlock) -> str:
+    """``[document report.pdf, application/pdf, 120 KB]``; a text file's size in characters."""
+    source = block.source
+    name = block.title or "untitled"
+    data = source.data or ""
+    if source.type == "text":
+        return f"[document {name}, {source.media_type}, {len(data):,} characters]"
+    size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+    return f"[document {name}, {source.media_type}, {_size(size)}]"
 
 
 def _size(n: int) -> str:

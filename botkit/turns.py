@@ -29,21 +29,23 @@ from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.commands import Command
+from botkit.commands import Command, help_intro
 from botkit.config import Settings
 from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
+from botkit.files import FileLimits, FileReader
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
-from botkit.messengers.base import Draft, Incoming, Messenger
+from botkit.messengers.base import Draft, Incoming, Messenger, OutgoingFile
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
-from botkit.tools import Tool, ToolContext, ToolRegistry
+from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
 log = structlog.get_logger(__name__)
 
-ANSWERED_KINDS = frozenset({"text", "photo"})
+ANSWERED_KINDS = frozenset({"text", "photo", "document"})
+"""Kinds always read; voice and audio too when the bot can transcribe."""
 
 
 class BotSteps(Protocol):
@@ -86,6 +88,15 @@ class BotSteps(Protocol):
 
     async def is_group_admin(self, message: Incoming) -> bool:
         """Whether the sender may manage the group's conversation."""
+        ...
+
+    async def transcribe(self, audio: bytes, mime: str) -> str | None:
+        """What a voice note or audio file says (``None``: not understood)."""
+        ...
+
+    @property
+    def can_transcribe(self) -> bool:
+        """Whether voice notes are understood."""
         ...
 
 
@@ -145,6 +156,12 @@ class TurnPipeline:
         """What this process's turns cost, per model."""
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
+        limits = FileLimits.from_megabytes(
+            bot.settings.max_file_mb, max_text_chars=bot.options.max_text_file_chars
+        )
+        transcribe = bot.transcribe if bot.can_transcribe else None
+        self.files = FileReader(limits, bot.options.file_texts, transcribe)
+        """Reads what users send: documents, pictures, voice (through ``bot.transcribe``)."""
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """``handle``, but a failure is logged and the user gets a polite message."""
@@ -177,8 +194,14 @@ class TurnPipeline:
             await self._reject(messenger, message, rejection)
             return "rejected"
         message = replace(message, user=await self.access.user_record(message))
-        message = await self._with_images(message, messenger)
-        if message.kind not in ANSWERED_KINDS or not (message.text or message.images):
+        read = await self.files.read(message, messenger, partial(self._reply, messenger, message))
+        if isinstance(read, str):
+            await self._reply(messenger, message, read)  # a file over a limit, or unreadable
+            return "unsupported"
+        message = read
+        if not self.files.answers(message.kind) or not (
+            message.text or message.images or message.content
+        ):
             await self._reply(messenger, message, self.bot.options.unsupported_text)
             return "unsupported"
         if message.command is not None:
@@ -199,7 +222,7 @@ class TurnPipeline:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
                 return "answered"
-            tool_context = self._tool_context(message, extra)
+            tool_context = self._tool_context(message, extra, messenger)
             reply, outcome = await self._answer(
                 message, messenger, context, system, tools, tool_context
             )
@@ -220,13 +243,6 @@ class TurnPipeline:
             return
         await self._reply(messenger, message, rejection)
 
-    async def _with_images(self, message: Incoming, messenger: Messenger) -> Incoming:
-        """The message with its photos fetched (only ever for an admitted sender)."""
-        if not message.photo_ids or message.images:
-            return message
-        fetched = [await messenger.download(file_id) for file_id in message.photo_ids]
-        return replace(message, images=tuple(data for data in fetched if data))
-
     def _user_turn(self, message: Incoming) -> Message:
         """The user's message as the model sees it: framed with speaker, reply and quote."""
         turn = user_message(message, self.bot.options.max_input_chars)
@@ -244,7 +260,7 @@ class TurnPipeline:
             return await self._run_command(command, message)
         menu = "\n".join(f"/{c.name} — {c.description}" for c in visible)
         if message.command == "start":
-            return f"{self.bot.options.help_text}\n{menu}"
+            return f"{help_intro(self.bot.options, self.bot.can_transcribe)}\n{menu}"
         return f"{self.bot.options.unknown_command_text.format(command=message.command)}\n{menu}"
 
     async def _answer(
@@ -413,14 +429,24 @@ class TurnPipeline:
         finally:
             await events.put(None)
 
-    def _tool_context(self, message: Incoming, extra: Any) -> ToolContext:
+    def _tool_context(
+        self, message: Incoming, extra: Any, messenger: Messenger | None = None
+    ) -> ToolContext:
+        send_file = partial(self._send_file, messenger, message) if messenger else None
         return ToolContext(
             user_id=message.user_id,
             chat_id=message.chat_id,
             timestamp=message.date,
             extra=extra,
             injector=self.contexts,
+            send_file=send_file,
         )
+
+    async def _send_file(self, messenger: Messenger, message: Incoming, file: ToolFile) -> None:
+        """A tool's file or picture, into the turn's chat and topic."""
+        outgoing = OutgoingFile(file.data, file.filename, file.mime, file.caption, file.as_photo)
+        log.info("turn.file_sent", user_id=message.user_id, mime=file.mime, size=len(file.data))
+        await messenger.send_file(message.chat_id, outgoing, thread_id=message.thread_id)
 
     async def _run_command(self, command: Command, message: Incoming) -> str:
         if command.admin_only and not self.access.is_admin(message.user_id):
@@ -449,8 +475,10 @@ class TurnPipeline:
 
 
 def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
-    """The conversation message for an incoming one: its images, then its text (cut if huge)."""
-    content: list[ContentBlock] = [
+    """The conversation message for an incoming one: its files, images, then its text (cut if
+    huge)."""
+    content: list[ContentBlock] = list(message.content)
+    content += [
         ImageBlock(source=ImageSource(media_type=_image_type(data), data=_b64(data)))
         for data in message.images
     ]

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ContentBlock",
+    "DocumentBlock",
+    "DocumentSource",
     "ImageBlock",
     "ImageSource",
     "Message",
@@ -34,12 +36,14 @@ class TextBlock(_Block):
 
 
 class ImageSource(_Block):
-    """Where an image comes from: inline base64 data or a URL."""
+    """Where an image comes from: inline base64 data, a URL, or (in a session) stored media."""
 
-    type: Literal["base64", "url"] = "base64"
+    type: Literal["base64", "url", "stored"] = "base64"
     media_type: str | None = None
     data: str | None = None
     url: str | None = None
+    sha256: str | None = None
+    """With ``type="stored"``: the content hash naming the bytes in the session's media store."""
 
 
 class ImageBlock(_Block):
@@ -47,6 +51,24 @@ class ImageBlock(_Block):
 
     type: Literal["image"] = "image"
     source: ImageSource
+
+
+class DocumentSource(_Block):
+    """A document's content: a base64 PDF, plain text, or (in a session) stored media."""
+
+    type: Literal["base64", "text", "stored"] = "base64"
+    media_type: str = "application/pdf"
+    data: str | None = None
+    sha256: str | None = None
+    """With ``type="stored"``: the content hash naming the bytes in the session's media store."""
+
+
+class DocumentBlock(_Block):
+    """A file the user sent: a PDF, or a text file (``title`` is its file name)."""
+
+    type: Literal["document"] = "document"
+    source: DocumentSource
+    title: str | None = None
 
 
 class ToolUseBlock(_Block):
@@ -65,10 +87,21 @@ class ToolResultBlock(_Block):
     tool_use_id: str
     content: str
     is_error: bool = False
+    images: tuple[ImageBlock, ...] | None = None
+    """Pictures the tool made, shown to the model after ``content`` (e.g. a chart it sent)."""
+
+    def to_api(self) -> dict[str, Any]:
+        """The block as the Messages API expects it: pictures go inside ``content``."""
+        data = self.model_dump(exclude_none=True, exclude={"images"})
+        if self.images:
+            text = [{"type": "text", "text": self.content}] if self.content else []
+            data["content"] = text + [i.model_dump(exclude_none=True) for i in self.images]
+        return data
 
 
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+    TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock,
+    Field(discriminator="type"),
 ]
 
 
@@ -121,7 +154,10 @@ class Message(BaseModel):
         """The message as the Messages API expects it (no usage)."""
         return {
             "role": self.role,
-            "content": [b.model_dump(exclude_none=True) for b in self.content],
+            "content": [
+                b.to_api() if isinstance(b, ToolResultBlock) else b.model_dump(exclude_none=True)
+                for b in self.content
+            ],
         }
 
 

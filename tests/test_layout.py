@@ -60,6 +60,8 @@ PUBLIC_API = {
     "ToolContext",
     "ToolDef",
     "ToolError",
+    "ToolFile",
+    "ToolImage",
     "ToolPlugin",
     "ToolRegistry",
     "ToolResult",

@@ -11,7 +11,14 @@ import structlog
 from botkit.agent.context import ContextManager
 from botkit.errors import LLMError
 from botkit.llm.base import LLM, LLMRequest
-from botkit.types import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from botkit.types import (
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 __all__ = ["Compactor", "message_chars"]
 
@@ -35,12 +42,20 @@ def message_chars(message: Message) -> int:
         if isinstance(block, TextBlock):
             total += len(block.text)
         elif isinstance(block, ToolResultBlock):
-            total += len(block.content)
+            total += len(block.content) + IMAGE_CHARS * len(block.images or ())
         elif isinstance(block, ToolUseBlock):
             total += len(block.name) + len(orjson.dumps(block.input))
         elif isinstance(block, ImageBlock):
             total += IMAGE_CHARS
+        elif isinstance(block, DocumentBlock):
+            total += _document_chars(block)
     return total
+
+
+def _document_chars(block: DocumentBlock) -> int:
+    """A text file counts its characters; a PDF a share of its size (pages cost tokens)."""
+    data = block.source.data or ""
+    return len(data) if block.source.type == "text" else max(IMAGE_CHARS, len(data) // 20)
 
 
 @dataclass
@@ -138,5 +153,7 @@ def _as_transcript(messages: Sequence[Message]) -> Message:
                 lines.append(f"tool result: {block.content[:2_000]}")
             elif isinstance(block, ImageBlock):
                 lines.append(f"{message.role}: [an image]")
+            elif isinstance(block, DocumentBlock):
+                lines.append(f"{message.role}: [a document: {block.title or 'untitled'}]")
     text = "\n".join(lines) or "(empty)"
     return Message.user_text(f"Summarise this conversation:\n\n{text}")

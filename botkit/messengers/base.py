@@ -7,10 +7,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from botkit.types import ContentBlock
+
 if TYPE_CHECKING:
     from botkit.stores.base import UserRecord
 
-__all__ = ["Draft", "Incoming", "JournaledUpdate", "Messenger", "ReplyContext", "UpdateJournal"]
+__all__ = [
+    "Attachment",
+    "Draft",
+    "Incoming",
+    "JournaledUpdate",
+    "Messenger",
+    "OutgoingFile",
+    "ReplyContext",
+    "UpdateJournal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +34,32 @@ class ReplyContext:
     """Who wrote it, as a display name."""
     from_bot: bool
     """Whether it was this bot's own message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file the user sent (document, voice, audio), still to be fetched with ``download``."""
+
+    file_id: str
+    """The messenger's id for ``Messenger.download``."""
+    kind: str
+    """``document``, ``voice`` or ``audio``."""
+    file_name: str | None = None
+    mime_type: str | None = None
+    file_size: int | None = None
+    """Bytes, as the messenger announced them (checked against the limits before downloading)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingFile:
+    """A file or picture the bot sends to a chat (from a tool's ``ToolFile``/``ToolImage``)."""
+
+    data: bytes
+    filename: str
+    mime_type: str
+    caption: str = ""
+    as_photo: bool = False
+    """Shown as a picture in the chat (``sendPhoto``) rather than as a file (``sendDocument``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +97,12 @@ class Incoming:
     """Photos still to be fetched with ``Messenger.download`` (only once the sender is admitted)."""
     update_ids: tuple[int, ...] = ()
     """Every update gathered into this message (a burst sent during a running turn)."""
+    attachments: tuple[Attachment, ...] = ()
+    """Documents, voice notes and audio still to be fetched (only once the sender is admitted)."""
+    media_group_id: str | None = None
+    """The album this message belongs to: its parts are answered as one message."""
+    content: tuple[ContentBlock, ...] = ()
+    """What the attachments became for the model (documents, file texts), before the text."""
 
     @property
     def in_group(self) -> bool:
@@ -118,6 +161,12 @@ class Messenger(Protocol):
 
     async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Show that the bot is working on an answer."""
+        ...
+
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
+    ) -> None:
+        """Deliver a file or picture to ``chat_id`` (in topic ``thread_id``)."""
         ...
 
     async def download(self, file_id: str) -> bytes | None:

@@ -32,11 +32,18 @@ from aiogram.exceptions import (
 )
 from aiogram.methods import TelegramMethod
 from aiogram.methods.base import Response, TelegramType
-from aiogram.types import BotCommand, BotCommandScopeChat, ReplyParameters, Update, User
+from aiogram.types import (
+    BotCommand,
+    BotCommandScopeChat,
+    BufferedInputFile,
+    ReplyParameters,
+    Update,
+    User,
+)
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
-from botkit.messengers.base import Incoming, ReplyContext, UpdateJournal
+from botkit.messengers.base import Attachment, Incoming, OutgoingFile, ReplyContext, UpdateJournal
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 from botkit.messengers.updates import RawGetUpdates, parse_update
@@ -49,6 +56,7 @@ __all__ = ["TelegramDraft", "TelegramMessenger"]
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_LENGTH = 4096
+MAX_CAPTION_LENGTH = 1024
 GENERAL_TOPIC = 1
 """A forum's General topic: messages for it are sent without a ``message_thread_id``."""
 DRAFT_REFRESH = 20.0
@@ -184,6 +192,28 @@ class TelegramMessenger:
         topic = thread_id if thread_id != GENERAL_TOPIC else None
         async with _errors_mapped("sendChatAction"):
             await self.api.send_chat_action(chat_id, "typing", message_thread_id=topic)
+
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
+    ) -> None:
+        """Send a picture (``sendPhoto``) or a file (``sendDocument``) with its caption.
+
+        A picture Telegram refuses as a photo (too large, odd proportions) goes as a file.
+        """
+        placement = self._placement(thread_id, None)
+        caption = file.caption[:MAX_CAPTION_LENGTH] or None
+        upload = BufferedInputFile(file.data, filename=file.filename)
+        if file.as_photo:
+            photo = partial(self.api.send_photo, chat_id, upload, caption=caption, **placement)
+            try:
+                await self.flood.send(chat_id, photo)
+                return
+            except MessengerError as e:
+                if not isinstance(e.__cause__, TelegramBadRequest):
+                    raise
+                log.warning("telegram.photo_refused", chat_id=chat_id, error=str(e.__cause__))
+        document = partial(self.api.send_document, chat_id, upload, caption=caption, **placement)
+        await self.flood.send(chat_id, document)
 
     async def download(self, file_id: str) -> bytes | None:
         """The bytes of a file the user sent; ``None`` (and a log line) when that fails."""
@@ -430,6 +460,8 @@ class TelegramMessenger:
             reply_to=self._reply_context(message),
             quote=message.quote.text if message.quote else None,
             photo_ids=(message.photo[-1].file_id,) if message.photo else (),
+            attachments=_attachments(message),
+            media_group_id=message.media_group_id,
         )
 
     def _addressed_text(self, message: TgMessage, text: str) -> str | None:
@@ -709,6 +741,16 @@ def _kind(message: TgMessage) -> str:
         if getattr(message, kind, None) is not None:
             return kind
     return "text" if message.text else "other"
+
+
+def _attachments(message: TgMessage) -> tuple[Attachment, ...]:
+    """The document, voice note or audio file a message carries, as still to be fetched."""
+    for kind in ("document", "voice", "audio"):
+        item = getattr(message, kind, None)
+        if item is not None:
+            name = getattr(item, "file_name", None)
+            return (Attachment(item.file_id, kind, name, item.mime_type, item.file_size),)
+    return ()
 
 
 def _is_entity_error(error: MessengerError) -> bool:

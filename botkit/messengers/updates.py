@@ -6,7 +6,8 @@ models do not expect (a forward from 2015 whose ``hidden_user`` origin lacks
 is never confirmed it comes back after every restart. Here the batch is taken as raw JSON and
 each update is validated on its own. A message that fails only in a part botkit does without
 (a forward origin, an external reply, a story, a nested message) is parsed without that part;
-one that fails in what botkit needs (its id, date, chat, sender or text) is unparseable.
+one that fails in what botkit needs (its id, date, chat, sender, text or the files it reads)
+is unparseable.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ MESSAGE_UPDATES = frozenset(
 )
 CORE_FIELDS = frozenset(
     {"message_id", "date", "chat", "from", "text", "caption", "photo", "message_thread_id"}
+    | {"document", "voice", "audio", "media_group_id"}
 )
 """Parts of a message botkit cannot answer without: a failure here makes it unparseable."""
 NESTED_MESSAGES = frozenset({"reply_to_message", "pinned_message"})

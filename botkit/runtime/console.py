@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from botkit.agent.events import ToolEnd
 from botkit.bot import Bot
 from botkit.errors import LLMAuthError
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import Incoming, OutgoingFile
 from botkit.runtime.setup import check_llm, mcp_tools
 from botkit.types import ToolResultBlock, ToolUseBlock
 
@@ -238,6 +238,12 @@ class ConsoleMessenger:
 
     async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Nothing to show: the streamed text is the sign of life."""
+
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
+    ) -> None:
+        """A terminal shows no pictures: say what was sent."""
+        self.view.notice(f"sent {file.filename} ({file.mime_type}, {len(file.data)} bytes)")
 
     async def download(self, file_id: str) -> bytes | None:
         """No attachments come from a terminal."""

@@ -3,7 +3,9 @@
 Messages a user sends while their turn runs wait in their queue; when that turn ends, the
 plain ones among them (text and photos in the same chat and topic, no commands) are gathered
 into one message, so a burst gets one answer that has read all of it. Messages that arrive
-together before any of them started are still answered one by one.
+together before any of them started are still answered one by one, except the parts of an
+album (one ``media_group_id``): Telegram sends them as separate messages within about a second,
+so the turn waits until no part came for ``album_wait`` seconds and answers them all at once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ __all__ = ["TurnDispatcher", "gather"]
 
 MAX_BURST = 20
 """Most queued messages gathered into one turn."""
+ALBUM_WAIT = 1.0
+"""Seconds without a new part after which an album is taken as complete."""
+GATHERED_KINDS = frozenset({"text", "photo", "document"})
 
 log = structlog.get_logger(__name__)
 
@@ -38,9 +43,12 @@ class TurnDispatcher:
         *,
         max_concurrent: int = 64,
         on_finished: OnFinished | None = None,
+        album_wait: float = ALBUM_WAIT,
     ) -> None:
         self.handler = handler
         self.on_finished = on_finished
+        self.album_wait = album_wait
+        self._album_seen: dict[str, float] = {}
         self._slots = asyncio.Semaphore(max_concurrent)
         self._queues: dict[int, deque[Incoming]] = {}
         self._workers: set[asyncio.Task[None]] = set()
@@ -71,6 +79,8 @@ class TurnDispatcher:
             return  # already queued or running: a re-delivery
         self._unfinished.add(message.update_id)
         self._idle.clear()
+        if message.media_group_id is not None:
+            self._album_seen[message.media_group_id] = asyncio.get_running_loop().time()
         queue = self._queues.get(message.user_id)
         if queue is not None:
             if message.user_id in self._running:
@@ -86,6 +96,7 @@ class TurnDispatcher:
         queue = self._queues[user_id]
         try:
             while queue:
+                await self._album_complete(queue[0])
                 burst = self._burst(queue)
                 async with self._slots:
                     self._running.add(user_id)
@@ -100,6 +111,17 @@ class TurnDispatcher:
         finally:
             self._queues.pop(user_id, None)
 
+    async def _album_complete(self, first: Incoming) -> None:
+        """Wait until ``first``'s album (if it is a part of one) had no new part for a while."""
+        group = first.media_group_id
+        if group is None:
+            return
+        loop = asyncio.get_running_loop()
+        # Polling a clock, not an event: each new part pushes the end of the wait further out.
+        while (left := self._album_seen.get(group, 0.0) + self.album_wait - loop.time()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left)
+        self._album_seen.pop(group, None)
+
     def _burst(self, queue: deque[Incoming]) -> list[Incoming]:
         """The first queued message, and the plain ones behind it sent during the last turn."""
         first = queue[0]
@@ -113,10 +135,13 @@ class TurnDispatcher:
         return burst
 
     def _joins(self, message: Incoming, first: Incoming) -> bool:
+        same_album = first.media_group_id is not None and (
+            message.media_group_id == first.media_group_id
+        )
         return (
-            message.update_id in self._during_turn
+            (same_album or message.update_id in self._during_turn)
             and message.command is None
-            and message.kind in ("text", "photo")
+            and message.kind in GATHERED_KINDS
             and (message.chat_id, message.thread_id) == (first.chat_id, first.thread_id)
         )
 
@@ -150,7 +175,8 @@ class TurnDispatcher:
 
 
 def gather(messages: Sequence[Incoming]) -> Incoming:
-    """Several messages of one user as one: texts in order, all photos, replying to the last."""
+    """Several messages of one user as one: texts in order, all photos and files, replying to
+    the last."""
     if len(messages) == 1:
         return messages[0]
     first, last = messages[0], messages[-1]
@@ -159,7 +185,9 @@ def gather(messages: Sequence[Incoming]) -> Incoming:
         text="\n\n".join(m.text for m in messages if m.text),
         images=tuple(image for m in messages for image in m.images),
         photo_ids=tuple(file_id for m in messages for file_id in m.photo_ids),
-        kind="photo" if any(m.kind == "photo" for m in messages) else "text",
+        attachments=tuple(a for m in messages for a in m.attachments),
+        content=tuple(block for m in messages for block in m.content),
+        kind=next((k for k in ("photo", "document") if any(m.kind == k for m in messages)), "text"),
         message_id=last.message_id,
         reply_to=next((m.reply_to for m in messages if m.reply_to), None),
         quote=next((m.quote for m in messages if m.quote), None),

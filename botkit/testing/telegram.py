@@ -40,7 +40,9 @@ __all__ = [
     "TINY_PNG",
     "FakeTelegramServer",
     "RecordedRequest",
+    "SentFile",
     "SentMessage",
+    "UploadedFile",
     "parse_html",
 ]
 
@@ -164,6 +166,29 @@ class SentMessage:
     params: dict[str, Any]
     plain_text: str = ""
     entities: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """A file part of a multipart request (``sendPhoto``, ``sendDocument``…)."""
+
+    data: bytes
+    filename: str | None
+    content_type: str | None
+
+
+@dataclass(frozen=True)
+class SentFile:
+    """A picture or file the bot sent (``sendPhoto`` or ``sendDocument``)."""
+
+    chat_id: int
+    message_id: int
+    method: str
+    """``sendPhoto`` or ``sendDocument``."""
+    data: bytes
+    filename: str | None
+    caption: str | None
+    params: dict[str, Any]
 
 
 class _ApiError(Exception):
@@ -390,6 +415,9 @@ class FakeTelegramServer(LoopbackServer):
         self._chats: dict[int, dict[str, Any]] = {}
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._files: dict[str, tuple[str, bytes]] = {}
+        self._sent_files: list[SentFile] = []
+        self.max_download_bytes = 20 * 1024 * 1024
+        """getFile refuses larger files ("file is too big"), as the cloud Bot API does."""
         self._blocked: set[int] = set()
         self._download_faults: list[int] = []
         self._chat_admins: set[tuple[int, int]] = set()
@@ -412,6 +440,8 @@ class FakeTelegramServer(LoopbackServer):
             "getmycommands": self._get_my_commands,
             "deletemycommands": self._delete_my_commands,
             "getfile": self._get_file,
+            "sendphoto": self._send_photo,
+            "senddocument": self._send_document,
             "getchatmember": self._get_chat_member,
             "answercallbackquery": self._return_true,
             "close": self._return_true,
@@ -548,6 +578,98 @@ class FakeTelegramServer(LoopbackServer):
                 message["caption_entities"] = entities
         return self.inject_update({self._update_key(chat_type): message})
 
+    def send_album(
+        self,
+        user_id: int,
+        photos: list[bytes],
+        *,
+        caption: str | None = None,
+        media_group_id: str | None = None,
+        chat_id: int | None = None,
+    ) -> list[int]:
+        """Inject an album: one photo message per picture sharing a ``media_group_id`` (the
+        caption on the first), as Telegram sends them; returns their update_ids."""
+        group = media_group_id or f"1{len(self._files):08d}{user_id}"
+        update_ids = []
+        for index, data in enumerate(photos):
+            update_id = self.send_photo(
+                user_id, caption=caption if index == 0 else None, chat_id=chat_id, data=data
+            )
+            self.injected[update_id]["message"]["media_group_id"] = group
+            update_ids.append(update_id)
+        return update_ids
+
+    def send_document(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        file_name: str | None,
+        mime_type: str | None = None,
+        caption: str | None = None,
+        chat_id: int | None = None,
+        file_size: int | None = None,
+        media_group_id: str | None = None,
+    ) -> int:
+        """Inject a document message (downloadable via getFile) and return its update_id.
+
+        ``file_size`` overrides the announced size (to test limits without sending megabytes).
+        """
+        file: dict[str, Any] = {"file_name": file_name} if file_name is not None else {}
+        if mime_type is not None:
+            file["mime_type"] = mime_type
+        extra = {"media_group_id": media_group_id} if media_group_id else {}
+        return self._send_file_message(
+            user_id, "document", data, file, caption, chat_id, file_size, extra
+        )
+
+    def send_voice(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        mime_type: str = "audio/ogg",
+        duration: int = 3,
+        chat_id: int | None = None,
+    ) -> int:
+        """Inject a voice note (downloadable via getFile) and return its update_id."""
+        file = {"mime_type": mime_type, "duration": duration}
+        return self._send_file_message(user_id, "voice", data, file, None, chat_id, None, {})
+
+    def _send_file_message(
+        self,
+        user_id: int,
+        kind: str,
+        data: bytes,
+        file: dict[str, Any],
+        caption: str | None,
+        chat_id: int | None,
+        file_size: int | None,
+        extra: dict[str, Any],
+    ) -> int:
+        message = self._incoming_message(
+            user_id,
+            chat_id=chat_id,
+            chat_type="private" if chat_id is None or chat_id > 0 else "group",
+            first_name="User",
+            username=None,
+            reply_to_message_id=None,
+            chat_title="Test Group",
+        )
+        number = len(self._files)
+        file_id = f"BQACAgFake{kind}{number}"
+        self._files[file_id] = (f"{kind}s/file_{number}", data)
+        message[kind] = {
+            "file_id": file_id,
+            "file_unique_id": f"AgADFake{number}",
+            "file_size": len(data) if file_size is None else file_size,
+            **file,
+        }
+        if caption is not None:
+            message["caption"] = caption
+        message.update(extra)
+        return self.inject_update({"message": message})
+
     def block_user(self, chat_id: int) -> None:
         """Make later sends to ``chat_id`` fail with 403 "bot was blocked by the user"."""
         self._blocked.add(chat_id)
@@ -564,6 +686,10 @@ class FakeTelegramServer(LoopbackServer):
         if chat_id is None:
             return list(self._sent)
         return list(self._sent_by_chat.get(chat_id, []))
+
+    def sent_files(self, chat_id: int | None = None) -> list[SentFile]:
+        """Pictures and files delivered by ``sendPhoto``/``sendDocument``, in order."""
+        return [f for f in self._sent_files if chat_id is None or f.chat_id == chat_id]
 
     def edited_messages(self, chat_id: int | None = None) -> list[SentMessage]:
         """Successful ``editMessageText`` results, in order."""
@@ -736,7 +862,9 @@ class FakeTelegramServer(LoopbackServer):
                 elif isinstance(value, bytes | bytearray):
                     params[key] = bytes(value)
                 else:
-                    params[key] = value.file.read()
+                    params[key] = UploadedFile(
+                        value.file.read(), value.filename, value.content_type
+                    )
         return params
 
     @staticmethod
@@ -1178,9 +1306,73 @@ class FakeTelegramServer(LoopbackServer):
         if not isinstance(file_id, str) or file_id not in self._files:
             raise _ApiError(400, "Bad Request: invalid file_id")
         path, data = self._files[file_id]
+        if len(data) > self.max_download_bytes:
+            raise _ApiError(400, "Bad Request: file is too big")
         return {
             "file_id": file_id,
             "file_unique_id": f"AQAD{file_id[-6:]}",
             "file_size": len(data),
             "file_path": path,
         }
+
+    async def _send_photo(self, params: dict[str, Any]) -> dict[str, Any]:
+        upload, message = self._sent_upload("photo", params)
+        sizes = [{"file_id": "", "file_unique_id": "", "width": 1, "height": 1}]
+        number = len(self._files)
+        file_id = f"AgACAgSent{number}"
+        self._files[file_id] = (f"photos/sent_{number}", upload.data)
+        sizes[0].update(file_id=file_id, file_unique_id=f"AQADSent{number}")
+        message["photo"] = sizes
+        self._record_file("sendPhoto", message, upload, params)
+        return message
+
+    async def _send_document(self, params: dict[str, Any]) -> dict[str, Any]:
+        upload, message = self._sent_upload("document", params)
+        number = len(self._files)
+        file_id = f"BQACAgSent{number}"
+        self._files[file_id] = (f"documents/sent_{number}", upload.data)
+        message["document"] = {
+            "file_id": file_id,
+            "file_unique_id": f"AgADSent{number}",
+            "file_name": upload.filename or "file",
+            "file_size": len(upload.data),
+        }
+        self._record_file("sendDocument", message, upload, params)
+        return message
+
+    def _sent_upload(
+        self, field: str, params: dict[str, Any]
+    ) -> tuple[UploadedFile, dict[str, Any]]:
+        """The uploaded file of a send call (``attach://<part>`` or the field itself)."""
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        value = params.get(field)
+        if isinstance(value, str) and value.startswith("attach://"):
+            value = params.get(value.removeprefix("attach://"))
+        if not isinstance(value, UploadedFile):
+            raise _ApiError(400, f"Bad Request: there is no {field} in the request")
+        if not value.data:
+            raise _ApiError(400, "Bad Request: file must be non-empty")
+        caption = params.get("caption")
+        if isinstance(caption, str) and len(caption) > 1024:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+        }
+        if isinstance(caption, str) and caption:
+            message["caption"] = caption
+        return value, message
+
+    def _record_file(
+        self, method: str, message: dict[str, Any], upload: UploadedFile, params: dict[str, Any]
+    ) -> None:
+        chat_id = message["chat"]["id"]
+        caption = message.get("caption")
+        sent = SentFile(
+            chat_id, message["message_id"], method, upload.data, upload.filename, caption, params
+        )
+        self._sent_files.append(sent)
+        self._messages[(chat_id, sent.message_id)] = _StoredMessage(message, True)

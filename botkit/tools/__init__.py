@@ -2,6 +2,7 @@
 
 from botkit.tools.base import ContextInjector, Tool, ToolContext
 from botkit.tools.decorator import FunctionTool, ToolSet, tool
+from botkit.tools.files import ToolFile, ToolImage
 from botkit.tools.registry import ToolRegistry
 
 __all__ = [
@@ -9,6 +10,8 @@ __all__ = [
     "FunctionTool",
     "Tool",
     "ToolContext",
+    "ToolFile",
+    "ToolImage",
     "ToolRegistry",
     "ToolSet",
     "tool",

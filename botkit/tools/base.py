@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from botkit.tools.files import ToolFile
 from botkit.types import Message, ToolDef
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ class ToolContext:
     hooks: Any = field(default=None, compare=False)
     """The calling loop's ``botkit.Hooks``, for a tool that runs tools itself (a sub-agent),
     so a ``tool_start`` check applies there too. Set by the tool loop."""
+    send_file: Callable[[ToolFile], Awaitable[None]] | None = field(default=None, compare=False)
+    """Sends a tool's file or picture to the turn's chat; ``None`` where there is no chat."""
 
 
 class Tool(ABC):

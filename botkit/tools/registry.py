@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -13,7 +14,8 @@ from pydantic import BaseModel, ValidationError
 from botkit.errors import ToolError
 from botkit.tools.base import Tool, ToolContext
 from botkit.tools.decorator import FunctionTool, ToolSet, tool
-from botkit.types import ToolDef, ToolResultBlock, ToolUseBlock
+from botkit.tools.files import ToolFile, ToolImage
+from botkit.types import ImageBlock, ImageSource, ToolDef, ToolResultBlock, ToolUseBlock
 
 __all__ = ["MAX_OUTPUT_CHARS", "NO_OUTPUT", "ToolRegistry"]
 
@@ -23,6 +25,8 @@ MAX_OUTPUT_CHARS = 100_000
 """Tool output longer than this is cut before it reaches the model."""
 NO_OUTPUT = "(no output)"
 """What the model sees when a tool returns ``None``."""
+
+_MODEL_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 _Item = TypeVar("_Item", bound=Tool | ToolSet | Callable[..., Any])
 
@@ -110,8 +114,14 @@ class ToolRegistry:
     # ---- execution --------------------------------------------------------------------
 
     async def execute(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResultBlock:
-        """Run one call; every failure becomes an ``is_error`` result (cancellation propagates)."""
+        """Run one call; every failure becomes an ``is_error`` result (cancellation propagates).
+
+        A ``ToolFile`` or ``ToolImage`` result is sent to the chat; the model reads a note
+        saying so (and sees the picture, for a ``ToolImage`` with ``show_model``).
+        """
         text, is_error = await self._run(call, ctx)
+        if isinstance(text, ToolFile):
+            return await _deliver(call, text, ctx)
         return ToolResultBlock(tool_use_id=call.id, content=self._cut(text), is_error=is_error)
 
     async def execute_all(
@@ -120,8 +130,8 @@ class ToolRegistry:
         """Run calls concurrently; results come back in call order."""
         return list(await asyncio.gather(*(self.execute(c, ctx) for c in calls)))
 
-    async def _run(self, call: ToolUseBlock, ctx: ToolContext) -> tuple[str, bool]:
-        """The result text of ``call`` and whether it is an error."""
+    async def _run(self, call: ToolUseBlock, ctx: ToolContext) -> tuple[str | ToolFile, bool]:
+        """The result text (or file) of ``call`` and whether it is an error."""
         t = self._tools.get(call.name)
         if t is None:
             available = ", ".join(self._tools) or "(none)"
@@ -129,7 +139,8 @@ class ToolRegistry:
         deadline = asyncio.timeout(t.timeout)
         try:
             async with deadline:
-                return _to_text(await t.execute(ctx, call.input)), False
+                result = await t.execute(ctx, call.input)
+            return (result if isinstance(result, ToolFile) else _to_text(result)), False
         except ValidationError as e:
             if _is_input_error(t, e):
                 return _describe_invalid(call.name, e), True
@@ -153,6 +164,32 @@ class ToolRegistry:
             f"{text[: self.max_output_chars]}\n"
             f"[output cut: {dropped} of {len(text)} characters omitted]"
         )
+
+
+async def _deliver(call: ToolUseBlock, file: ToolFile, ctx: ToolContext) -> ToolResultBlock:
+    """Send a tool's file to the chat; the result tells the model whether it arrived."""
+    what = f"{file.filename} ({file.mime}, {_size(len(file.data))})"
+    if ctx.send_file is None:
+        note = f"{what} was made but could not be sent: there is no chat here."
+        return ToolResultBlock(tool_use_id=call.id, content=note, is_error=True)
+    try:
+        await ctx.send_file(file)
+    except Exception as e:  # the chat refused it or is gone: the model should know
+        log.warning("tool.file_not_sent", tool=call.name, error=f"{type(e).__name__}: {e}")
+        note = f"{what} could not be sent to the user ({type(e).__name__})."
+        return ToolResultBlock(tool_use_id=call.id, content=note, is_error=True)
+    kind = "picture" if file.as_photo else "file"
+    note = f"The {kind} {what} was sent to the user"
+    note += f" with the caption: {file.caption}" if file.caption else "."
+    images = None
+    if isinstance(file, ToolImage) and file.show_model and file.mime in _MODEL_IMAGE_TYPES:
+        data = base64.b64encode(file.data).decode("ascii")
+        images = (ImageBlock(source=ImageSource(media_type=file.mime, data=data)),)
+    return ToolResultBlock(tool_use_id=call.id, content=note, images=images)
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{round(n / 1024)} KB"
 
 
 def _crashed(call: ToolUseBlock, e: Exception) -> str:

@@ -1,0 +1,347 @@
+"""Files users send, made into what Claude reads: PDFs as documents, text files as text,
+pictures scaled down, voice notes and audio through the bot's transcriber.
+
+Sizes are checked against the limits from the size the update announced, before anything is
+downloaded: an oversized file costs neither a download nor an LLM call, and the user is told
+which limit it broke. Whatever cannot be read (not UTF-8, a damaged PDF or picture) is refused
+the same way, so nothing the API would reject ever enters a conversation and poisons its later
+turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+
+import structlog
+
+from botkit.messengers.base import Attachment, Incoming, Messenger
+from botkit.types import ContentBlock, DocumentBlock, DocumentSource
+
+__all__ = [
+    "CLAUDE_PDF_BYTES",
+    "CLAUDE_PDF_PAGES",
+    "MAX_IMAGE_SIDE",
+    "TELEGRAM_DOWNLOAD_BYTES",
+    "FileLimits",
+    "FileReader",
+    "FileTexts",
+    "Transcribe",
+    "is_text_file",
+    "scale_image",
+]
+
+log = structlog.get_logger(__name__)
+
+MB = 1024 * 1024
+TELEGRAM_DOWNLOAD_BYTES = 20 * MB
+"""The cloud Bot API hands bots files of at most 20 MB."""
+CLAUDE_PDF_BYTES = 32 * MB
+CLAUDE_PDF_PAGES = 100
+"""Claude reads PDFs of up to 100 pages with full visual understanding."""
+MAX_IMAGE_SIDE = 1568
+"""Claude scales a longer side down anyway: sending it costs upload time and tokens."""
+IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
+
+TEXT_SUFFIXES = frozenset(
+    (  # noqa: SIM905 (a list of 70 suffixes reads better as words)
+        ".txt .md .markdown .rst .org .tex .csv .tsv .json .jsonl .ndjson .yaml .yml .toml "
+        ".ini .cfg .conf .log .xml .html .htm .css .scss .js .mjs .cjs .ts .tsx .jsx .vue "
+        ".svelte .py .pyi .rb .go .rs .java .kt .kts .scala .c .h .cc .cpp .hpp .cs .m .swift "
+        ".php .pl .lua .r .jl .dart .sh .bash .zsh .fish .ps1 .bat .sql .graphql .proto .diff "
+        ".patch .srt .vtt .gitignore .dockerfile"
+    ).split()
+)
+TEXT_MIME_TYPES = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/xml",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/javascript",
+        "application/x-javascript",
+        "application/x-sh",
+        "application/x-python",
+        "application/x-python-code",
+        "application/sql",
+        "application/csv",
+        "application/x-subrip",
+    }
+)
+
+Transcribe = Callable[[bytes, str], Awaitable[str | None]]
+"""Audio bytes and their MIME type → what was said (``None``: nothing understood)."""
+Notify = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class FileTexts:
+    """What users are told about their files; ``{name}``, ``{size}``, ``{limit}`` are filled in."""
+
+    too_big: str = "Sorry, {name} is {size}: I can only take files up to {limit} ({why})."
+    telegram_limit: str = "Telegram's limit for bots"
+    bot_limit: str = "this bot's limit"
+    pdf_too_big: str = "Sorry, {name} is {size}: I can read PDFs of up to {limit}."
+    too_many_pages: str = "Sorry, {name} has {pages} pages: I can read PDFs of up to {limit} pages."
+    bad_pdf: str = "Sorry, I couldn't open {name} as a PDF: is it damaged or password-protected?"
+    bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
+    not_utf8: str = (
+        "Sorry, I couldn't read {name}: it isn't UTF-8 text. Please save it as UTF-8 (or as a "
+        "PDF) and send it again."
+    )
+    text_too_long: str = (
+        "Sorry, {name} has {chars:,} characters: I can read text files of up to {limit:,}."
+    )
+    unsupported: str = (
+        "Sorry, I can't read {name}. I can read PDFs, text files (.txt, .md, .csv, .json, "
+        "source code) and pictures."
+    )
+    download_failed: str = "Sorry, I couldn't fetch {name}. Please send it again."
+    heard: str = "🎤 I understood: “{text}”"
+    not_heard: str = "Sorry, I couldn't make out that voice message. Please write it instead."
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """How large a file may be before it is refused (without a download or an LLM call)."""
+
+    max_file_bytes: int = TELEGRAM_DOWNLOAD_BYTES
+    """Any file; the smaller of Telegram's 20 MB and BOTKIT_MAX_FILE_MB."""
+    max_pdf_bytes: int = CLAUDE_PDF_BYTES
+    max_pdf_pages: int = CLAUDE_PDF_PAGES
+    max_text_chars: int = 100_000
+    """A text file's characters (a long file would crowd the whole conversation out)."""
+
+    @classmethod
+    def from_megabytes(cls, max_file_mb: float, **others: int) -> FileLimits:
+        """Limits for BOTKIT_MAX_FILE_MB, never above what Telegram lets bots download."""
+        return cls(max_file_bytes=min(int(max_file_mb * MB), TELEGRAM_DOWNLOAD_BYTES), **others)
+
+
+class _Refused(Exception):
+    """A file the user is told about instead of a turn (never leaves this module)."""
+
+
+class FileReader:
+    """Fetches an admitted message's files and turns them into content blocks, or refuses."""
+
+    def __init__(
+        self,
+        limits: FileLimits | None = None,
+        texts: FileTexts | None = None,
+        transcribe: Transcribe | None = None,
+    ) -> None:
+        self.limits = limits or FileLimits()
+        self.texts = texts or FileTexts()
+        self.transcribe = transcribe
+        """Voice and audio become text through it; ``None``: they are not understood."""
+
+    def answers(self, kind: str) -> bool:
+        """Whether a message of ``kind`` can be read at all (voice only with a transcriber)."""
+        if kind in ("voice", "audio"):
+            return self.transcribe is not None
+        return kind in ("text", "photo", "document")
+
+    async def read(self, message: Incoming, messenger: Messenger, notify: Notify) -> Incoming | str:
+        """``message`` with its files fetched and read, or the text telling the user why not.
+
+        ``notify`` tells the user what a voice note was understood as.
+        """
+        try:
+            self._check_sizes(message.attachments)
+            images = await self._photos(message, messenger)
+            content: list[ContentBlock] = []
+            said: list[str] = []
+            for attachment in message.attachments:
+                if attachment.kind in ("voice", "audio"):
+                    said += await self._transcribed(attachment, messenger, notify)
+                    continue
+                data = await self._download(attachment, messenger)
+                block, image = await asyncio.to_thread(self._document, attachment, data)
+                content += [block] if block is not None else []
+                images += [image] if image is not None else []
+        except _Refused as refusal:
+            return str(refusal)
+        text = "\n\n".join([*said, message.text] if message.text else said)
+        return replace(message, images=tuple(images), content=tuple(content), text=text)
+
+    def _check_sizes(self, attachments: tuple[Attachment, ...]) -> None:
+        """Refuse an attachment whose announced size is over a limit, before downloading it."""
+        for attachment in attachments:
+            size = attachment.file_size
+            if size is None:
+                continue
+            if size > self.limits.max_file_bytes:
+                self._refuse_size(attachment, size)
+            if _is_pdf(attachment) and size > self.limits.max_pdf_bytes:
+                self._refuse_pdf_size(attachment, size)
+
+    def _refuse_size(self, attachment: Attachment, size: int) -> None:
+        cap = self.limits.max_file_bytes
+        why = self.texts.telegram_limit if cap >= TELEGRAM_DOWNLOAD_BYTES else self.texts.bot_limit
+        log.info("files.too_big", kind=attachment.kind, size=size, limit=cap)
+        name = _name(attachment)
+        raise _Refused(
+            self.texts.too_big.format(name=name, size=_mb(size), limit=_mb(cap), why=why)
+        )
+
+    def _refuse_pdf_size(self, attachment: Attachment, size: int) -> None:
+        log.info("files.pdf_too_big", size=size, limit=self.limits.max_pdf_bytes)
+        limit = _mb(self.limits.max_pdf_bytes)
+        raise _Refused(
+            self.texts.pdf_too_big.format(name=_name(attachment), size=_mb(size), limit=limit)
+        )
+
+    async def _photos(self, message: Incoming, messenger: Messenger) -> list[bytes]:
+        """The message's photos, fetched and scaled; a photo that cannot be fetched is left out."""
+        images = list(message.images)
+        for file_id in message.photo_ids if not message.images else ():
+            data = await messenger.download(file_id)
+            if data is not None:
+                images.append(await asyncio.to_thread(self._image, data, "the photo"))
+        return images
+
+    async def _download(self, attachment: Attachment, messenger: Messenger) -> bytes:
+        data = await messenger.download(attachment.file_id)
+        if data is None:
+            raise _Refused(self.texts.download_failed.format(name=_name(attachment)))
+        if len(data) > self.limits.max_file_bytes:  # the update did not say, or said wrong
+            self._refuse_size(attachment, len(data))
+        return data
+
+    async def _transcribed(
+        self, attachment: Attachment, messenger: Messenger, notify: Notify
+    ) -> list[str]:
+        """What a voice note or audio file says, shown to the user; nothing without a hook."""
+        if self.transcribe is None:
+            return []
+        data = await self._download(attachment, messenger)
+        mime = attachment.mime_type or ("audio/ogg" if attachment.kind == "voice" else "audio/mpeg")
+        text = ((await self.transcribe(data, mime)) or "").strip()
+        if not text:
+            raise _Refused(self.texts.not_heard)
+        await notify(self.texts.heard.format(text=text))
+        return [text]
+
+    def _document(
+        self, attachment: Attachment, data: bytes
+    ) -> tuple[ContentBlock | None, bytes | None]:
+        """A sent file as a document block, or as a picture (screenshots sent as files)."""
+        name = _name(attachment)
+        if _is_pdf(attachment) or data.startswith(b"%PDF-"):
+            return self._pdf(name, data), None
+        if (attachment.mime_type or "").startswith("image/"):
+            return None, self._image(data, name)
+        if is_text_file(attachment.file_name, attachment.mime_type):
+            return self._text(name, data), None
+        raise _Refused(self.texts.unsupported.format(name=name))
+
+    def _pdf(self, name: str, data: bytes) -> DocumentBlock:
+        if len(data) > self.limits.max_pdf_bytes:
+            limit = _mb(self.limits.max_pdf_bytes)
+            size = _mb(len(data))
+            raise _Refused(self.texts.pdf_too_big.format(name=name, size=size, limit=limit))
+        pages = _pdf_pages(data)
+        if pages is None:
+            raise _Refused(self.texts.bad_pdf.format(name=name))
+        if pages > self.limits.max_pdf_pages:
+            log.info("files.too_many_pages", pages=pages, limit=self.limits.max_pdf_pages)
+            most = self.limits.max_pdf_pages
+            raise _Refused(self.texts.too_many_pages.format(name=name, pages=pages, limit=most))
+        source = DocumentSource(type="base64", media_type="application/pdf", data=_b64(data))
+        return DocumentBlock(source=source, title=name)
+
+    def _text(self, name: str, data: bytes) -> DocumentBlock:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise _Refused(self.texts.not_utf8.format(name=name)) from None
+        if len(text) > self.limits.max_text_chars:
+            limit = self.limits.max_text_chars
+            raise _Refused(self.texts.text_too_long.format(name=name, chars=len(text), limit=limit))
+        source = DocumentSource(type="text", media_type="text/plain", data=text)
+        return DocumentBlock(source=source, title=name)
+
+    def _image(self, data: bytes, name: str) -> bytes:
+        scaled = scale_image(data)
+        if scaled is None:
+            raise _Refused(self.texts.bad_image.format(name=name))
+        return scaled
+
+
+def is_text_file(file_name: str | None, mime_type: str | None) -> bool:
+    """Whether a file is read as text: ``text/*``, JSON, YAML…, or a known text suffix."""
+    mime = (mime_type or "").split(";")[0].strip().lower()
+    if mime.startswith("text/") or mime in TEXT_MIME_TYPES:
+        return True
+    suffix = PurePosixPath((file_name or "").lower()).suffix
+    return suffix in TEXT_SUFFIXES or (file_name or "").lower() in TEXT_SUFFIXES
+
+
+def scale_image(data: bytes, max_side: int = MAX_IMAGE_SIDE) -> bytes | None:
+    """The picture with its long side at most ``max_side``, as JPEG, PNG, GIF or WebP.
+
+    A picture in another format (BMP, TIFF…) becomes PNG; ``None`` when it cannot be read.
+    """
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image: Image.Image = Image.open(io.BytesIO(data))
+            image.load()
+    except Exception as e:  # Pillow raises many kinds for a bad file: it is just unreadable
+        log.info("files.image_unreadable", error=type(e).__name__)
+        return None
+    fmt = image.format if image.format in IMAGE_FORMATS else None
+    if fmt is not None and max(image.size) <= max_side:
+        return data
+    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    if fmt == "JPEG" and image.mode not in ("RGB", "L"):
+        image = image.convert("RGB")
+    out = io.BytesIO()
+    image.save(out, format=fmt or "PNG", **({"quality": 85} if fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
+def _pdf_pages(data: bytes) -> int | None:
+    """The PDF's page count; ``None`` when it is damaged or encrypted."""
+    from pypdf import PdfReader
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            return None
+        return len(reader.pages)
+    except Exception as e:  # pypdf raises many kinds for a bad file: it is just unreadable
+        log.info("files.pdf_unreadable", error=type(e).__name__)
+        return None
+
+
+def _is_pdf(attachment: Attachment) -> bool:
+    return attachment.mime_type == "application/pdf" or (
+        attachment.file_name or ""
+    ).lower().endswith(".pdf")
+
+
+def _name(attachment: Attachment) -> str:
+    if attachment.file_name:
+        return attachment.file_name
+    return {"voice": "the voice message", "audio": "the audio file"}.get(
+        attachment.kind, "the file"
+    )
+
+
+def _mb(size: int) -> str:
+    return f"{size / MB:.1f} MB" if size % MB else f"{size // MB} MB"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
