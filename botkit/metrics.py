@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -62,6 +63,19 @@ class _Bounded:
             return "other"
         self.seen.add(value)
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelChildren:
+    """One model's labelled counters, looked up once (a label lookup takes a lock)."""
+
+    ok: Any
+    input: Any
+    output: Any
+    cache_read: Any
+    cache_creation: Any
+    cost: Any
+    price: Price
 
 
 class Metrics:
@@ -124,7 +138,8 @@ class Metrics:
         self._models = _Bounded()
         self._tools = _Bounded()
         self._methods = _Bounded()
-        self._prices: dict[str, Price] = {}
+        self._models_seen: dict[str, _ModelChildren] = {}
+        self._requests_seen: dict[tuple[str, str], Any] = {}
         self._tools_started: dict[str, float] = {}
 
     # ---- turns and LLM calls ----------------------------------------------------------
@@ -136,23 +151,35 @@ class Metrics:
 
     def llm_call(self, model: str, outcome: str, seconds: float, usage: Usage | None) -> None:
         """Count one LLM call, its duration and, when it answered, its tokens and cost."""
-        model = self._models(model)
-        self.llm_calls.labels(model, outcome).inc()
         self.llm_seconds.observe(seconds)
         if usage is None:
+            self.llm_calls.labels(self._models(model), outcome).inc()
             return
-        for kind, tokens in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_input_tokens),
-            ("cache_creation", usage.cache_creation_input_tokens),
-        ):
-            if tokens:
-                self.llm_tokens.labels(model, kind).inc(tokens)
-        price = self._prices.get(model)
-        if price is None:
-            price = self._prices[model] = price_for(model) or FALLBACK
-        self.llm_cost.labels(model).inc(price.cost(usage))
+        children = self._models_seen.get(model)
+        if children is None:
+            children = self._models_seen[model] = self._model_children(self._models(model))
+        children.ok.inc()
+        if usage.input_tokens:
+            children.input.inc(usage.input_tokens)
+        if usage.output_tokens:
+            children.output.inc(usage.output_tokens)
+        if usage.cache_read_input_tokens:
+            children.cache_read.inc(usage.cache_read_input_tokens)
+        if usage.cache_creation_input_tokens:
+            children.cache_creation.inc(usage.cache_creation_input_tokens)
+        children.cost.inc(children.price.cost(usage))
+
+    def _model_children(self, model: str) -> _ModelChildren:
+        tokens = self.llm_tokens
+        return _ModelChildren(
+            ok=self.llm_calls.labels(model, "ok"),
+            input=tokens.labels(model, "input"),
+            output=tokens.labels(model, "output"),
+            cache_read=tokens.labels(model, "cache_read"),
+            cache_creation=tokens.labels(model, "cache_creation"),
+            cost=self.llm_cost.labels(model),
+            price=price_for(model) or FALLBACK,
+        )
 
     # ---- tools ------------------------------------------------------------------------
 
@@ -175,7 +202,12 @@ class Metrics:
 
     def telegram_request(self, method: str, outcome: str) -> None:
         """Count one Bot API request (``ok``, ``flood``, ``network``, ``server``, ``refused``)."""
-        self.telegram_requests.labels(self._methods(method), outcome).inc()
+        child = self._requests_seen.get((method, outcome))
+        if child is None:
+            child = self.telegram_requests.labels(self._methods(method), outcome)
+            if len(self._requests_seen) < MAX_LABEL_VALUES * 5:
+                self._requests_seen[(method, outcome)] = child
+        child.inc()
 
     def telegram_retry(self, reason: Literal["429", "network"], waited: float = 0.0) -> None:
         """Count one request sent again; a 429's wait adds to the flood-wait seconds."""

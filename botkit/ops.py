@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from botkit.config import Settings
+from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 
 __all__ = ["CHECK_TIMEOUT", "ReadinessCheck", "ops_server", "stores_check"]
@@ -38,7 +39,11 @@ ReadinessCheck = Callable[[], Awaitable[str | None]]
 
 @asynccontextmanager
 async def ops_server(
-    settings: Settings, metrics: Metrics, checks: Sequence[ReadinessCheck] = ()
+    settings: Settings,
+    metrics: Metrics,
+    checks: Sequence[ReadinessCheck] = (),
+    *,
+    check_timeout: float = CHECK_TIMEOUT,
 ) -> AsyncIterator[str | None]:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` while the block runs.
 
@@ -51,12 +56,18 @@ async def ops_server(
     app = web.Application()
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz_handler(list(checks)))
+    app.router.add_get("/readyz", _readyz_handler(list(checks), check_timeout))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.metrics_host, settings.metrics_port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} "
+                f"({e.strerror or e}): set BOTKIT_METRICS_PORT to a free port, or unset it."
+            ) from e
         url = _url_of(runner, settings.metrics_host)
         metrics.served_at = url
         log.info("ops.listening", url=url)
@@ -94,10 +105,10 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 def _readyz_handler(
-    checks: list[ReadinessCheck],
+    checks: list[ReadinessCheck], timeout: float
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
-        reason = await _first_failure(checks)
+        reason = await _first_failure(checks, timeout)
         if reason is None:
             return web.Response(text="ready\n")
         return web.Response(status=503, text=reason + "\n")
@@ -105,14 +116,14 @@ def _readyz_handler(
     return handle
 
 
-async def _first_failure(checks: list[ReadinessCheck]) -> str | None:
-    """The line of the first check that fails (or takes too long), or ``None``."""
+async def _first_failure(checks: list[ReadinessCheck], seconds: float) -> str | None:
+    """The line of the first check that fails (or takes over ``seconds``), or ``None``."""
     for check in checks:
         try:
-            async with asyncio.timeout(CHECK_TIMEOUT):
+            async with asyncio.timeout(seconds):
                 reason = await check()
         except TimeoutError:
-            reason = f"a readiness check took more than {CHECK_TIMEOUT:g} s"
+            reason = f"a readiness check took more than {seconds:g} s"
         if reason:
             return reason
     return None

@@ -6,16 +6,18 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from botkit import ToolError, tool
+from botkit import ConfigError, StoreError, ToolError, tool
 from botkit.messengers.flood import FloodControl
 from botkit.metrics import Metrics
+from botkit.ops import ops_server, stores_check
 from botkit.runtime.telegram import messenger_for
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeReply, ask, make_bot, running
+from botkit.testing import FakeReply, ask, make_bot, make_settings, running
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.telegram import FakeTelegramServer
 
@@ -251,3 +253,39 @@ async def test_a_queued_receiver_and_worker_serve_metrics_and_readiness(
     assert value(samples, "botkit_turns_total", outcome="answered") == 1
     assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 1
     assert ready == (200, "ready\n")
+
+
+# --- the server on its own ----------------------------------------------------------------------
+
+
+async def test_readyz_names_the_first_failing_check_in_one_line(tmp_path: Path) -> None:
+    async def fine() -> str | None:
+        return None
+
+    async def broken_store() -> object:
+        raise StoreError("the user store x.db failed while reading a user:\nlocked")
+
+    async def stuck() -> str | None:
+        await asyncio.sleep(60)
+        return None
+
+    settings = make_settings(tmp_path, metrics_port=0)
+    checks = [fine, stores_check(broken_store)]
+    async with ops_server(settings, Metrics(), checks) as url:
+        assert await get(f"{url}/readyz") == (
+            503,
+            "a store does not answer: StoreError: the user store x.db failed while reading a "
+            "user:\n",
+        )
+    async with ops_server(settings, Metrics(), [fine, stuck], check_timeout=0.1) as url:
+        status, reason = await get(f"{url}/readyz")
+    assert (status, reason) == (503, "a readiness check took more than 0.1 s\n")
+
+
+async def test_a_metrics_port_in_use_is_one_clear_sentence(tmp_path: Path) -> None:
+    async with ops_server(make_settings(tmp_path, metrics_port=0), Metrics()) as url:
+        assert url is not None
+        taken = int(url.rsplit(":", 1)[1])
+        with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{taken}"):
+            async with ops_server(make_settings(tmp_path, metrics_port=taken), Metrics()):
+                pass
