@@ -52,12 +52,17 @@ async def test_commands_answer_without_the_llm_and_fill_the_menu(
     menu = [c["command"] for c in telegram.commands()]
     assert menu == ["help", "clear", "usage", "model", "ping"]
 
+    def menus_set() -> list[Any]:  # per scope: everyone's, and the admin's own chat
+        return [r.params.get("scope") for r in telegram.requests_for("setMyCommands")]
+
+    everyone, admin_chat = None, {"type": "chat", "chat_id": ADMIN}
+    assert menus_set() == [everyone, admin_chat]
     async with running(make_bot(claude, tmp_path, **BOT), telegram):
         await ask(telegram, USER, "/help")
-    assert len(telegram.requests_for("setMyCommands")) == 2, "changed menu set; same menu not"
+    assert menus_set() == [everyone, admin_chat] * 2, "changed menu set; same menu not"
     async with running(make_bot(claude, tmp_path, **BOT), telegram):
         await ask(telegram, USER, "/help")
-    assert len(telegram.requests_for("setMyCommands")) == 2
+    assert menus_set() == [everyone, admin_chat] * 2
 
 
 async def test_clear_starts_fresh_and_is_recorded(
