@@ -11,7 +11,7 @@ import asyncio
 import logging
 import re
 import signal
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, suppress
+from contextlib import AsyncExitStack, suppress
 from typing import TYPE_CHECKING
 
 import structlog
@@ -111,7 +111,6 @@ async def serve_queued(
         stack.push_async_callback(queue.close)
         stack.push_async_callback(messenger.close)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
-        await stack.enter_async_context(_ops(bot, messenger, polling=receive))
         jobs = []
         if receive:
             jobs.append(_receive(bot, messenger, queue, stop))
@@ -119,19 +118,6 @@ async def serve_queued(
             await stack.enter_async_context(mcp_tools(bot))
             jobs.append(_work(bot, messenger, queue, stop, slots, grace_period))
         await _together(jobs, stop)
-
-
-def _ops(
-    bot: ServedBot, messenger: TelegramMessenger, *, polling: bool
-) -> AbstractAsyncContextManager[str | None]:
-    """/metrics, /healthz and /readyz of this process (with BOTKIT_METRICS_PORT)."""
-    from botkit.ops import ops_server
-    from botkit.runtime.telegram import readiness
-
-    messenger.observe(bot.metrics)
-    bot.metrics.watch_load(contexts=lambda: bot.resident_contexts)
-    polls = polling and bot.settings.webhook_url is None
-    return ops_server(bot.settings, bot.metrics, readiness(bot, messenger, polling_too=polls))
 
 
 async def _receive(
