@@ -100,9 +100,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
         context = await bot.context_for_message(message)
         async with context.lock:
             await context.reset("/clear")
-        if message.in_group:
-            return "Done: I've forgotten this group's conversation."
-        return "Done: I've forgotten our conversation. What's next?"
+        return bot.options.group_clear_text if message.in_group else bot.options.clear_text
 
     async def usage(message: Incoming, args: str) -> str:
         context = await bot.context_for(message.user_id)

@@ -88,6 +88,15 @@ class BotOptions:
     """What users are told about files that are too large or cannot be read."""
     max_text_file_chars: int = 100_000
     """A text file with more characters is refused (it would crowd the conversation out)."""
+    clear_text: str = (
+        "Done: we start afresh, and I no longer see our earlier messages. They stay in this "
+        "bot's records, which its operator keeps."
+    )
+    """``/clear``'s reply: says what happens, as the session file keeps the earlier messages."""
+    group_clear_text: str = (
+        "Done: this group starts afresh, and I no longer see its earlier messages. They stay "
+        "in this bot's records, which its operator keeps."
+    )
     typing_interval: float = 4.0
     """Seconds between "typing…" signals while a turn runs."""
     typing_delay: float = 1.0

@@ -71,11 +71,14 @@ async def test_clear_starts_fresh_and_is_recorded(
     bot = make_bot(claude, tmp_path, **BOT)
     async with running(bot, telegram):
         await ask(telegram, USER, "remember pineapples")
-        await ask(telegram, USER, "/clear")
+        cleared = await ask(telegram, USER, "/clear")
         await ask(telegram, USER, "what did I say?")
     assert [m["role"] for m in claude.requests[-1].messages] == ["user"]
     recorded = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
     assert [e.type for e in recorded] == ["message", "message", "reset", "message", "message"]
+    assert "pineapples" in str(recorded[0]), "the earlier messages stay on record…"
+    assert "forgotten" not in cleared.plain_text, "…so /clear never claims they are gone"
+    assert "They stay in this bot's records" in cleared.plain_text
 
     restarted = make_bot(claude, tmp_path, **BOT)
     context = await restarted.context_for(USER)
