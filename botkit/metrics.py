@@ -90,7 +90,7 @@ class Metrics:
         self.turns = Counter("botkit_turns", "Turns by how they ended", ["outcome"], registry=r)
         self.turn_seconds = Histogram(
             "botkit_turn_seconds",
-            "From a turn starting to its reply sent",
+            "From a message received to its reply sent",
             buckets=_SECONDS,
             registry=r,
         )

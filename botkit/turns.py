@@ -165,7 +165,7 @@ class TurnPipeline:
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """``handle``, but a failure is logged and the user gets a polite message."""
-        started = time.perf_counter()
+        started = message.received_at or time.monotonic()
         outcome: TurnOutcome = "error"
         try:
             outcome = await self.handle(message, messenger)
@@ -177,7 +177,7 @@ class TurnPipeline:
             with suppress(Exception):
                 await self._reply(messenger, message, self.bot.options.error_text)
         finally:
-            self.metrics.turn_done(outcome, time.perf_counter() - started)
+            self.metrics.turn_done(outcome, time.monotonic() - started)
 
     async def handle(self, message: Incoming, messenger: Messenger) -> TurnOutcome:
         """Take one incoming message through the gates and the tool loop to a reply.

@@ -103,6 +103,8 @@ class Incoming:
     """The album this message belongs to: its parts are answered as one message."""
     content: tuple[ContentBlock, ...] = ()
     """What the attachments became for the model (documents, file texts), before the text."""
+    received_at: float | None = field(default=None, compare=False)
+    """When this process read it (``time.monotonic()``): turn latency is measured from here."""
 
     @property
     def in_group(self) -> bool:

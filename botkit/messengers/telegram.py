@@ -444,6 +444,7 @@ class TelegramMessenger:
                 return None
             text = addressed
         return Incoming(
+            received_at=time.monotonic(),
             update_id=update.update_id,
             user_id=message.from_user.id,
             chat_id=message.chat.id,
