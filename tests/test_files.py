@@ -245,3 +245,27 @@ async def test_a_tools_image_arrives_as_send_photo_and_the_model_sees_it(
     note, image = result["content"]
     assert "chart.png" in note["text"] and "sent to the user" in note["text"]
     assert base64.b64decode(image["source"]["data"]) == chart
+
+
+async def test_a_session_with_images_restores_after_restart_without_base64_in_the_jsonl(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    photo = make_image(30, 20)
+    pdf = make_pdf(1)
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
+        telegram.send_photo(USER, data=photo, caption="what is this?")
+        await telegram.wait_for_messages(USER)
+        telegram.send_document(USER, pdf, file_name="a.pdf", mime_type="application/pdf")
+        await telegram.wait_for_messages(USER, 2)
+
+    session = (tmp_path / "sessions" / f"{USER}.jsonl").read_text()
+    assert base64.b64encode(photo).decode() not in session
+    assert base64.b64encode(pdf).decode()[:100] not in session
+    assert len(list((tmp_path / "sessions" / "media").iterdir())) == 2
+
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
+        telegram.send_text(USER, "and now?")
+        await telegram.wait_for_messages(USER, 3)
+    restored = claude.requests[-1].messages
+    assert base64.b64decode(restored[0]["content"][0]["source"]["data"]) == photo
+    assert base64.b64decode(restored[2]["content"][0]["source"]["data"]) == pdf

@@ -4,7 +4,10 @@ does (sequence numbers, export and import, a bot on a database)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -27,10 +30,22 @@ from botkit.sessions import (
     SessionStore,
     session_store_for,
 )
+from botkit.sessions.jsonl import read_session_file
 from botkit.sessions.transfer import export_sessions, import_sessions
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
-from botkit.types import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from botkit.testing.telegram import TINY_PNG
+from botkit.types import (
+    DocumentBlock,
+    DocumentSource,
+    ImageBlock,
+    ImageSource,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 
 Entry = SessionEntry | ResetEntry | CompactionEntry
 USER = 42
@@ -480,3 +495,118 @@ def text_of(entry: SessionEntry) -> str:
 
 def text_of_message(message: Message) -> str:
     return "".join(b.text for b in message.content if isinstance(b, TextBlock))
+
+
+# --- media: stored once by content hash, referenced from the entries (#15) ----------------------
+
+PNG_B64 = base64.b64encode(TINY_PNG).decode()
+
+
+def with_media(user: int = USER) -> list[Entry]:
+    """A photo sent twice, a PDF, a text file, and a tool's picture shown to the model."""
+    pdf = base64.b64encode(b"%PDF-1.4 tiny").decode()
+    photo = ImageBlock(source=ImageSource(media_type="image/png", data=PNG_B64))
+    said = Message(
+        role="user",
+        content=[
+            photo,
+            DocumentBlock(source=DocumentSource(data=pdf), title="a.pdf"),
+            DocumentBlock(
+                source=DocumentSource(type="text", media_type="text/plain", data="x,y\n1,2\n"),
+                title="b.csv",
+            ),
+            TextBlock(text="look"),
+        ],
+    )
+    result = ToolResultBlock(tool_use_id="toolu_01", content="sent", images=(photo,))
+    entries = [
+        SessionEntry.of(user, said, update_id=1),
+        SessionEntry.of(user, Message(role="user", content=[photo, result])),
+    ]
+    return [_at(e, i) for i, e in enumerate(entries)]
+
+
+async def stored_text(store: SessionStore, backend: Path | str) -> bytes:
+    if isinstance(store, JsonlSessionStore):
+        return store.path_for(USER).read_bytes()
+    assert isinstance(store, PostgresSessionStore)
+    return b"".join(await store.lines(USER))
+
+
+async def test_media_are_stored_once_and_read_back_inline(
+    open_store: Opener, backend: Path | str
+) -> None:
+    writer = await open_store()
+    for entry in with_media():
+        await writer.append(entry)
+
+    raw = await stored_text(writer, backend)
+    loaded = (await (await open_store()).load(USER)).entries
+
+    assert PNG_B64 not in raw.decode() and b"1,2" not in raw, "no media inline in the entries"
+    assert raw.decode().count('"type":"stored"') == 5
+    assert lines_of(loaded) == lines_of(with_media())
+
+
+async def test_jsonl_media_files_are_private_and_named_by_their_hash(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path / "sessions")
+    for entry in with_media():
+        await store.append(entry)
+    await store.close()
+
+    media = tmp_path / "sessions" / "media"
+    names = sorted(p.name for p in media.iterdir())
+    assert f"{hashlib.sha256(TINY_PNG).hexdigest()}.png" in names
+    assert sorted(name.rsplit(".", 1)[1] for name in names) == ["pdf", "png", "txt"]
+    assert stat.S_IMODE(media.stat().st_mode) == 0o700
+    assert {stat.S_IMODE((media / n).stat().st_mode) for n in names} == {0o600}
+
+
+async def test_missing_media_leave_a_placeholder_not_a_crash(tmp_path: Path) -> None:
+    store = JsonlSessionStore(tmp_path)
+    for entry in with_media():
+        await store.append(entry)
+    for path in (tmp_path / "media").iterdir():
+        path.unlink()
+
+    first, second = (await JsonlSessionStore(tmp_path).load(USER)).messages
+
+    assert [b.text for b in first.content if isinstance(b, TextBlock)] == [
+        "[A picture sent here is no longer stored]",
+        "[The document a.pdf sent here is no longer stored]",
+        "[The document b.csv sent here is no longer stored]",
+        "look",
+    ]
+    assert isinstance(second.content[1], ToolResultBlock) and second.content[1].images is None
+
+
+async def test_lines_with_inline_media_from_before_still_load(tmp_path: Path) -> None:
+    old = with_media()[0]
+    (tmp_path / f"{USER}.jsonl").write_bytes(old.to_line())
+
+    [entry] = (await JsonlSessionStore(tmp_path).load(USER)).entries
+
+    assert entry.to_line() == old.to_line()
+
+
+async def test_export_writes_the_media_and_import_reads_them(
+    pg: PostgresSessionStore, migrated_db: str, tmp_path: Path
+) -> None:
+    for entry in with_media():
+        await pg.append(entry)
+
+    await export_sessions(pg, tmp_path / "out")
+    exported = read_session_file(tmp_path / "out" / f"{USER}.jsonl").entries
+    other = await PostgresSessionStore.connect(migrated_db)
+    try:
+        async with other._connection() as conn:
+            await conn.execute(
+                "TRUNCATE botkit_sessions, botkit_session_heads, botkit_session_media"
+            )
+        await import_sessions(other, tmp_path / "out")
+        imported = (await other.load(USER)).entries
+    finally:
+        await other.close()
+
+    assert lines_of(exported) == lines_of(with_media())
+    assert lines_of(imported) == lines_of(with_media())

@@ -5,6 +5,8 @@ same entries, each carrying its ``conversation`` key and, on user messages, the 
 
 Conversations are private: the folder is made ``0700`` and each file ``0600``, and the store
 takes group and other permissions away from a folder or file an older botkit left open.
+Pictures and documents are kept once each in ``media/`` beside the files (``0700``/``0600``
+too) and referenced from the lines (``botkit.sessions.media``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +25,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from botkit.errors import SessionError
+from botkit.sessions.media import MEDIA_DIR, MediaFiles, externalize, references, resolve
 from botkit.types import ContentBlock, Message, Role, Usage
 
 __all__ = [
@@ -164,7 +168,15 @@ def read_session_file(path: Path) -> SessionFile:
             reason = "torn last line (no newline)" if torn else _short(e)
             problems.append((number, reason))
             log.warning("session.line_skipped", path=str(path), line=number, reason=reason)
-    return SessionFile(entries=entries, problems=problems)
+    media = MediaFiles(path.parent / MEDIA_DIR)
+    return SessionFile(entries=[with_media(e, media.get) for e in entries], problems=problems)
+
+
+def with_media(entry: AnyEntry, fetch: Callable[[str], bytes | None]) -> AnyEntry:
+    """The entry with the media it refers to put back (a note where they are gone)."""
+    if not isinstance(entry, SessionEntry) or not references(entry.content):
+        return entry
+    return entry.model_copy(update={"content": resolve(entry.content, fetch)})
 
 
 def _short(e: Exception) -> str:
@@ -181,6 +193,7 @@ class JsonlSessionStore:
         self._checked: set[str] = set()
         self._open_files = open_files
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._media = MediaFiles(self.directory / MEDIA_DIR)
 
     def path_for(self, key: int | str) -> Path:
         """The session file of a conversation: a user id, or a group's ``chat_…`` key."""
@@ -190,11 +203,11 @@ class JsonlSessionStore:
         """Write ``entry`` as one line at the end of its conversation's file."""
         key = entry.key
         path = self.path_for(key)
-        line = entry.to_line()
         try:
             if not self._directory_ready:
                 _make_private_dir(self.directory)
                 self._directory_ready = True
+            line = self._with_media_stored(entry).to_line()
             if key not in self._checked:
                 line = self._mend_torn_tail(path) + line
                 self._checked.add(key)
@@ -202,6 +215,16 @@ class JsonlSessionStore:
             os.write(self._fd_for(key, path), line)
         except OSError as e:
             raise SessionError(f"cannot write session file {path}: {e}") from e
+
+    def _with_media_stored(self, entry: AnyEntry) -> AnyEntry:
+        """The entry with its pictures and documents as references, their bytes stored first."""
+        if not isinstance(entry, SessionEntry):
+            return entry
+        content, blobs = externalize(entry.content)
+        if not blobs:
+            return entry
+        self._media.put(blobs)
+        return entry.model_copy(update={"content": content})
 
     def _fd_for(self, key: str, path: Path) -> int:
         """An open descriptor for the conversation's file; the least recently used are closed."""

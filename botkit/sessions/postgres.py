@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +25,14 @@ from pydantic import ValidationError
 
 from botkit.errors import ConfigError, SessionError
 from botkit.sessions.base import NumberedSessionFile
-from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, parse_entry
+from botkit.sessions.jsonl import (
+    CompactionEntry,
+    ResetEntry,
+    SessionEntry,
+    parse_entry,
+    with_media,
+)
+from botkit.sessions.media import externalize, references
 
 __all__ = ["PostgresSessionStore"]
 
@@ -51,6 +59,9 @@ _LOCK_HEAD = """
     RETURNING last_seq"""
 _SET_HEAD = "UPDATE botkit_session_heads SET last_seq = $2 WHERE conversation = $1"
 _COLUMNS = ["conversation", "seq", "entry", "recorded_at"]
+_PUT_MEDIA = """
+    INSERT INTO botkit_session_media (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"""
+_GET_MEDIA = "SELECT name, data FROM botkit_session_media WHERE name = ANY($1::text[])"
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -114,7 +125,9 @@ class PostgresSessionStore:
 
     async def append(self, entry: Entry) -> None:
         """Record ``entry`` as its conversation's next numbered row."""
+        entry, blobs = _media_apart(entry)
         async with self._order.holding(entry.key), self._connection() as conn:
+            await self._put_media(conn, blobs)
             await conn.execute(_APPEND, entry.key, *_stored(entry))
 
     async def load(self, key: int | str) -> NumberedSessionFile:
@@ -125,7 +138,8 @@ class PostgresSessionStore:
         """The conversation's entries numbered after ``seq``; damaged rows reported by number."""
         async with self._connection() as conn:
             rows = await conn.fetch(_LOAD_AFTER, str(key), seq)
-        return _numbered(str(key), [(row["seq"], row["entry"]) for row in rows], seq)
+            file = _numbered(str(key), [(row["seq"], row["entry"]) for row in rows], seq)
+            return await self._with_media(conn, file)
 
     async def last_sequence(self, key: int | str) -> int:
         """The number of the conversation's last entry (0 when it has none)."""
@@ -151,14 +165,41 @@ class PostgresSessionStore:
         importing the same session twice never duplicates it.
         """
         conversation = str(key)
-        records = [(conversation, n, *_stored(e)) for n, e in enumerate(entries, start=1)]
+        apart = [_media_apart(e) for e in entries]
+        records = [(conversation, n, *_stored(e)) for n, (e, _) in enumerate(apart, start=1)]
         async with self._connection() as conn, conn.transaction():
             existing = int(await conn.fetchval(_LOCK_HEAD, conversation))
             if existing or not records:
                 return existing
+            await self._put_media(conn, {k: v for _, blobs in apart for k, v in blobs.items()})
             await conn.copy_records_to_table("botkit_sessions", records=records, columns=_COLUMNS)
             await conn.execute(_SET_HEAD, conversation, len(records))
         return 0
+
+    async def media(self, names: Iterable[str]) -> dict[str, bytes]:
+        """The stored media of these names (those that are gone are left out)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        async with self._connection() as conn:
+            return await _fetch_media(conn, wanted)
+
+    async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
+        if blobs:
+            await conn.executemany(_PUT_MEDIA, list(blobs.items()))
+
+    async def _with_media(self, conn: Any, file: NumberedSessionFile) -> NumberedSessionFile:
+        """``file`` with the media its entries refer to put back."""
+        names = {
+            n for e in file.entries if isinstance(e, SessionEntry) for n in references(e.content)
+        }
+        if not names:
+            return file
+        found = await _fetch_media(conn, sorted(names))
+        for name in names - found.keys():
+            log.warning("session.media_missing", media=name)
+        entries = [with_media(e, found.get) for e in file.entries]
+        return replace(file, entries=entries)
 
     async def _ensure_pool(self) -> Any:
         """The pool, made on first use by a lazy store."""
@@ -239,6 +280,18 @@ def _numbered(key: str, rows: list[tuple[int, str]], after: int) -> NumberedSess
             log.warning("session.row_skipped", conversation=key, seq=seq, reason=reason)
     last = rows[-1][0] if rows else after
     return NumberedSessionFile(entries, problems, numbers=numbers, last_seq=last)
+
+
+async def _fetch_media(conn: Any, names: list[str]) -> dict[str, bytes]:
+    return {row["name"]: bytes(row["data"]) for row in await conn.fetch(_GET_MEDIA, names)}
+
+
+def _media_apart(entry: Entry) -> tuple[Entry, dict[str, bytes]]:
+    """The entry with references for its media, and the media's bytes to store."""
+    if not isinstance(entry, SessionEntry):
+        return entry, {}
+    content, blobs = externalize(entry.content)
+    return (entry.model_copy(update={"content": content}) if blobs else entry), blobs
 
 
 def _stored(entry: Entry) -> tuple[str, datetime]:

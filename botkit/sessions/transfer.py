@@ -1,12 +1,14 @@
 """Moving sessions between JSONL files and PostgreSQL (``python -m botkit sessions``).
 
 An export writes each conversation's rows as they are stored, so exporting what was imported
-gives back the very bytes of the files (botkit's own lines are stored as written). An import
-never adds to a conversation that already has entries: running it twice duplicates nothing.
+gives back the very bytes of the files (botkit's own lines are stored as written), with the
+pictures and documents they refer to in ``media/``. An import never adds to a conversation that
+already has entries: running it twice duplicates nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,8 @@ from structlog.testing import capture_logs
 
 from botkit.errors import SessionError
 from botkit.sessions.base import is_conversation_key
-from botkit.sessions.jsonl import read_session_file
+from botkit.sessions.jsonl import SessionEntry, parse_entry, read_session_file
+from botkit.sessions.media import MEDIA_DIR, MediaFiles, references
 from botkit.sessions.postgres import PostgresSessionStore
 
 __all__ = ["TransferReport", "export_sessions", "import_sessions", "transfer"]
@@ -62,6 +65,7 @@ async def export_sessions(store: PostgresSessionStore, directory: Path) -> Trans
         else:
             lines = await store.lines(key)
             _write_new(path, b"".join(lines))
+            await _export_media(store, lines, directory)
             report.conversations += 1
             report.entries += len(lines)
     return report
@@ -93,6 +97,21 @@ async def _import_file(store: PostgresSessionStore, path: Path, report: Transfer
         return
     report.conversations += 1
     report.entries += len(file.entries)
+
+
+async def _export_media(store: PostgresSessionStore, lines: list[bytes], directory: Path) -> None:
+    """Write the media these lines refer to into ``<directory>/media/``."""
+    names: set[str] = set()
+    for line in lines:
+        with contextlib.suppress(ValueError):  # a damaged row: exported as it is, nothing to add
+            entry = parse_entry(line)
+            if isinstance(entry, SessionEntry):
+                names |= references(entry.content)
+    if names:
+        try:
+            MediaFiles(directory / MEDIA_DIR).put(await store.media(names))
+        except OSError as e:
+            raise SessionError(f"cannot write media in {directory}: {e}") from e
 
 
 def _make_dir(directory: Path) -> None:
