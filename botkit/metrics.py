@@ -45,6 +45,8 @@ LLM_OUTCOMES = ("ok", "overloaded", "auth", "too_long", "error")
 MAX_LABEL_VALUES = 50
 """Distinct models, tools or API methods tracked; any more share the label value ``other``."""
 
+_TOOLS_TIMED = 10_000
+"""Tool calls timed at once at most; more means some never ended (cancelled turns)."""
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 _TOOL_SECONDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -189,6 +191,8 @@ class Metrics:
         hooks.on("tool_end", self._tool_ended)
 
     async def _tool_started(self, event: ToolStart) -> None:
+        if len(self._tools_started) >= _TOOLS_TIMED:  # calls cut off without a tool_end
+            self._tools_started.clear()
         self._tools_started[event.call.id] = time.perf_counter()
 
     async def _tool_ended(self, event: ToolEnd) -> None:
