@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from aiogram.exceptions import AiogramError, ClientDecodeError, TelegramBadRequest
+from structlog.testing import capture_logs
 
 from botkit import errors
 from botkit.messengers.flood import FloodControl
@@ -19,6 +20,8 @@ from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, make_bo
 
 NEWCOMER = 1301
 PROXY_PAGE = "<html>502 Bad Gateway</html>"
+ATTEMPTS = 2
+"""Tries of one request in these tests (no pause between them)."""
 
 
 # --- the tree ------------------------------------------------------------------------------
@@ -44,9 +47,8 @@ def test_store_errors_are_botkit_errors_and_exported() -> None:
 
 @pytest.fixture
 async def messenger(telegram: FakeTelegramServer) -> AsyncIterator[TelegramMessenger]:
-    opened = TelegramMessenger(
-        telegram.token, api_base=telegram.base_url, flood=FloodControl.unlimited()
-    )
+    flood = FloodControl.unlimited(max_attempts=ATTEMPTS, max_backoff=0)
+    opened = TelegramMessenger(telegram.token, api_base=telegram.base_url, flood=flood)
     yield opened
     await opened.close()
 
@@ -73,7 +75,7 @@ async def test_a_garbled_answer_to_typing_is_a_messenger_error_without_the_token
 async def test_a_garbled_answer_at_start_is_a_messenger_error(
     telegram: FakeTelegramServer, messenger: TelegramMessenger
 ) -> None:
-    telegram.garble_next("getMe", body="{not json", status=200)
+    telegram.garble_next("getMe", body="{not json", status=200, times=ATTEMPTS)
     with pytest.raises(errors.MessengerError, match="getMe") as raised:
         await messenger.start()
     assert isinstance(raised.value.__cause__, AiogramError)
@@ -83,10 +85,46 @@ async def test_a_garbled_answer_at_start_is_a_messenger_error(
 async def test_a_garbled_answer_while_setting_the_menu_is_a_messenger_error(
     telegram: FakeTelegramServer, messenger: TelegramMessenger, method: str
 ) -> None:
-    telegram.garble_next(method, body=PROXY_PAGE)
+    telegram.garble_next(method, body=PROXY_PAGE, times=ATTEMPTS)
     with pytest.raises(errors.MessengerError, match=method) as raised:
         await messenger.sync_commands([("help", "what I can do")])
     assert isinstance(raised.value.__cause__, ClientDecodeError)
+
+
+async def test_a_garbled_answer_to_a_reply_is_retried_and_the_reply_arrives(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger
+) -> None:
+    page = f"<html>502: upstream failed for /bot{telegram.token}/sendMessage</html>"
+    telegram.garble_next("sendMessage", body=page)
+    with capture_logs() as logs:
+        await messenger.send_text(NEWCOMER, "your answer")
+    assert [m.plain_text for m in telegram.sent_messages(NEWCOMER)] == ["your answer"]
+    assert [e["event"] for e in logs] == ["telegram.send_retry"]
+    assert telegram.token not in str(logs), "a proxy page quoting the URL is never logged"
+
+
+@pytest.mark.parametrize("method", ["sendMessage", "deleteWebhook"])
+async def test_an_answer_garbled_every_time_is_a_messenger_error_without_the_token(
+    telegram: FakeTelegramServer, messenger: TelegramMessenger, method: str
+) -> None:
+    telegram.garble_next(method, body=f"<html>no /bot{telegram.token}/</html>", times=ATTEMPTS)
+    with pytest.raises(errors.MessengerError, match=f"{method} .* {ATTEMPTS} attempts") as raised:
+        if method == "sendMessage":
+            await messenger.send_text(NEWCOMER, "your answer")
+        else:
+            await messenger.delete_webhook()
+    assert isinstance(raised.value.__cause__, ClientDecodeError)
+    assert telegram.token not in str(raised.value)
+
+
+async def test_a_garbled_answer_to_a_draft_still_gets_the_final_reply(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    telegram.garble_next("sendMessageDraft", body=PROXY_PAGE, times=100)
+    bot = make_bot(claude, tmp_path, access="open", stream_replies=True)
+    async with running(bot, telegram):
+        assert "streamed?" in (await ask(telegram, NEWCOMER, "streamed?")).plain_text
+    assert telegram.requests_for("sendMessageDraft"), "the drafts were tried"
 
 
 async def test_a_garbled_menu_answer_at_start_does_not_stop_the_bot(

@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 from aiogram.exceptions import (
+    ClientDecodeError,
     TelegramAPIError,
     TelegramEntityTooLarge,
     TelegramNetworkError,
@@ -208,7 +210,7 @@ class FloodControl:
         self, chat_id: int, state: _ChatState, call: Callable[[], Awaitable[T]]
     ) -> T:
         failures = 0
-        last: TelegramAPIError | None = None
+        last: TelegramAPIError | ClientDecodeError | None = None
         for attempt in range(1, self.max_attempts + 1):
             await self._pace(state, chat_id)
             try:
@@ -229,7 +231,8 @@ class FloodControl:
                     await asyncio.sleep(e.retry_after)
             except TelegramEntityTooLarge as e:  # a TelegramNetworkError, but permanent
                 raise MessengerError(f"Telegram refused a request to chat {chat_id}: {e}") from e
-            except (TelegramNetworkError, TelegramServerError) as e:
+            except (TelegramNetworkError, TelegramServerError, ClientDecodeError) as e:
+                # A garbled answer is a proxy's error page in front of the Bot API: transient.
                 last = e
                 delay = min(_FIRST_BACKOFF * 2**failures, self.max_backoff)
                 failures += 1
@@ -239,7 +242,7 @@ class FloodControl:
                     log.warning(
                         "telegram.send_retry",
                         chat_id=chat_id,
-                        error=str(e),
+                        error=_describe(e),
                         attempt=attempt,
                         delay=delay,
                     )
@@ -251,9 +254,10 @@ class FloodControl:
         if isinstance(last, TelegramRetryAfter):
             reason = f"still rate limited (retry after {last.retry_after}s)"
         else:
-            reason = f"Telegram unreachable ({last})"
+            reason = f"Telegram unreachable ({_describe(last)})"
         raise MessengerError(
-            f"Could not send to chat {chat_id} after {self.max_attempts} attempts: {reason}"
+            f"Could not send {_method(call)} to chat {chat_id} after {self.max_attempts} "
+            f"attempts: {reason}"
         ) from last
 
     async def _pace(self, state: _ChatState, chat_id: int) -> None:
@@ -315,3 +319,19 @@ class FloodControl:
                 chats=sorted(self._recent_floods),
                 retry_after=retry_after,
             )
+
+
+def _method(call: Callable[..., object]) -> str:
+    """The Bot API method ``call`` makes, as Telegram names it (``sendMessage``), if known."""
+    while isinstance(call, partial):
+        call = call.func
+    first, *rest = getattr(call, "__name__", "request").split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+def _describe(error: TelegramAPIError | ClientDecodeError | None) -> str:
+    """One line about a failed request; a garbled answer's body is left out (a proxy's page
+    may quote the request's URL, which holds the bot token)."""
+    if isinstance(error, ClientDecodeError):
+        return f"its answer could not be read: {type(error.original).__name__}"
+    return str(error)

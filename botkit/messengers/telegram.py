@@ -704,8 +704,9 @@ class TelegramDraft:
                 keep_on_stop=True,
             )
             self._shown = html
-        except TelegramAPIError as e:  # a draft is a courtesy: the final message still comes
-            log.debug("telegram.draft_failed", chat_id=self.chat_id, error=str(e))
+        except AiogramError as e:  # a draft is a courtesy (garbled answers too): the final
+            # message still comes
+            log.debug("telegram.draft_failed", chat_id=self.chat_id, error=_describe_error(e))
         finally:
             self._sending = False
 
