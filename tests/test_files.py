@@ -13,10 +13,10 @@ from pathlib import Path
 from PIL import Image
 from pypdf import PdfWriter
 
-from botkit import ToolImage
+from botkit import ToolFile, ToolImage
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
 from botkit.testing.harness import running
-from botkit.testing.kit import make_bot
+from botkit.testing.kit import ask, make_bot
 from botkit.testing.telegram import FakeTelegramServer
 
 USER = 501
@@ -269,3 +269,44 @@ async def test_a_session_with_images_restores_after_restart_without_base64_in_th
     restored = claude.requests[-1].messages
     assert base64.b64decode(restored[0]["content"][0]["source"]["data"]) == photo
     assert base64.b64decode(restored[2]["content"][0]["source"]["data"]) == pdf
+
+
+async def test_a_tools_file_arrives_as_send_document_with_its_name(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async def export_csv() -> ToolFile:
+        """Export the data."""
+        return ToolFile(b"a,b\n1,2\n", "data.csv", "text/csv", caption="Your export")
+
+    claude.enqueue(FakeReply.tool_use("export_csv", {}), FakeReply.text("Sent."))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, tools=[export_csv])
+    async with running(bot, telegram):
+        telegram.send_text(USER, "export please")
+        await telegram.wait_for_messages(USER)
+    [sent] = telegram.sent_files(USER)
+    assert (sent.method, sent.filename, sent.data) == ("sendDocument", "data.csv", b"a,b\n1,2\n")
+    assert sent.caption == "Your export"
+    [result] = claude.requests[1].tool_results()
+    assert result["content"] == (
+        "The file data.csv (text/csv, 8 B) was sent to the user with the caption: Your export"
+    )
+
+
+async def test_help_says_what_the_bot_accepts_and_voice_only_with_a_transcriber(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async def transcribe(audio: bytes, mime: str) -> str | None:
+        return None
+
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
+        plain = (await ask(telegram, USER, "/help")).plain_text
+    voice_bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, transcribe=transcribe)
+    async with running(voice_bot, telegram):
+        voice = (await ask(telegram, USER, "/help")).plain_text
+    assert "PDFs" in plain and "photos" in plain and "voice" not in plain
+    assert "voice messages" in voice
+    assert "PDFs" in bot_prompt(claude, tmp_path)
+
+
+def bot_prompt(claude: FakeAnthropicServer, tmp_path: Path) -> str:
+    return make_bot(claude, tmp_path).options.system_prompt
