@@ -186,19 +186,17 @@ def _console(target: str | None, user_id: int, *, plain: bool) -> int:
 def _migrate(dsn: str | None) -> int:
     import asyncio
 
-    from botkit.errors import ConfigError
+    from botkit.errors import ConfigError, StoreError
     from botkit.stores.migrate import migrate
 
     url = dsn or load_settings().database_url
     if url is None:
         raise ConfigError("BOTKIT_DATABASE_URL is not set (the SQLite store needs no migrations)")
     text = url if isinstance(url, str) else url.get_secret_value()
-    import asyncpg  # type: ignore[import-untyped]
-
     try:
         applied = asyncio.run(migrate(text))
-    except (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-        raise ConfigError(f"cannot migrate the database: {e}") from e
+    except StoreError as e:
+        raise ConfigError(str(e)) from e
     print("applied: " + ", ".join(applied) if applied else "nothing to apply: up to date")
     return 0
 

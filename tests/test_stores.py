@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -767,10 +768,11 @@ async def test_a_failing_migration_leaves_no_trace(postgres_db: str, tmp_path: P
     (tmp_path / "001_ok.sql").write_text("CREATE TABLE ok (n int);")
     (tmp_path / "002_bad.sql").write_text("CREATE TABLE half (n int); SELECT no_such_function();")
 
-    with pytest.raises(asyncpg.PostgresError) as raised:
+    with pytest.raises(StoreError, match="while applying migration 002_bad") as raised:
         await migrate(postgres_db, directory=tmp_path)
 
-    assert "while applying migration 002_bad" in raised.value.__notes__
+    assert "no_such_function() does not exist" in str(raised.value)
+    assert isinstance(raised.value.__cause__, asyncpg.PostgresError)
     conn = await asyncpg.connect(postgres_db)
     try:
         assert await conn.fetchval("SELECT to_regclass('ok')::text") == "ok"
@@ -778,6 +780,16 @@ async def test_a_failing_migration_leaves_no_trace(postgres_db: str, tmp_path: P
         assert await conn.fetchval("SELECT array_agg(name) FROM botkit_migrations") == ["001_ok"]
     finally:
         await conn.close()
+
+
+async def test_migrating_an_unreachable_database_is_a_store_error_without_the_password() -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(StoreError, match="cannot migrate the database") as raised:
+        await migrate(f"postgresql://botkit:s3cret-pw@127.0.0.1:{port}/botkit")
+    assert "s3cret-pw" not in str(raised.value)
+    assert isinstance(raised.value.__cause__, OSError)
 
 
 def test_the_packaged_migrations_are_found() -> None:

@@ -10,11 +10,12 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import structlog
 
-from botkit.errors import ConfigError
+from botkit.errors import ConfigError, StoreError
 
 __all__ = [
     "LOCK_KEY",
@@ -24,6 +25,7 @@ __all__ = [
     "load_migrations",
     "migrate",
     "pending_migrations",
+    "without_password",
 ]
 
 MIGRATIONS: Traversable = files("botkit.stores") / "migrations"
@@ -41,6 +43,14 @@ _CREATE_LEDGER = """
     )"""
 
 log = structlog.get_logger(__name__)
+
+_DRIVER_ERRORS = (
+    OSError,  # refused, reset, timed out
+    ValueError,  # a DSN asyncpg cannot parse
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 _Directory = Traversable | str | os.PathLike[str]
 
@@ -100,13 +110,31 @@ async def apply_migrations(conn: Any, migrations: list[Migration] | None = None)
 
 
 async def migrate(dsn: str, *, directory: _Directory | None = None) -> list[str]:
-    """Bring the database at ``dsn`` up to date; the names of the migrations applied."""
+    """Bring the database at ``dsn`` up to date; the names of the migrations applied.
+
+    A database that cannot be reached or refuses a migration raises :class:`StoreError` (a
+    failed migration leaves nothing of itself behind).
+    """
     migrations = load_migrations(directory)
-    conn = await asyncpg.connect(dsn)
     try:
-        return await apply_migrations(conn, migrations)
-    finally:
-        await conn.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await apply_migrations(conn, migrations)
+        finally:
+            await conn.close()
+    except _DRIVER_ERRORS as e:
+        where = "".join(f" ({note}, which was rolled back)" for note in getattr(e, "__notes__", []))
+        reason = without_password(f"{type(e).__name__}: {e}", dsn)
+        raise StoreError(f"cannot migrate the database{where}: {reason}") from e
+
+
+def without_password(text: str, dsn: str) -> str:
+    """``text`` with the DSN's password, if it shows, replaced by ``***``."""
+    try:
+        password = urlsplit(dsn).password
+    except ValueError:
+        return text
+    return text.replace(password, "***") if password else text
 
 
 async def _apply(conn: Any, migration: Migration) -> None:

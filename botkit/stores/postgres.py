@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -27,6 +26,7 @@ from botkit.stores.base import (
     new_invite,
 )
 from botkit.stores.migrate import pending_migrations
+from botkit.stores.migrate import without_password as _without_password
 from botkit.types import Usage
 
 __all__ = ["PostgresUserStore"]
@@ -374,12 +374,3 @@ async def _redeem(conn: Any, code: str, user_id: int, display_name: str | None) 
     if registered is None:
         raise _RegisteredMeanwhile
     return RedeemResult.success(_user(registered))
-
-
-def _without_password(text: str, dsn: str) -> str:
-    """``text`` with the DSN's password, if it shows, replaced by ``***``."""
-    try:
-        password = urlsplit(dsn).password
-    except ValueError:
-        return text
-    return text.replace(password, "***") if password else text
