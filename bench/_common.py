@@ -35,7 +35,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from botkit.testing import FakeAnthropicServer, FakeTelegramServer
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer
 from botkit.testing.anthropic import Responder
 
 if TYPE_CHECKING:
@@ -54,6 +54,26 @@ AIOGRAM_ECHO = "aiogram-echo"
 AIOGRAM_LLM = "aiogram-llm"
 AIOGRAM_STREAM = "aiogram-stream"
 KINDS = (BOTKIT, AIOGRAM_ECHO, AIOGRAM_LLM, AIOGRAM_STREAM)
+DRAFT_INTERVAL = 0.3
+"""Seconds between two drafts of the hand-written streaming bot (botkit's default too)."""
+
+PARAGRAPH = (
+    "Here is a short answer, written the way a helpful assistant writes one. **Streaming** "
+    "lets you read the first words while the rest is still being written, which matters "
+    "most for long answers that take several seconds to generate in full.\n\n"
+    "- First, the model reads your message and the conversation so far.\n"
+    "- Then it writes the answer a few tokens at a time, and each piece is sent on at once.\n"
+    "- Finally the whole answer arrives as one formatted message.\n\n"
+    "If you want more detail on any of these steps, just ask and I will explain it with an "
+    "example or two. Have a nice day!"
+)
+"""The body of every benchmark answer: a paragraph and a list, about 600 characters, which the
+fake Messages API streams in about 30 text deltas of a few tokens each, as the real API does."""
+
+
+def paragraph_responder(request: FakeRequest) -> FakeReply:
+    """A realistic answer that starts by naming the question (so the reply can be matched)."""
+    return FakeReply.text(f"Answering {request.last_user_text()}. {PARAGRAPH}")
 
 
 # ---------------------------------------------------------------------------- what to run
@@ -74,6 +94,9 @@ class BotSpec:
     """botkit: ``Settings.stream_replies``."""
     tasks_limit: int | None = None
     """aiogram: ``Dispatcher.start_polling(tasks_concurrency_limit=...)``; ``None``: unbounded."""
+    assistant: bool = False
+    """botkit: run the default assistant (``python -m botkit``: system prompt and two tools);
+    the yardsticks then send the same system prompt and tool definitions."""
     profile: str | None = None
     """A file to write a cProfile of the measured rounds to (SIGUSR1 starts, SIGUSR2 stops)."""
 
@@ -102,27 +125,29 @@ def describe(spec: BotSpec) -> str:
     if spec.kind == BOTKIT:
         settings = botkit_settings(spec)
         store = "PostgreSQL" if settings.database_url else "SQLite"
+        what = "the default assistant (prompt, 2 tools)" if spec.assistant else "a plain Bot"
         return (
-            f"botkit Bot (default options, no tools), max_concurrent_turns="
-            f"{settings.max_concurrent_turns}, flood=FloodControl.unlimited() (paid broadcasts: "
-            f"up to 1,000 msg/s, so no pacing), stream_replies="
-            f"{'on' if settings.stream_replies else 'off'}; the rest default: access="
+            f"botkit: {what}, max_concurrent_turns={settings.max_concurrent_turns}, "
+            f"stream_replies={'on' if settings.stream_replies else 'off'}, access="
             f"{settings.access} ({store} user store, the benchmark's users allowlisted), "
-            f"JSONL sessions and inbox journal on disk, poll_timeout={settings.poll_timeout}, "
-            f"logging as `python -m botkit` ({settings.log_level}, JSON lines to a file)"
+            f"JSONL sessions and inbox journal on disk, JSON log lines ({settings.log_level}) "
+            "to a file; exception: flood=FloodControl.unlimited() (paid broadcasts: no "
+            "pacing to 30 msg/s, which would measure Telegram's limit, not botkit)"
         )
     limit = "unbounded" if spec.tasks_limit is None else str(spec.tasks_limit)
     what = {
         AIOGRAM_ECHO: "handler answers the text (message.answer)",
         AIOGRAM_LLM: "handler: one AsyncAnthropic.messages.create, then message.answer",
         AIOGRAM_STREAM: (
-            "handler: AsyncAnthropic.messages.stream, bot.send_message_draft on every text "
-            "delta, then message.answer"
+            "handler: AsyncAnthropic.messages.stream, bot.send_message_draft at most every "
+            f"{DRAFT_INTERVAL} s while text arrives, then message.answer"
         ),
     }[spec.kind]
+    prompt = "; the default assistant's system prompt and tools" if spec.assistant else ""
     return (
         f"aiogram {version('aiogram')} Dispatcher.start_polling (handle_as_tasks, "
-        f"tasks_concurrency_limit={limit}); {what}; logging.basicConfig(INFO) to a file"
+        f"tasks_concurrency_limit={limit}); {what}; SDK on DefaultAioHttpClient{prompt}; "
+        "logging.basicConfig(INFO) to a file"
     )
 
 
@@ -417,24 +442,24 @@ def _answer_text(message: Any) -> str:
 
 async def _run_botkit(spec: BotSpec, stop: asyncio.Event) -> None:
     from botkit import Bot
+    from botkit.assistant import default_bot
     from botkit.log import configure_logging
     from botkit.messengers.flood import FloodControl
-    from botkit.messengers.telegram import TelegramMessenger
-    from botkit.runtime.inbox import Inbox
-    from botkit.runtime.telegram import INBOX_FILE, serve
+    from botkit.runtime.telegram import messenger_for, serve
 
     settings = botkit_settings(spec)
     configure_logging(settings.log_level, secrets=[TOKEN, API_KEY])
-    bot = Bot(settings=settings)
-    messenger = TelegramMessenger(
-        TOKEN,
-        api_base=settings.telegram_api_base,
-        poll_timeout=settings.poll_timeout,
-        flood=FloodControl.unlimited(),
-        inbox=Inbox(settings.sessions_dir / INBOX_FILE),
-        answer_groups=settings.answer_groups,
-    )
+    bot = default_bot(settings) if spec.assistant else Bot(settings=settings)
+    messenger = messenger_for(settings, flood=FloodControl.unlimited())
     await serve(bot, stop, messenger=messenger)
+
+
+def _assistant_params() -> dict[str, Any]:
+    """The default assistant's system prompt and tools, as a hand-written bot would send them."""
+    from botkit.assistant import SYSTEM_PROMPT, current_time, roll_dice
+
+    tools = [t.definition.model_dump() for t in (current_time, roll_dice)]
+    return {"system": SYSTEM_PROMPT, "tools": tools}
 
 
 async def _run_aiogram(spec: BotSpec, stop: asyncio.Event) -> None:
@@ -449,7 +474,10 @@ async def _run_aiogram(spec: BotSpec, stop: asyncio.Event) -> None:
     logging.basicConfig(level=logging.INFO)
     session = AiohttpSession(api=TelegramAPIServer.from_base(spec.telegram_url))
     bot = Bot(TOKEN, session=session)
-    client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=spec.anthropic_url)
+    client = anthropic.AsyncAnthropic(
+        api_key=API_KEY, base_url=spec.anthropic_url, http_client=anthropic.DefaultAioHttpClient()
+    )
+    extra = _assistant_params() if spec.assistant else {}
     dp = Dispatcher()
     draft_ids = itertools.count(1)
 
@@ -467,6 +495,7 @@ async def _run_aiogram(spec: BotSpec, stop: asyncio.Event) -> None:
                 model=MODEL,
                 max_tokens=MAX_TOKENS,
                 messages=[{"role": "user", "content": message.text or ""}],
+                **extra,
             )
             await message.answer(_answer_text(reply))
 
@@ -474,15 +503,18 @@ async def _run_aiogram(spec: BotSpec, stop: asyncio.Event) -> None:
 
         @dp.message()
         async def stream(message: Message) -> None:
-            draft_id, text = next(draft_ids), ""
+            draft_id, text, shown_at = next(draft_ids), "", 0.0
             async with client.messages.stream(
                 model=MODEL,
                 max_tokens=MAX_TOKENS,
                 messages=[{"role": "user", "content": message.text or ""}],
+                **extra,
             ) as answer:
                 async for delta in answer.text_stream:
                     text += delta
-                    await bot.send_message_draft(message.chat.id, draft_id, text=text)
+                    if time.monotonic() - shown_at >= DRAFT_INTERVAL:
+                        shown_at = time.monotonic()
+                        await bot.send_message_draft(message.chat.id, draft_id, text=text)
             await message.answer(text)
 
     polling = asyncio.create_task(

@@ -1,0 +1,188 @@
+"""What does one turn cost the bot process, with the defaults a new user gets?
+
+Each round, ``--users`` users (400) each send one message at once. The fake Messages API
+answers every call with a paragraph and a short list (about 600 characters) streamed in about
+30 text deltas of a few tokens, ``--chunk-delay`` (20 ms) apart, as the real API streams; a
+non-streamed call waits as long as its stream would have taken. The fake Bot API answers
+like Telegram (no pacing). What is measured is the CPU the bot process used per turn and the
+wall time until the last reply arrived.
+
+Contenders, every one in its own process with its own fakes, rounds alternating:
+
+- ``botkit``: the default assistant as ``python -m botkit`` runs it (streamed drafts on,
+  invite access with the SQLite store, JSONL sessions, JSON log lines, 64 turns at once);
+  the one exception: ``FloodControl.unlimited()`` (Telegram's paid broadcasts) instead of
+  pacing replies to 30 per second, which would measure Telegram's limit, not botkit;
+- ``botkit-nostream``: the same with ``BOTKIT_STREAM_REPLIES=false``;
+- ``create``: hand-written aiogram + ``AsyncAnthropic(http_client=DefaultAioHttpClient())``,
+  one ``messages.create`` per message, then ``message.answer`` (at most 64 handlers at once);
+- ``stream``: the same streaming with ``messages.stream`` into ``send_message_draft``,
+  at most one draft per 0.3 s (botkit's interval), then ``message.answer``.
+
+The yardsticks send the default assistant's system prompt and tool definitions too.
+Targets (medians of the rounds): botkit CPU per turn <= 1.0x the ``stream`` bot, and
+botkit-nostream CPU per turn <= 1.0x the ``create`` bot.
+
+    python bench/turn_cost.py [--users 400] [--rounds 3] [--chunk-delay 0.02] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from _common import (
+    AIOGRAM_LLM,
+    AIOGRAM_STREAM,
+    BOTKIT,
+    BotSpec,
+    BotUnderTest,
+    Round,
+    add_profile_arguments,
+    contenders,
+    describe,
+    load_line,
+    machine_line,
+    median,
+    paragraph_responder,
+    profile_path,
+    profile_summary,
+    user_ids,
+)
+
+FIRST_USER = 10_000
+WARMUP_USERS = 40
+TARGET = 1.0
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=400, help="users (one message each) a round")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per bot")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.02, help="seconds between two text deltas"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="turns at once (botkit's default: 64)"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="give up a round after (s)")
+    add_profile_arguments(parser)
+    return parser.parse_args()
+
+
+def greetings(first_user: int, users: int) -> list[tuple[int, str]]:
+    """One message from each of ``users`` users."""
+    return [(user, f"hello from {user}") for user in user_ids(first_user, users)]
+
+
+def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
+    """botkit (streaming on and off) and the two hand-written bots, with the same fakes."""
+    allowed = tuple(user_ids(1, WARMUP_USERS)) + tuple(
+        user_ids(FIRST_USER, args.rounds * args.users)
+    )
+    ours = BotSpec(
+        BOTKIT,
+        allowed_users=allowed,
+        max_concurrent_turns=args.concurrency,
+        stream_replies=True,
+        assistant=True,
+    )
+    specs = {
+        "botkit": ours,
+        "botkit-nostream": replace(ours, stream_replies=False),
+        "create": BotSpec(AIOGRAM_LLM, tasks_limit=args.concurrency, assistant=True),
+        "stream": BotSpec(AIOGRAM_STREAM, tasks_limit=args.concurrency, assistant=True),
+    }
+    profile_file = profile_path(args, work)
+    if profile_file is not None:
+        specs["botkit-prof"] = replace(ours, profile=str(profile_file))
+    return [
+        BotUnderTest(
+            name,
+            spec,
+            work / name,
+            chunk_delay=args.chunk_delay,
+            responder=paragraph_responder,
+        )
+        for name, spec in specs.items()
+    ]
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
+        work = Path(tmp)
+        bots = contenders_for(args, work)
+        print(
+            f"bench/turn_cost.py: {args.users} users send one message each at once; every "
+            f"answer streams in about 30 text deltas {args.chunk_delay * 1000:.0f} ms apart"
+        )
+        print(machine_line())
+        print("fakes: Bot API + Messages API in this process; each bot in its own process")
+        for bot in bots:
+            print(f"{bot.name + ':':<17}{describe(bot.spec)}")
+        print(f"rounds: {args.rounds} per bot, alternating, after a {WARMUP_USERS}-user warm-up")
+
+        results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
+        async with contenders(bots):
+            for bot in bots:
+                await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
+            for number in range(args.rounds):
+                for bot in bots:
+                    bot.profile(True)
+                    first = FIRST_USER + number * args.users
+                    result = await bot.run_round(greetings(first, args.users), timeout=args.timeout)
+                    bot.profile(False)
+                    results[bot.name].append(result)
+                    print(
+                        f"  round {number + 1} {bot.name:<16} {result.replies}/{result.expected} "
+                        f"in {result.seconds:.2f} s, bot CPU "
+                        f"{result.bot_cpu / max(result.replies, 1) * 1000:.2f} ms/turn; "
+                        f"{result.cpu_note()}"
+                    )
+                    if not result.complete:
+                        print(f"  {bot.name} missed replies: {result.missing[:5]}")
+                        print(bot.log_tail())
+                        return 1
+            drafts = {bot.name: len(bot.telegram.requests_for("sendMessageDraft")) for bot in bots}
+
+        cpu = {n: median([r.bot_cpu / r.replies * 1000 for r in rs]) for n, rs in results.items()}
+        wall = {n: median([r.seconds for r in rs]) for n, rs in results.items()}
+        turns = {n: sum(r.replies for r in rs) + WARMUP_USERS for n, rs in results.items()}
+        for name in results:
+            print(
+                f"{name:<16} bot CPU {cpu[name]:.2f} ms per turn (median), wall "
+                f"{wall[name]:.2f} s, {drafts[name] / turns[name]:.1f} drafts per turn"
+            )
+        streaming = cpu["botkit"] / cpu["stream"]
+        plain = cpu["botkit-nostream"] / cpu["create"]
+        print(
+            f"ratio botkit/stream (CPU per turn) {streaming:.2f}; wall "
+            f"{wall['botkit'] / wall['stream']:.2f}"
+        )
+        print(
+            f"ratio botkit-nostream/create (CPU per turn) {plain:.2f}; wall "
+            f"{wall['botkit-nostream'] / wall['create']:.2f}"
+        )
+        print(f"ratio botkit/create (CPU per turn) {cpu['botkit'] / cpu['create']:.2f}")
+        if "botkit-prof" in results:
+            print(f"botkit under cProfile: {cpu['botkit-prof']:.2f} ms per turn (slowed)")
+            profile_file = profile_path(args, work)
+            assert profile_file is not None
+            print(profile_summary(profile_file))
+    verdict = "PASS" if streaming <= TARGET and plain <= TARGET else "MISS"
+    print(load_line())
+    print(
+        f"RESULT turn_cost streaming={streaming:.2f}x nostream={plain:.2f}x "
+        f"(botkit {cpu['botkit']:.2f} / stream {cpu['stream']:.2f} ms; botkit-nostream "
+        f"{cpu['botkit-nostream']:.2f} / create {cpu['create']:.2f} ms) target<={TARGET:.1f}x "
+        f"{verdict}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
