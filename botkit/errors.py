@@ -46,6 +46,9 @@ class ConfigError(BotkitError):
 class LLMError(BotkitError):
     """The language model could not produce an answer."""
 
+    request_id: str | None = None
+    """The Messages API's ``request-id`` of the failed call, when it answered at all."""
+
 
 class LLMAuthError(LLMError):
     """The Messages API rejected ANTHROPIC_API_KEY (HTTP 401)."""

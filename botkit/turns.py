@@ -33,7 +33,7 @@ from botkit.commands import Command, help_intro
 from botkit.config import Settings
 from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
 from botkit.files import FileLimits, FileReader
-from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
+from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import Draft, Incoming, Messenger, OutgoingFile
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
@@ -101,18 +101,20 @@ class BotSteps(Protocol):
 
 
 class ChargedLLM:
-    """An LLM whose every finished call is charged at once: loop calls, compaction summaries,
-    and the calls of a turn that is stopped or fails later, all count (and are measured)."""
+    """An LLM whose every call is charged as it ends: loop calls, compaction summaries, the
+    calls of a turn that is stopped or fails later, and a call stopped or failed mid-stream
+    (for the tokens it had used by then), all count (and are measured)."""
 
     def __init__(
         self,
         llm: LLM,
-        charge: Callable[[LLMResponse], Awaitable[None]],
+        charge: Callable[[str, Usage], Awaitable[None]],
         metrics: Metrics | None = None,
         model: str = "",
     ) -> None:
         self.llm = llm
         self.charge = charge
+        """Called with the model and the usage of each call."""
         self.metrics = metrics
         self.model = model
         """The model a request without one goes to, for the metrics of failed calls."""
@@ -120,21 +122,34 @@ class ChargedLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer ``request`` with the wrapped LLM, then charge what the call cost."""
         started = time.perf_counter()
-        try:
-            response = await self.llm.complete(request, on_text)
-        except LLMError as e:
-            if self.metrics is not None:
-                seconds = time.perf_counter() - started
-                self.metrics.llm_call(request.model or self.model, _llm_outcome(e), seconds, None)
-            raise
+        with metered() as meter:
+            try:
+                response = await self.llm.complete(request, on_text)
+            except BaseException as e:
+                if isinstance(e, LLMError) and self.metrics is not None:
+                    seconds = time.perf_counter() - started
+                    model = request.model or self.model
+                    self.metrics.llm_call(model, _llm_outcome(e), seconds, None)
+                if _billed(meter.usage):  # stopped or broken mid-stream: charge what it used
+                    await asyncio.shield(self.charge(meter.model, meter.usage))
+                raise
         if self.metrics is not None:
             seconds = time.perf_counter() - started
             self.metrics.llm_call(response.model, "ok", seconds, response.usage)
-        await self.charge(response)
+        await self.charge(response.model, response.usage)
         return response
 
     async def close(self) -> None:
         """Nothing of its own to release: the wrapped LLM is the bot's."""
+
+
+def _billed(usage: Usage) -> bool:
+    return bool(
+        usage.input_tokens
+        or usage.output_tokens
+        or usage.cache_creation_input_tokens
+        or usage.cache_read_input_tokens
+    )
 
 
 class TurnPipeline:
@@ -378,13 +393,10 @@ class TurnPipeline:
         )
         return result.text, "answered"
 
-    async def _charge(self, user_id: int, response: LLMResponse) -> None:
-        """Count one finished LLM call: per model for this process, against the user's budget."""
-        usage = response.usage
-        self.usage_by_model[response.model] = (
-            self.usage_by_model.get(response.model, Usage()) + usage
-        )
-        await self.access.charge(user_id, usage, response.model)
+    async def _charge(self, user_id: int, model: str, usage: Usage) -> None:
+        """Count one LLM call: per model for this process, against the user's budget."""
+        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
+        await self.access.charge(user_id, usage, model)
 
     async def context_for(self, message: Incoming) -> ContextManager:
         """The context of the conversation ``message`` was written in."""

@@ -78,6 +78,34 @@ async def test_a_stopped_turn_still_charges_the_calls_it_made(
         assert await spent(bot) > 0, "stopping did not make the first call free"
 
 
+async def test_a_call_stopped_mid_stream_is_charged_for_what_it_used(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    claude.chunk_delay = 0.5  # a long answer, still streaming when the user presses stop
+    claude.enqueue(FakeReply.text("word " * 200))
+    bot = make_bot(claude, tmp_path, stream=True)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "tell me a long story " * 20)
+        for _ in range(200):
+            if claude.first_delta_at:
+                break
+            await asyncio.sleep(0.05)
+        assert claude.first_delta_at, "the answer never started streaming"
+        draft_id = telegram.drafts(USER)[0].params["draft_id"]
+        telegram.inject_update(
+            {
+                "stopped_message_generation": {
+                    "chat": {"id": USER, "type": "private", "first_name": "U"},
+                    "draft_id": draft_id,
+                }
+            }
+        )
+        await telegram.wait_for_messages(USER)
+        prompt_tokens = len("tell me a long story " * 20) // 4
+        assert await spent(bot) >= prompt_tokens, "the stopped call's input was not charged"
+        assert len(claude.requests) == 1
+
+
 async def test_parallel_tool_calls_per_answer_are_capped(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:

@@ -1,4 +1,11 @@
-"""``AnthropicLLM``: the Messages API through the official SDK, streamed."""
+"""``AnthropicLLM``: the Messages API through the official SDK, streamed.
+
+The SDK sends each request (auth headers, retries with back-off, timeouts, its exception
+classes and ``request-id``); the answer is read here. Its bytes are parsed with orjson into
+botkit's own types, once: the SDK's per-event pydantic models and its snapshot of the whole
+message rebuilt on every delta cost more CPU than the rest of a turn together. The request
+body is serialized once, with orjson, and handed to the SDK as bytes.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import Any, get_args
 
 import anthropic
 import httpx2
+import orjson
 import structlog
 
 from botkit.errors import (
@@ -18,7 +26,7 @@ from botkit.errors import (
     LLMOverloadedError,
     PromptTooLongError,
 )
-from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink
+from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
 from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage
 
 __all__ = ["AnthropicLLM", "AuthFailureHandler"]
@@ -30,6 +38,7 @@ CALLS_PER_CLIENT = 64
 
 _KNOWN_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 _FIRST_BACKOFF = 0.5
+_MESSAGES = "/v1/messages"
 _UNREACHABLE = (
     anthropic.APIConnectionError,
     anthropic.InternalServerError,
@@ -88,12 +97,15 @@ class AnthropicLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""
         params = self._params(request)
+        if on_text is not None:
+            params["stream"] = True
+        body = orjson.dumps(params)
         try:
             async with self._slot(), self._least_busy() as client, _mapped_errors():
                 if on_text is None:
-                    raw = await client.messages.create(**params)
+                    raw = await _create(client, body)
                 else:
-                    raw = await self._stream(client, params, on_text)
+                    raw = await _stream(client, body, on_text)
         except LLMAuthError as e:
             await self._report_auth_failure(e)
             raise
@@ -171,14 +183,6 @@ class AnthropicLLM:
         finally:
             self._in_flight[index] -= 1
 
-    async def _stream(
-        self, client: anthropic.AsyncAnthropic, params: dict[str, Any], on_text: TextSink
-    ) -> Any:
-        async with client.messages.stream(**params) as stream:
-            async for delta in stream.text_stream:
-                await on_text(delta)
-            return await stream.get_final_message()
-
     def _params(self, request: LLMRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": request.model or self.model,
@@ -208,7 +212,9 @@ async def _mapped_errors() -> AsyncIterator[None]:
     try:
         yield
     except anthropic.AnthropicError as e:
-        raise _mapped(e) from e
+        error = _mapped(e)
+        error.request_id = getattr(e, "request_id", None)
+        raise error from e
     except httpx2.TransportError as e:  # a stream cut mid-answer is not wrapped by the SDK
         raise LLMError(f"the connection to the Messages API broke: {e!r}") from e
 
@@ -237,12 +243,13 @@ def _status_error(e: anthropic.APIStatusError) -> LLMError:
 
 
 def _detail(e: anthropic.APIStatusError) -> str:
-    body = e.body
+    """The API's own message, and the request id operators can quote to Anthropic."""
+    body, detail = e.body, str(e)
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-    return str(e)
+            detail = str(error["message"])
+    return f"{detail} (request {e.request_id})" if e.request_id else detail
 
 
 _EPHEMERAL = {"type": "ephemeral"}
@@ -267,23 +274,179 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
         last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
-def _to_response(raw: Any) -> LLMResponse:
+async def _create(client: anthropic.AsyncAnthropic, body: bytes) -> dict[str, Any]:
+    """One non-streamed call: the SDK sends it (retrying, raising its errors), orjson reads it."""
+    response = await client.post(_MESSAGES, cast_to=httpx2.Response, content=body)
+    message = orjson.loads(response.content)
+    if not isinstance(message, dict) or message.get("type") != "message":
+        raise LLMError(f"the Messages API answered something else than a message: {message!r:.200}")
+    report_usage(message.get("model") or "", _usage(message.get("usage")))
+    return message
+
+
+async def _stream(client: anthropic.AsyncAnthropic, body: bytes, on_text: TextSink) -> Any:
+    """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
+    response = await client.post(_MESSAGES, cast_to=httpx2.Response, content=body, stream=True)
+    try:
+        message = _Accumulator(client, response)
+        async for data in _sse_data(response.aiter_bytes()):
+            text = message.add(orjson.loads(data))
+            if text:
+                await on_text(text)
+        return message.finish()
+    finally:
+        await response.aclose()
+
+
+async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The ``data`` of each server-sent event (events without data are skipped).
+
+    The Messages API sends ``event:`` and ``data:`` lines, an event ending with a blank line;
+    each event's data is one line of JSON, which also names the event in its ``type``.
+    """
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        if b"\r" in buffer:  # tolerate CRLF and CR line ends too, as SSE allows
+            if buffer.endswith(b"\r"):
+                continue  # maybe the first half of a CRLF
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            data = _data_of(event)
+            if data:
+                yield data
+    if buffer.strip():
+        data = _data_of(buffer)
+        if data:
+            yield data
+
+
+def _data_of(event: bytes) -> bytes:
+    """The data lines of one event, joined (SSE allows several)."""
+    lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
+    if len(lines) == 1:
+        return lines[0][5:]
+    return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
+
+
+class _Accumulator:
+    """The message a stream builds, event by event, as plain dicts (the wire shape)."""
+
+    def __init__(self, client: anthropic.AsyncAnthropic, response: httpx2.Response) -> None:
+        self.client = client
+        self.response = response
+        self.message: dict[str, Any] | None = None
+        self.usage: dict[str, Any] = {}
+        self.blocks: list[dict[str, Any]] = []
+        self.json_parts: dict[int, list[str]] = {}
+        self.stopped = False
+
+    def add(self, event: Any) -> str:
+        """Take one event in; the text it adds to the answer ("" if none)."""
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "content_block_delta":
+            return self._delta(event["index"], event["delta"])
+        if kind == "message_start":
+            self.message = event["message"]
+            self.usage = dict(self.message.get("usage") or {})
+            self.blocks = self.message["content"] = list(self.message.get("content") or [])
+            self._report()
+        elif kind == "content_block_start":
+            self.blocks.append(dict(event["content_block"]))
+        elif kind == "content_block_stop":
+            self._close_block(event["index"])
+        elif kind == "message_delta":
+            self._message_delta(event)
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "error":
+            raise self._error(event)
+        return ""  # ping, and event types added to the API later
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> str:
+        block = self.blocks[index]
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text: str = delta["text"]
+            if block.get("type") == "text":
+                block["text"] = block.get("text", "") + text
+                return text
+        elif kind == "input_json_delta":
+            self.json_parts.setdefault(index, []).append(delta["partial_json"])
+        elif kind == "thinking_delta" and block.get("type") == "thinking":
+            block["thinking"] = block.get("thinking", "") + delta["thinking"]
+        elif kind == "signature_delta" and block.get("type") == "thinking":
+            block["signature"] = delta["signature"]
+        return ""
+
+    def _close_block(self, index: int) -> None:
+        parts = self.json_parts.pop(index, None)
+        if parts is not None and "".join(parts).strip():
+            try:
+                self.blocks[index]["input"] = orjson.loads("".join(parts))
+            except orjson.JSONDecodeError as e:
+                raise LLMError(f"the model's tool input is not valid JSON: {e}") from e
+
+    def _message_delta(self, event: dict[str, Any]) -> None:
+        if self.message is None:
+            raise LLMError("the answer stream sent message_delta before message_start")
+        delta = event.get("delta") or {}
+        self.message["stop_reason"] = delta.get("stop_reason")
+        self.message["stop_sequence"] = delta.get("stop_sequence")
+        # Counts on a message_delta are running totals: they replace, and absent ones keep
+        # what message_start said (as the SDK does).
+        for key, value in (event.get("usage") or {}).items():
+            if value is not None:
+                self.usage[key] = value
+        self._report()
+
+    def _report(self) -> None:
+        if self.message is not None:
+            report_usage(self.message.get("model") or "", _usage(self.usage))
+
+    def _error(self, event: dict[str, Any]) -> anthropic.APIStatusError:
+        """An error event in a 200 stream, as the SDK's exception for it."""
+        return self.client._make_status_error(f"{event}", body=event, response=self.response)
+
+    def finish(self) -> dict[str, Any]:
+        """The whole message, once the stream ended with ``message_stop``."""
+        if self.message is None or not self.stopped:
+            raise LLMError("the answer stream ended before the message was complete")
+        self.message["usage"] = self.usage
+        return self.message
+
+
+def _usage(raw: Any) -> Usage:
+    """botkit's usage from the API's ``usage`` object (absent counts are zero)."""
+    raw = raw if isinstance(raw, dict) else {}
+    return Usage(
+        input_tokens=raw.get("input_tokens") or 0,
+        output_tokens=raw.get("output_tokens") or 0,
+        cache_creation_input_tokens=raw.get("cache_creation_input_tokens") or 0,
+        cache_read_input_tokens=raw.get("cache_read_input_tokens") or 0,
+    )
+
+
+def _to_response(raw: dict[str, Any]) -> LLMResponse:
+    """botkit's response from the API's message (as a dict)."""
     blocks: list[ContentBlock] = []
-    for block in raw.content:
-        if block.type == "text":
-            blocks.append(TextBlock(text=block.text))
-        elif block.type == "tool_use":
-            blocks.append(ToolUseBlock(id=block.id, name=block.name, input=dict(block.input)))
+    for block in raw.get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            blocks.append(TextBlock(text=block.get("text", "")))
+        elif kind == "tool_use":
+            tool_input = block.get("input")
+            blocks.append(
+                ToolUseBlock(
+                    id=block["id"],
+                    name=block["name"],
+                    input=tool_input if isinstance(tool_input, dict) else {},
+                )
+            )
         else:
-            log.warning("llm.block_ignored", block_type=block.type)
-    stop_reason: StopReason = (
-        raw.stop_reason if raw.stop_reason in _KNOWN_STOP_REASONS else "end_turn"
-    )
-    usage = Usage(
-        input_tokens=raw.usage.input_tokens or 0,
-        output_tokens=raw.usage.output_tokens or 0,
-        cache_creation_input_tokens=raw.usage.cache_creation_input_tokens or 0,
-        cache_read_input_tokens=raw.usage.cache_read_input_tokens or 0,
-    )
-    message = Message(role="assistant", content=blocks, usage=usage)
-    return LLMResponse(message=message, stop_reason=stop_reason, model=raw.model)
+            log.warning("llm.block_ignored", block_type=kind)
+    stop = raw.get("stop_reason")
+    stop_reason: StopReason = stop if stop in _KNOWN_STOP_REASONS else "end_turn"
+    message = Message(role="assistant", content=blocks, usage=_usage(raw.get("usage")))
+    return LLMResponse(message=message, stop_reason=stop_reason, model=raw.get("model") or "")

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from botkit.types import Message, ToolDef, Usage
 
-__all__ = ["LLM", "LLMRequest", "LLMResponse", "StopReason", "TextSink"]
+__all__ = [
+    "LLM",
+    "LLMRequest",
+    "LLMResponse",
+    "StopReason",
+    "TextSink",
+    "UsageMeter",
+    "metered",
+    "report_usage",
+]
 
 StopReason = Literal[
     "end_turn",
@@ -61,3 +72,37 @@ class LLM(Protocol):
     async def close(self) -> None:
         """Release the client's connections."""
         ...
+
+
+@dataclass(slots=True)
+class UsageMeter:
+    """What the LLM call running in this task has used so far, as its answer streams in."""
+
+    model: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+
+_METER: ContextVar[UsageMeter | None] = ContextVar("botkit_usage_meter", default=None)
+
+
+@contextmanager
+def metered() -> Iterator[UsageMeter]:
+    """Collect the usage reported by the LLM call made inside the block, even one that is
+    cancelled or fails mid-stream (so what it cost can still be charged)."""
+    meter = UsageMeter()
+    token = _METER.set(meter)
+    try:
+        yield meter
+    finally:
+        _METER.reset(token)
+
+
+def report_usage(model: str, usage: Usage) -> None:
+    """Tell the caller's meter (if any) what the running call has used so far.
+
+    An ``LLM`` implementation calls this whenever it learns more: at the start of a streamed
+    answer (input and cache tokens) and as output tokens are counted. The counts are totals.
+    """
+    meter = _METER.get()
+    if meter is not None:
+        meter.model, meter.usage = model, usage

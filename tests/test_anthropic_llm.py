@@ -1,0 +1,217 @@
+"""AnthropicLLM reads answers itself (orjson, no per-event models): it must agree with the SDK.
+
+The SDK still sends every request (auth, retries, its exceptions, ``request-id``); these tests
+hold what botkit parses itself against what the SDK makes of the same bytes from the fake
+Messages API, and the errors against the SDK's own exceptions for the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from botkit import LLMAuthError, LLMError, LLMOverloadedError, Message, PromptTooLongError
+from botkit.llm.anthropic import AnthropicLLM, _to_response
+from botkit.llm.base import LLMRequest, LLMResponse, metered
+from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply
+from botkit.types import ToolDef
+
+MODEL = "claude-test"
+SYSTEM = "You are terse."
+TOOL = ToolDef(
+    name="lookup",
+    description="Looks a thing up.",
+    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+)
+REPLIES = {
+    "text": FakeReply.text("Hello **there**, ünïcödé 🎉 and a much longer sentence " * 5),
+    "tool_use": FakeReply.tool_use("lookup", {"q": "x", "nested": {"list": [1, 2.5, None]}}),
+    "text_then_tool": FakeReply.tool_use("lookup", {"q": "y"}, text="Let me look."),
+    "empty_input": FakeReply.tool_use("lookup", {}),
+    "thinking": FakeReply(
+        [
+            {"type": "thinking", "thinking": "hmm " * 30, "signature": "sig"},
+            {"type": "text", "text": "Done."},
+        ]
+    ),
+    "max_tokens": FakeReply.text("cut off here", stop_reason="max_tokens"),
+}
+
+
+@pytest.fixture
+async def sdk(claude: FakeAnthropicServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    client = anthropic.AsyncAnthropic(api_key="k", base_url=claude.base_url, max_retries=0)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def llm(claude: FakeAnthropicServer) -> AsyncIterator[AnthropicLLM]:
+    client = AnthropicLLM(
+        api_key="k", model=MODEL, base_url=claude.base_url, max_retries=0, prompt_caching=False
+    )
+    yield client
+    await client.close()
+
+
+def request(text: str = "hi") -> LLMRequest:
+    return LLMRequest(system=SYSTEM, messages=[Message.user_text(text)], tools=[TOOL])
+
+
+def sdk_params(text: str = "hi") -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "max_tokens": 4096,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        "tools": [TOOL.model_dump()],
+    }
+
+
+async def ours(llm: AnthropicLLM, *, stream: bool) -> tuple[LLMResponse, list[str]]:
+    deltas: list[str] = []
+
+    async def collect(delta: str) -> None:
+        deltas.append(delta)
+
+    return await llm.complete(request(), collect if stream else None), deltas
+
+
+async def theirs(sdk: anthropic.AsyncAnthropic, *, stream: bool) -> tuple[LLMResponse, list[str]]:
+    if not stream:
+        message = await sdk.messages.create(**sdk_params())
+        return _to_response(message.model_dump()), []
+    async with sdk.messages.stream(**sdk_params()) as answer:
+        deltas = [delta async for delta in answer.text_stream]
+        final = await answer.get_final_message()
+    return _to_response(final.model_dump()), deltas
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+@pytest.mark.parametrize("name", list(REPLIES))
+async def test_answers_read_like_the_sdk_reads_them(
+    claude: FakeAnthropicServer,
+    llm: AnthropicLLM,
+    sdk: anthropic.AsyncAnthropic,
+    name: str,
+    stream: bool,
+) -> None:
+    claude.enqueue(REPLIES[name], REPLIES[name])
+    got, got_deltas = await ours(llm, stream=stream)
+    expected, expected_deltas = await theirs(sdk, stream=stream)
+    assert got.message.content == expected.message.content
+    assert got.stop_reason == expected.stop_reason
+    assert got.usage == expected.usage and got.usage.output_tokens > 0
+    assert got.model == expected.model == MODEL
+    assert got_deltas == expected_deltas
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_the_request_body_is_the_one_the_sdk_would_send(
+    claude: FakeAnthropicServer, llm: AnthropicLLM, sdk: anthropic.AsyncAnthropic, stream: bool
+) -> None:
+    await ours(llm, stream=stream)
+    await theirs(sdk, stream=stream)
+    mine, sdks = claude.requests
+    assert mine.body == sdks.body
+    assert mine.api_key == sdks.api_key == "k"
+    assert mine.headers["anthropic-version"] == sdks.headers["anthropic-version"]
+    assert mine.headers["content-type"] == "application/json"
+
+
+ERRORS = {
+    "auth": (FakeError.authentication(), anthropic.AuthenticationError, LLMAuthError),
+    "rate_limited": (FakeError.rate_limited(), anthropic.RateLimitError, LLMOverloadedError),
+    "overloaded": (FakeError.overloaded(), anthropic.OverloadedError, LLMOverloadedError),
+    "overloaded_mid_stream": (
+        FakeError.overloaded(mid_stream=True),
+        anthropic.APIStatusError,  # in a 200 stream: the SDK's base class, with the error type
+        LLMOverloadedError,
+    ),
+    "server_mid_stream": (
+        FakeError.server_error(mid_stream=True),
+        anthropic.APIStatusError,
+        LLMError,
+    ),
+    "prompt_too_long": (FakeError.prompt_too_long(), anthropic.BadRequestError, PromptTooLongError),
+    "unknown_model": (FakeError.model_not_found(MODEL), anthropic.NotFoundError, LLMError),
+}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+@pytest.mark.parametrize("name", list(ERRORS))
+async def test_errors_map_as_the_sdk_raises_them_with_the_request_id(
+    claude: FakeAnthropicServer,
+    llm: AnthropicLLM,
+    sdk: anthropic.AsyncAnthropic,
+    name: str,
+    stream: bool,
+) -> None:
+    fake, sdk_error, botkit_error = ERRORS[name]
+    claude.enqueue(fake, fake)
+    with pytest.raises(sdk_error):
+        await theirs(sdk, stream=stream)
+    with pytest.raises(botkit_error) as caught:
+        await ours(llm, stream=stream)
+    error = caught.value
+    assert type(error) is botkit_error
+    assert error.request_id is not None and error.request_id.startswith("req_")
+    assert error.request_id in str(error), "operators can quote the request id to Anthropic"
+    assert isinstance(error.__cause__, sdk_error)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_the_sdk_still_retries_overloads_and_rate_limits(
+    claude: FakeAnthropicServer, stream: bool
+) -> None:
+    llm = AnthropicLLM(api_key="k", model=MODEL, base_url=claude.base_url, max_retries=2)
+    try:
+        claude.enqueue(FakeError.overloaded(), FakeError.rate_limited(), FakeReply.text("ok now"))
+        response, _ = await ours(llm, stream=stream)
+    finally:
+        await llm.close()
+    assert response.message.text == "ok now"
+    retries = [r.headers.get("x-stainless-retry-count") for r in claude.requests]
+    assert retries == ["0", "1", "2"]
+
+
+async def test_a_stream_cut_mid_answer_is_an_llm_error(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    claude.chunk_delay = 0.2
+    claude.enqueue(FakeReply.text("many words " * 50))
+    deltas: list[str] = []
+
+    async def collect(delta: str) -> None:
+        deltas.append(delta)
+        if len(deltas) == 2:
+            asyncio.get_running_loop().call_soon(asyncio.ensure_future, claude.stop())
+
+    with metered() as meter, pytest.raises(LLMError):
+        await llm.complete(request(), collect)
+    assert meter.usage.input_tokens > 0, "what the cut call used is known"
+
+
+async def test_a_cancelled_stream_reports_the_usage_seen_so_far(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    claude.chunk_delay = 0.2
+    claude.enqueue(FakeReply.text("many words " * 50))
+    started = asyncio.Event()
+
+    async def collect(delta: str) -> None:
+        started.set()
+
+    with metered() as meter:
+        call = asyncio.create_task(llm.complete(request("a long question " * 10), collect))
+        await asyncio.wait_for(started.wait(), 10)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    assert meter.model == MODEL
+    assert meter.usage.input_tokens >= len("a long question " * 10) // 4
+    assert meter.usage.output_tokens >= 1
