@@ -103,8 +103,11 @@ def register_builtin_commands(bot: CommandHost) -> None:
         return bot.options.group_clear_text if message.in_group else bot.options.clear_text
 
     async def usage(message: Incoming, args: str) -> str:
-        context = await bot.context_for(message.user_id)
-        return usage_report(context.usage_by_model)
+        # The conversation it is asked in: in a group the group's, never the speaker's private
+        # one (that would tell the group how much someone uses the bot alone).
+        context = await bot.context_for_message(message)
+        whose = "This group's conversation" if message.in_group else "Your usage"
+        return usage_report(context.usage_by_model, whose=whose)
 
     async def model(message: Incoming, args: str) -> str:
         current = bot.model_override or bot.settings.model
@@ -122,19 +125,19 @@ def register_builtin_commands(bot: CommandHost) -> None:
 
     bot.command("help", "What this bot can do")(help_)
     bot.command("clear", "Start a fresh conversation")(clear)
-    bot.command("usage", "Tokens used and their estimated cost")(usage)
+    bot.command("usage", "Tokens this conversation used and their cost")(usage)
     bot.command("model", "Show the model (admins: /model NAME switches)")(model)
     if bot.skills:
         bot.command("skills", "Skills I can use")(skills)
 
 
-def usage_report(usage_by_model: dict[str, Usage]) -> str:
-    """One sentence with the tokens used and their estimated cost."""
+def usage_report(usage_by_model: dict[str, Usage], *, whose: str = "Your usage") -> str:
+    """One sentence with the tokens used and their estimated cost, starting with ``whose``."""
     total = sum(usage_by_model.values(), Usage())
     dollars, known = estimate(usage_by_model)
     cost = f"about ${dollars:.4f}" + ("" if known else " (some prices unknown)")
     return (
-        f"Your usage: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
+        f"{whose}: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
         f"tokens, {total.cache_creation_input_tokens:,} written to and "
         f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from botkit import Bot, Settings, tool
+from botkit import Bot, Settings, Usage, tool
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.messengers.telegram import draft_html
 from botkit.sessions import read_session_file
@@ -306,3 +306,23 @@ async def test_budgets_in_a_group_count_for_the_speaker(
         today = datetime.now(UTC).date()
         assert await store.usage_on(ALICE, today) > 0
         assert await store.usage_on(GROUP, today) == 0
+
+
+async def test_usage_in_a_group_reports_the_groups_conversation_never_a_private_one(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "a long private question " * 40)
+        await telegram.wait_for_messages(ALICE)
+        in_group(telegram, BOB, f"@{BOT} hi all")
+        await telegram.wait_for_messages(GROUP)
+        in_group(telegram, ALICE, "/usage")
+        [_, report] = await telegram.wait_for_messages(GROUP, 2)
+        private = sum((await bot.context_for(ALICE)).usage_by_model.values(), Usage())
+        group_context = await bot.context_for(GROUP, f"chat_{GROUP}")
+        group = sum(group_context.usage_by_model.values(), Usage())
+    assert private.output_tokens != group.output_tokens
+    assert report.plain_text.startswith("This group's conversation:")
+    assert f" {group.output_tokens:,} output tokens" in report.plain_text
+    assert f" {private.output_tokens:,} output tokens" not in report.plain_text, "Alice's own"
