@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from botkit.testing.anthropic import (
     FakeReply,
     FakeRequest,
 )
+from botkit.testing.telegram import TINY_PNG
 
 MODEL = "claude-test-1"
 LONG_TEXT = (
@@ -419,6 +421,16 @@ async def test_responder_crash_is_a_500_not_retried(fake: FakeAnthropicServer) -
     assert [str(e) for e in fake.responder_errors] == ["boom"]
 
 
+def _image(media_type: str, data: bytes) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()}
+    return {"type": "image", "source": source}
+
+
+def _pdf(data: bytes) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": "application/pdf"}
+    return {"type": "document", "source": {**source, "data": base64.b64encode(data).decode()}}
+
+
 @pytest.mark.parametrize(
     ("messages", "expected"),
     [
@@ -457,6 +469,18 @@ async def test_responder_crash_is_a_500_not_retried(fake: FakeAnthropicServer) -
                 }
             ],
             "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+        ),
+        (
+            [{"role": "user", "content": [_image("image/jpeg", TINY_PNG)]}],
+            "specified using the image/jpeg media type, but the image appears to be a image/png",
+        ),
+        (
+            [{"role": "user", "content": [_image("image/bmp", b"BM")]}],
+            "media_type: Input should be 'image/jpeg', 'image/png', 'image/gif', 'image/webp'",
+        ),
+        (
+            [{"role": "user", "content": [_pdf(b"not a pdf")]}],
+            "The PDF specified was not valid.",
         ),
     ],
 )

@@ -310,3 +310,23 @@ async def test_help_says_what_the_bot_accepts_and_voice_only_with_a_transcriber(
 
 def bot_prompt(claude: FakeAnthropicServer, tmp_path: Path) -> str:
     return make_bot(claude, tmp_path).options.system_prompt
+
+
+async def test_an_album_addressed_to_the_bot_in_a_group_is_read_whole(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    group = -4242
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    async with running(bot, telegram):
+        telegram.send_album(
+            USER,
+            [make_image(10, 10), make_image(11, 10)],
+            caption="@botkit_test_bot which is bigger?",
+            chat_id=group,
+            chat_type="group",
+        )
+        await telegram.wait_for_messages(group)
+    [request] = claude.requests
+    content = request.messages[0]["content"]
+    assert [block["type"] for block in content] == ["image", "image", "text"]
+    assert "which is bigger?" in content[-1]["text"]

@@ -67,6 +67,7 @@ POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
 ALLOWED_UPDATES = ["message", "stopped_message_generation"]
 GROUP_CHATS = frozenset({"group", "supergroup"})
+MAX_ALBUMS = 256
 OTHER_KINDS = (
     "voice",
     "audio",
@@ -123,6 +124,8 @@ class TelegramMessenger:
         self.known_commands = known_commands
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.me: User | None = None
+        self._albums: dict[str, None] = {}
+        """Recent albums (``media_group_id``) addressed to the bot in groups, oldest first."""
         self.polled_at: float | None = None
         """When (``time.monotonic()``) a ``getUpdates`` last answered; ``None`` before."""
         self.poll_failure: str | None = None
@@ -443,6 +446,7 @@ class TelegramMessenger:
             if addressed is None:
                 return None
             text = addressed
+            self._remember_album(message)
         return Incoming(
             received_at=time.monotonic(),
             update_id=update.update_id,
@@ -474,6 +478,8 @@ class TelegramMessenger:
         """
         if self.me is None:
             return text
+        if message.media_group_id is not None and message.media_group_id in self._albums:
+            return text  # a later part of an album whose first part addressed the bot
         username = (self.me.username or "").lower()
         for entity in message.entities or message.caption_entities or []:
             word = entity.extract_from(text)
@@ -487,6 +493,14 @@ class TelegramMessenger:
         if replied and replied.from_user and replied.from_user.id == self.me.id:
             return text
         return text if self.answer_groups == "all" else None
+
+    def _remember_album(self, message: TgMessage) -> None:
+        """An album that addressed the bot: its other parts (without a caption) count too."""
+        if message.media_group_id is None:
+            return
+        self._albums[message.media_group_id] = None
+        while len(self._albums) > MAX_ALBUMS:
+            del self._albums[next(iter(self._albums))]
 
     def _command_text(self, text: str, command: str, username: str) -> str | None:
         """A group command: kept if it names this bot, or names none and this bot knows it."""

@@ -36,6 +36,7 @@ it; a later request that repeats the longest stored prefix reports it as
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import math
@@ -444,6 +445,59 @@ def _account(segments: list[_Segment], cache: set[str]) -> _Usage:
 # ---------------------------------------------------------------------------------- validation
 
 
+_IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_MAGIC = {
+    "image/png": (b"\x89PNG",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/jpeg": (b"\xff\xd8\xff",),
+}
+MAX_PDF_BYTES = 32 * 1024 * 1024
+
+
+def _sniffed_image_type(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((t for t, magic in _MAGIC.items() if data.startswith(magic)), None)
+
+
+def _media_problem(where: str, block: dict[str, Any]) -> str | None:
+    """The real API's complaint about an image or document block, or ``None``."""
+    kind = block["type"]
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return f"{where}.{kind}.source: Field required"
+    source_type = source.get("type")
+    if source_type == "url" or (kind == "document" and source_type == "text"):
+        ok = isinstance(source.get("url" if source_type == "url" else "data"), str)
+        return None if ok else f"{where}.{kind}.source.{source_type}: Field required"
+    if source_type != "base64":
+        return f"{where}.{kind}.source: Input tag {source_type!r} does not match any expected tag"
+    media_type = source.get("media_type")
+    allowed = _IMAGE_TYPES if kind == "image" else ("application/pdf",)
+    if media_type not in allowed:
+        expected = ", ".join(repr(t) for t in allowed)
+        return f"{where}.{kind}.source.base64.media_type: Input should be {expected}"
+    try:
+        data = base64.b64decode(str(source.get("data")), validate=True)
+    except ValueError:
+        return f"{where}.{kind}.source.base64.data: invalid base64 data"
+    if kind == "document":
+        if not data.startswith(b"%PDF-"):
+            return f"{where}.document.source.base64.data: The PDF specified was not valid."
+        if len(data) > MAX_PDF_BYTES:
+            return f"{where}.document.source.base64.data: PDF exceeds the maximum size of 32 MB"
+        return None
+    actual = _sniffed_image_type(data)
+    if actual is None:
+        return f"{where}.image.source.base64.data: Could not process image"
+    if actual != media_type:
+        return (
+            f"{where}.image.source.base64.data: The image was specified using the {media_type} "
+            f"media type, but the image appears to be a {actual} image"
+        )
+    return None
+
+
 def _validate(body: dict[str, Any], *, create: bool) -> str | None:
     """Return the real API's complaint about ``body``, or ``None`` if it is acceptable."""
     model = body.get("model")
@@ -543,6 +597,16 @@ def _validate(body: dict[str, Any], *, create: bool) -> str | None:
                         "have a corresponding `tool_use` block in the previous message."
                     )
                 results.append(tool_use_id)
+                nested = block.get("content")
+                for k, part in enumerate(nested if isinstance(nested, list) else []):
+                    if isinstance(part, dict) and part.get("type") == "image":
+                        where = f"messages.{i}.content.{j}.content.{k}"
+                        if problem := _media_problem(where, part):
+                            return problem
+            elif kind in ("image", "document") and (
+                problem := _media_problem(f"messages.{i}.content.{j}", block)
+            ):
+                return problem
         missing = [tool_id for tool_id in pending if tool_id not in results]
         if missing:
             return (

@@ -586,14 +586,16 @@ class FakeTelegramServer(LoopbackServer):
         caption: str | None = None,
         media_group_id: str | None = None,
         chat_id: int | None = None,
+        chat_type: str = "private",
     ) -> list[int]:
         """Inject an album: one photo message per picture sharing a ``media_group_id`` (the
         caption on the first), as Telegram sends them; returns their update_ids."""
         group = media_group_id or f"1{len(self._files):08d}{user_id}"
         update_ids = []
         for index, data in enumerate(photos):
+            first = caption if index == 0 else None
             update_id = self.send_photo(
-                user_id, caption=caption if index == 0 else None, chat_id=chat_id, data=data
+                user_id, caption=first, chat_id=chat_id, chat_type=chat_type, data=data
             )
             self.injected[update_id]["message"]["media_group_id"] = group
             update_ids.append(update_id)
