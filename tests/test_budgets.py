@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from botkit import Bot, Settings, tool
+from botkit.agent.compaction import SUMMARY_PROMPT
 from botkit.llm.anthropic import AnthropicLLM
-from botkit.testing import FakeAnthropicServer, FakeError, FakeReply, FakeTelegramServer, running
+from botkit.sessions import CompactionEntry, SessionEntry, read_session_file
+from botkit.testing import (
+    FakeAnthropicServer,
+    FakeError,
+    FakeReply,
+    FakeRequest,
+    FakeTelegramServer,
+    running,
+)
 
 USER = 1301
 
@@ -133,3 +143,34 @@ async def test_parallel_tool_calls_per_answer_are_capped(
     results = claude.requests[1].tool_results()
     assert len(results) == 12, "every call is answered, the extra ones with an error"
     assert sum(bool(r.get("is_error")) for r in results) == 12 - bot.options.max_parallel_tools
+
+
+async def test_cache_reads_count_at_a_tenth_and_summaries_count_in_full(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    def model(request: FakeRequest) -> FakeReply:
+        if request.system_text == SUMMARY_PROMPT:
+            return FakeReply.text("The user sent numbered lorem ipsum messages.")
+        return FakeReply.text("ok " + "dolor " * 40)
+
+    claude.responder = model
+    bot = make_bot(claude, tmp_path)
+    bot.options = replace(bot.options, max_context_chars=6_000)
+    async with running(bot, telegram):
+        for n in range(8):
+            telegram.send_text(USER, f"message {n}: " + "lorem ipsum " * 40)
+            await telegram.wait_for_messages(USER, n + 1)
+        charged = await spent(bot)
+    entries = read_session_file(tmp_path / "sessions" / f"{USER}.jsonl").entries
+    calls = [e.usage for e in entries if isinstance(e, SessionEntry | CompactionEntry) and e.usage]
+    summaries = [e for e in entries if isinstance(e, CompactionEntry) and e.usage]
+    assert summaries, "a summary was written, by an LLM call"
+    assert sum(u.cache_read_input_tokens for u in calls) >= 100, "later calls read the cache"
+    expected = sum(
+        u.input_tokens
+        + u.output_tokens
+        + u.cache_creation_input_tokens
+        + round(u.cache_read_input_tokens * 0.1)
+        for u in calls
+    )
+    assert charged == expected, "every call, summaries included; cache reads at a tenth"
