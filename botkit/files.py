@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 import structlog
 
+from botkit.images import MAX_IMAGE_SIDE, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
 from botkit.types import ContentBlock, DocumentBlock, DocumentSource
 
@@ -44,9 +44,6 @@ TELEGRAM_DOWNLOAD_BYTES = 20 * MB
 CLAUDE_PDF_BYTES = 32 * MB
 CLAUDE_PDF_PAGES = 100
 """Claude reads PDFs of up to 100 pages with full visual understanding."""
-MAX_IMAGE_SIDE = 1568
-"""Claude scales a longer side down anyway: sending it costs upload time and tokens."""
-IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 
 TEXT_SUFFIXES = frozenset(
     (  # noqa: SIM905 (a list of 70 suffixes reads better as words)
@@ -283,32 +280,6 @@ def is_text_file(file_name: str | None, mime_type: str | None) -> bool:
         return True
     suffix = PurePosixPath((file_name or "").lower()).suffix
     return suffix in TEXT_SUFFIXES or (file_name or "").lower() in TEXT_SUFFIXES
-
-
-def scale_image(data: bytes, max_side: int = MAX_IMAGE_SIDE) -> bytes | None:
-    """The picture with its long side at most ``max_side``, as JPEG, PNG, GIF or WebP.
-
-    A picture in another format (BMP, TIFF…) becomes PNG; ``None`` when it cannot be read.
-    """
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image: Image.Image = Image.open(io.BytesIO(data))
-            image.load()
-    except Exception as e:  # Pillow raises many kinds for a bad file: it is just unreadable
-        log.info("files.image_unreadable", error=type(e).__name__)
-        return None
-    fmt = image.format if image.format in IMAGE_FORMATS else None
-    if fmt is not None and max(image.size) <= max_side:
-        return data
-    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    if fmt == "JPEG" and image.mode not in ("RGB", "L"):
-        image = image.convert("RGB")
-    out = io.BytesIO()
-    image.save(out, format=fmt or "PNG", **({"quality": 85} if fmt == "JPEG" else {}))
-    return out.getvalue()
 
 
 def _pdf_pages(data: bytes) -> int | None:

@@ -330,3 +330,24 @@ async def test_an_album_addressed_to_the_bot_in_a_group_is_read_whole(
     content = request.messages[0]["content"]
     assert [block["type"] for block in content] == ["image", "image", "text"]
     assert "which is bigger?" in content[-1]["text"]
+
+
+async def test_a_large_tool_image_reaches_the_chat_whole_and_the_model_scaled(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    big = make_image(3000, 100)
+
+    async def panorama() -> ToolImage:
+        """Draw a wide picture."""
+        return ToolImage(big, "wide.png", mime="image/jpeg")  # the declared type is wrong
+
+    claude.enqueue(FakeReply.tool_use("panorama", {}), FakeReply.text("Done."))
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, tools=[panorama])
+    async with running(bot, telegram):
+        telegram.send_text(USER, "draw")
+        await telegram.wait_for_messages(USER)
+    assert telegram.sent_files(USER)[0].data == big
+    [result] = claude.requests[1].tool_results()
+    image = result["content"][1]
+    assert image["source"]["media_type"] == "image/png", "the picture's real type"
+    assert decoded_image(image).size == (1568, 52)

@@ -49,6 +49,7 @@ ALL = [
     "003_sessions",
     "004_schedules",
     "005_job_queue",
+    "006_session_media",
     "007_usage_by_model",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"

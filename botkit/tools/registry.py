@@ -12,6 +12,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from botkit.errors import ToolError
+from botkit.images import image_type, scale_image
 from botkit.tools.base import Tool, ToolContext
 from botkit.tools.decorator import FunctionTool, ToolSet, tool
 from botkit.tools.files import ToolFile, ToolImage
@@ -25,8 +26,6 @@ MAX_OUTPUT_CHARS = 100_000
 """Tool output longer than this is cut before it reaches the model."""
 NO_OUTPUT = "(no output)"
 """What the model sees when a tool returns ``None``."""
-
-_MODEL_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 _Item = TypeVar("_Item", bound=Tool | ToolSet | Callable[..., Any])
 
@@ -181,11 +180,18 @@ async def _deliver(call: ToolUseBlock, file: ToolFile, ctx: ToolContext) -> Tool
     kind = "picture" if file.as_photo else "file"
     note = f"The {kind} {what} was sent to the user"
     note += f" with the caption: {file.caption}" if file.caption else "."
-    images = None
-    if isinstance(file, ToolImage) and file.show_model and file.mime in _MODEL_IMAGE_TYPES:
-        data = base64.b64encode(file.data).decode("ascii")
-        images = (ImageBlock(source=ImageSource(media_type=file.mime, data=data)),)
-    return ToolResultBlock(tool_use_id=call.id, content=note, images=images)
+    shown = await _for_the_model(file) if isinstance(file, ToolImage) else None
+    return ToolResultBlock(tool_use_id=call.id, content=note, images=shown)
+
+
+async def _for_the_model(image: ToolImage) -> tuple[ImageBlock, ...] | None:
+    """The picture as the model may see it (scaled, its real type), unless it should not."""
+    scaled = await asyncio.to_thread(scale_image, image.data) if image.show_model else None
+    media_type = image_type(scaled) if scaled is not None else None
+    if scaled is None or media_type is None:
+        return None
+    data = base64.b64encode(scaled).decode("ascii")
+    return (ImageBlock(source=ImageSource(media_type=media_type, data=data)),)
 
 
 def _size(n: int) -> str:
