@@ -15,6 +15,7 @@ from html import escape
 from html import escape as escape_html
 from html.parser import HTMLParser
 from itertools import groupby
+from operator import itemgetter
 from urllib.parse import urlsplit
 
 from markdown_it import MarkdownIt
@@ -117,7 +118,7 @@ def _plain(text: str, tags: _Tags = ()) -> _Styled:
 
 
 def _visible(styled: _Styled) -> str:
-    return "".join(char for char, _ in styled)
+    return "".join([char for char, _ in styled])
 
 
 def _join(parts: Iterable[_Styled], separator: str, tags: _Tags = ()) -> _Styled:
@@ -160,11 +161,13 @@ def _common_length(first: _Tags, second: _Tags) -> int:
 
 def _strip_line_ends(styled: _Styled) -> _Styled:
     """Drop spaces and tabs at the end of lines, except inside code blocks."""
+    text = _visible(styled)
+    if not text.endswith((" ", "\t")) and " \n" not in text and "\t\n" not in text:
+        return styled  # the usual case: nothing to drop
     kept: _Styled = []
     at_line_end = True
     for char, tags in reversed(styled):
-        in_pre = any(tag.name == "pre" for tag in tags)
-        if at_line_end and char in " \t" and not in_pre:
+        if at_line_end and char in " \t" and not any(tag.name == "pre" for tag in tags):
             continue
         kept.append((char, tags))
         at_line_end = char == "\n"
@@ -178,7 +181,8 @@ def _char_width(char: str) -> int:
 
 
 def _width(styled: _Styled) -> int:
-    return sum(_char_width(char) for char, _ in styled)
+    # UTF-16 code units, counted in C: a character outside the BMP encodes as two.
+    return len(_visible(styled).encode("utf-16-le", "surrogatepass")) // 2
 
 
 # --- splitting ---------------------------------------------------------------------------
@@ -235,14 +239,18 @@ def _trim(styled: _Styled) -> _Styled:
 # --- serialization -----------------------------------------------------------------------
 
 
+_CHAR_OF = itemgetter(0)
+_TAGS_OF = itemgetter(1)
+
+
 def _to_html(styled: _Styled) -> str:
     out: list[str] = []
     stack: _Tags = ()
-    for tags, group in groupby(styled, key=lambda item: item[1]):
+    for tags, group in groupby(styled, key=_TAGS_OF):
         keep = _common_length(stack, tags)
         out += [f"</{tag.name}>" for tag in reversed(stack[keep:])]
         out += [f"<{tag.name}{tag.attrs}>" for tag in tags[keep:]]
-        out.append(escape("".join(char for char, _ in group), quote=False))
+        out.append(escape("".join(map(_CHAR_OF, group)), quote=False))
         stack = tags
     out += [f"</{tag.name}>" for tag in reversed(stack)]
     return "".join(out)
