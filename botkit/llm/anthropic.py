@@ -222,7 +222,7 @@ async def _mapped_errors() -> AsyncIterator[None]:
 def _mapped(e: anthropic.AnthropicError) -> LLMError:
     """botkit's exception for one of the SDK's."""
     if isinstance(e, anthropic.RateLimitError):
-        return LLMOverloadedError(f"rate limited by the Messages API: {_detail(e)}")
+        return LLMOverloadedError(f"rate limited by the Messages API: {_quoted(e)}")
     if isinstance(e, anthropic.APIStatusError):
         return _status_error(e)
     if isinstance(e, anthropic.APIConnectionError):
@@ -231,7 +231,7 @@ def _mapped(e: anthropic.AnthropicError) -> LLMError:
 
 
 def _status_error(e: anthropic.APIStatusError) -> LLMError:
-    detail = _detail(e)
+    detail = _quoted(e)
     if e.status_code == 401:
         return LLMAuthError(f"the Messages API rejected ANTHROPIC_API_KEY: {detail}")
     # An overload in the middle of a stream arrives as an error event on a 200 response.
@@ -243,12 +243,18 @@ def _status_error(e: anthropic.APIStatusError) -> LLMError:
 
 
 def _detail(e: anthropic.APIStatusError) -> str:
-    """The API's own message, and the request id operators can quote to Anthropic."""
+    """The API's own message about a failed call."""
     body, detail = e.body, str(e)
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             detail = str(error["message"])
+    return detail
+
+
+def _quoted(e: anthropic.APIStatusError) -> str:
+    """The API's message with the request id operators can quote to Anthropic."""
+    detail = _detail(e)
     return f"{detail} (request {e.request_id})" if e.request_id else detail
 
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 from aiogram import Bot as AiogramBot
@@ -19,7 +19,7 @@ from aiogram.client.session.middlewares.base import (
     BaseRequestMiddleware,
     NextRequestMiddlewareType,
 )
-from aiogram.client.telegram import TelegramAPIServer
+from aiogram.client.telegram import PRODUCTION, TelegramAPIServer
 from aiogram.exceptions import (
     AiogramError,
     TelegramAPIError,
@@ -109,8 +109,8 @@ class TelegramMessenger:
         paid_broadcast: bool = False,
         known_commands: frozenset[str] = frozenset(),
     ) -> None:
-        session = AiohttpSession(api=TelegramAPIServer.from_base(api_base)) if api_base else None
-        self.api = AiogramBot(token, session=session)
+        server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
+        self.api = AiogramBot(token, session=_Session(api=server))
         self.poll_timeout = poll_timeout
         self.flood = flood or FloodControl()
         self.inbox = inbox
@@ -526,6 +526,30 @@ def _without(text: str, word: str) -> str:
     return " ".join((text[:start] + text[start + len(word) :]).split()) if start >= 0 else text
 
 
+class _Session(AiohttpSession):
+    """aiogram's aiohttp session, keeping each ``Response[T]`` model it parses answers with.
+
+    aiogram builds ``Response[method.__returning__]`` for every answer; pydantic caches such
+    generic models only weakly, so under load the garbage collector drops them and each is
+    rebuilt (milliseconds of schema work) again and again. Holding them costs a few models.
+    """
+
+    _kept: ClassVar[dict[Any, Any]] = {}
+
+    def check_response(
+        self,
+        bot: AiogramBot,
+        method: TelegramMethod[TelegramType],
+        status_code: int,
+        content: str,
+    ) -> Response[TelegramType]:
+        """aiogram's check, with the response model of ``method`` kept alive."""
+        returning = method.__returning__
+        if returning not in self._kept:
+            self._kept[returning] = Response[returning]  # type: ignore[valid-type]
+        return super().check_response(bot, method, status_code, content)
+
+
 class _RequestCounter(BaseRequestMiddleware):
     """Counts each Bot API request by method and outcome (an aiogram request middleware)."""
 
@@ -733,10 +757,16 @@ def draft_html(text: str) -> str:
     longer than a message shows its tail.
     """
     rendered = _draft_html(text)
-    while len(html_to_plain(rendered)) > MAX_MESSAGE_LENGTH and len(text) > DRAFT_TAIL:
+    while _too_long(rendered) and len(text) > DRAFT_TAIL:
         text = "…\n" + text[-DRAFT_TAIL:].split("\n", 1)[-1]
         rendered = _draft_html(text)
-    return rendered if len(html_to_plain(rendered)) <= MAX_MESSAGE_LENGTH else ""
+    return "" if _too_long(rendered) else rendered
+
+
+def _too_long(rendered: str) -> bool:
+    """Whether the visible text of ``rendered`` is over a message's length (tags and entities
+    only shorten it, so short HTML needs no parsing)."""
+    return len(rendered) > MAX_MESSAGE_LENGTH and len(html_to_plain(rendered)) > MAX_MESSAGE_LENGTH
 
 
 def _draft_html(text: str) -> str:
