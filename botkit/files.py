@@ -221,7 +221,13 @@ class FileReader:
             return []
         data = await self._download(attachment, messenger)
         mime = attachment.mime_type or ("audio/ogg" if attachment.kind == "voice" else "audio/mpeg")
-        text = ((await self.transcribe(data, mime)) or "").strip()
+        try:
+            text = ((await self.transcribe(data, mime)) or "").strip()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the bot's own backend failed: the user hears "not understood"
+            log.exception("files.transcribe_failed", mime=mime, size=len(data))
+            text = ""
         if not text:
             raise _Refused(self.texts.not_heard)
         await notify(self.texts.heard.format(text=text))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PIL import Image
 from pypdf import PdfWriter
+from structlog.testing import capture_logs
 
 from botkit import ToolFile, ToolImage
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
@@ -351,3 +352,34 @@ async def test_a_large_tool_image_reaches_the_chat_whole_and_the_model_scaled(
     image = result["content"][1]
     assert image["source"]["media_type"] == "image/png", "the picture's real type"
     assert decoded_image(image).size == (1568, 52)
+
+
+async def test_a_failing_transcriber_gets_the_not_understood_reply_and_a_log_line(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async def transcribe(audio: bytes, mime: str) -> str | None:
+        raise ConnectionError("speech service down")
+
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, transcribe=transcribe)
+    with capture_logs() as logs:
+        async with running(bot, telegram):
+            telegram.send_voice(USER, b"OggS")
+            [reply] = await telegram.wait_for_messages(USER)
+    assert reply.text == bot.options.file_texts.not_heard
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["files.transcribe_failed"]
+    assert claude.requests == []
+
+
+async def test_a_failed_download_is_a_polite_reply_and_the_token_stays_out_of_the_logs(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    telegram.fail_downloads(error_code=500)
+    with capture_logs() as logs:
+        async with running(bot, telegram):
+            telegram.send_document(USER, b"hello", file_name="a.txt", mime_type="text/plain")
+            [reply] = await telegram.wait_for_messages(USER)
+    assert reply.text == "Sorry, I couldn't fetch a.txt. Please send it again."
+    assert any(e["event"] == "telegram.download_failed" for e in logs)
+    assert telegram.token not in repr(logs)
+    assert claude.requests == []

@@ -26,6 +26,8 @@ from botkit.sessions import (
 )
 from botkit.stores.migrate import migrate
 from botkit.types import (
+    DocumentBlock,
+    DocumentSource,
     ImageBlock,
     ImageSource,
     Message,
@@ -476,3 +478,34 @@ async def test_cli_missing_user_in_postgres_is_one_line_and_exit_2(
     assert unreachable.returncode == 2 and len(unreachable.stderr.splitlines()) == 1
     assert unreachable.stderr.startswith("botkit: cannot read sessions from the database")
     assert "hunter2" not in unreachable.stderr and "Traceback" not in unreachable.stderr
+
+
+async def test_replay_shows_stored_pictures_and_documents_and_notes_missing_ones(
+    tmp_path: Path,
+) -> None:
+    pdf = base64.b64encode(b"%PDF-1.4 " + b"0" * 2048).decode()
+    said = Message(
+        role="user",
+        content=[
+            ImageBlock(
+                source=ImageSource(media_type="image/png", data=base64.b64encode(PNG).decode())
+            ),
+            DocumentBlock(source=DocumentSource(data=pdf), title="offer.pdf"),
+            DocumentBlock(
+                source=DocumentSource(type="text", media_type="text/plain", data="a,b\n"),
+                title="t.csv",
+            ),
+        ],
+    )
+    store = JsonlSessionStore(tmp_path)
+    await store.append(SessionEntry.of(USER, said, update_id=1))
+    await store.close()
+    shown = format_transcript(read_session_file(tmp_path / f"{USER}.jsonl"), source="s")
+    for path in (tmp_path / "media").glob("*.pdf"):
+        path.unlink()
+    damaged = format_transcript(read_session_file(tmp_path / f"{USER}.jsonl"), source="s")
+
+    assert "[image image/png, 12 KB]" in shown
+    assert "[document offer.pdf, application/pdf, 2 KB]" in shown
+    assert "[document t.csv, text/plain, 4 characters]" in shown
+    assert "[The document offer.pdf sent here is no longer stored]" in damaged
