@@ -173,8 +173,8 @@ class FileReader:
         """Refuse an attachment whose announced size is over a limit, before downloading it."""
         for attachment in attachments:
             size = attachment.file_size
-            if size is None:
-                continue
+            if size is None or not self.answers(attachment.kind):
+                continue  # unknown, or never fetched (voice without a transcriber)
             if size > self.limits.max_file_bytes:
                 self._refuse_size(attachment, size)
             if _is_pdf(attachment) and size > self.limits.max_pdf_bytes:
