@@ -33,6 +33,7 @@ from botkit.sessions import PostgresSessionStore
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeRequest
+from botkit.testing.telegram import TINY_PNG
 from botkit.types import Message
 
 STALLED = 2.0
@@ -572,3 +573,18 @@ async def test_receivers_and_workers_serve_metrics_and_readiness(
             metrics = await response.text()
     assert ready == (200, "ready\n")
     assert "sendMessage" in metrics
+
+
+async def test_an_album_is_one_turn_through_the_queue(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    async with queued(bot):
+        telegram.send_album(7, [TINY_PNG, TINY_PNG, TINY_PNG], caption="three receipts")
+        [reply] = await telegram.wait_for_messages(7, 1, timeout=20)
+        telegram.send_text(7, "thanks")
+        await telegram.wait_for_messages(7, 2, timeout=20)
+    assert reply.text.startswith("echo: ")
+    assert len(claude.requests) == 2, "one LLM call for the album, one for the next message"
+    content = claude.requests[0].messages[0]["content"]
+    assert [block["type"] for block in content] == ["image", "image", "image", "text"]

@@ -52,6 +52,11 @@ _CLAIM = """
 _REJECT = """
     INSERT INTO botkit_unparseable_updates (bot_id, update_id, payload, error)
     VALUES (%(bot_id)s, %(update_id)s, %(payload)s, %(error)s) ON CONFLICT DO NOTHING"""
+_ALBUM_PARTS = """
+    SELECT args FROM procrastinate_jobs
+    WHERE queue_name = %(queue)s AND task_name = %(task)s AND lock = %(lock)s
+      AND status = 'todo' AND args->'update'->'message'->>'media_group_id' = %(group)s
+    ORDER BY id"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
 _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('botkit_updates')
@@ -141,6 +146,13 @@ class TurnQueue:
             log.info("queue.duplicate_update", update_id=update_id)
         except (ConnectorException, OSError) as e:
             raise StoreError(f"cannot queue update {update_id}: {describe(e)}") from e
+
+    async def album_parts(self, lock: str, media_group_id: str) -> list[dict[str, Any]]:
+        """The queued updates of an album (``media_group_id``) behind ``lock``, oldest first."""
+        rows = await self.app.connector.execute_query_all_async(
+            _ALBUM_PARTS, queue=QUEUE, task=TURN_TASK, lock=lock, group=media_group_id
+        )
+        return [row["args"]["update"] for row in rows]
 
     async def claim(self, bot_id: int, update_id: int, job_id: int) -> bool:
         """Whether job ``job_id`` runs ``update_id``: the first job to claim it does."""

@@ -22,7 +22,8 @@ from procrastinate.exceptions import ConnectorException
 from botkit.errors import StoreError
 from botkit.messengers.base import Incoming
 from botkit.runtime.base import ServedBot
-from botkit.runtime.queue import Outage, TurnQueue
+from botkit.runtime.queue import Outage, TurnQueue, lock_for
+from botkit.runtime.scheduler import ALBUM_WAIT, gather
 from botkit.runtime.setup import check_llm
 from botkit.runtime.telegram import tell_admins
 
@@ -54,7 +55,23 @@ class Worker:
             return
         message = await self.messenger.read_update(update)
         if isinstance(message, Incoming):
+            if message.media_group_id is not None:
+                message = await self._whole_album(message, job_id)
             await self.bot.handle_safely(message, self.messenger)
+
+    async def _whole_album(self, first: Incoming, job_id: int) -> Incoming:
+        """An album's first part with the parts queued behind it, claimed for this job (their
+        own jobs then find them claimed), so the album is one turn as with ``run``."""
+        await asyncio.sleep(ALBUM_WAIT)  # Telegram sends the parts within about a second
+        assert first.media_group_id is not None
+        lock = lock_for(first, self.bot.settings.group_context)
+        parts = [first]
+        for update in await self.queue.album_parts(lock, first.media_group_id):
+            update_id = int(update["update_id"])
+            if update_id != first.update_id and await self._claim(update_id, job_id):
+                part = await self.messenger.read_update(update)
+                parts += [part] if isinstance(part, Incoming) else []
+        return gather(parts)
 
     async def _claim(self, update_id: int, job_id: int) -> bool:
         """Whether this job runs the update; retried while PostgreSQL is away."""
