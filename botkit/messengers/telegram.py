@@ -688,9 +688,20 @@ class TelegramDraft:
         self._finished = False
 
     async def start(self) -> None:
-        """Show the empty draft ("Thinking…", with the stop button) and keep it alive."""
-        await self._send("")
+        """Show the empty draft ("Thinking…", with the stop button) and keep it alive.
+
+        It is sent alongside the LLM call, not before it: waiting for its round trip held
+        back every answer (by seconds when hundreds of users write at once). Text streamed in
+        meanwhile is shown once it has landed.
+        """
+        self._last_sent = time.monotonic()
+        self._sender = asyncio.create_task(self._placeholder())
         self._keeper = asyncio.create_task(self._keep_alive())
+
+    async def _placeholder(self) -> None:
+        await self._send("")
+        if self.text and not self._finished:
+            await self._show_soon()
 
     async def update(self, delta: str) -> None:
         """Add ``delta``; the draft is refreshed now or at the end of the interval."""
