@@ -40,3 +40,27 @@ CREATE TABLE IF NOT EXISTS botkit_chat_holds (
     until   double precision NOT NULL,
     PRIMARY KEY (bot_id, chat_id)
 );
+
+-- A finished job frees its lock, and the conversation's next job may run: procrastinate wakes
+-- its workers only when a job is inserted, so without this they would find that next job at
+-- their next poll (seconds later). Tell them as procrastinate's own insert trigger does.
+CREATE OR REPLACE FUNCTION botkit_notify_lock_released() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(
+        'procrastinate_queue_v1#' || OLD.queue_name,
+        json_build_object('type', 'job_inserted', 'job_id', OLD.id)::text
+    );
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER botkit_lock_released_on_update
+    AFTER UPDATE OF status ON procrastinate_jobs
+    FOR EACH ROW WHEN (OLD.status = 'doing' AND NEW.status <> 'doing' AND OLD.lock IS NOT NULL)
+    EXECUTE FUNCTION botkit_notify_lock_released();
+
+CREATE TRIGGER botkit_lock_released_on_delete
+    AFTER DELETE ON procrastinate_jobs
+    FOR EACH ROW WHEN (OLD.status = 'doing' AND OLD.lock IS NOT NULL)
+    EXECUTE FUNCTION botkit_notify_lock_released();
