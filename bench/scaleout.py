@@ -153,11 +153,11 @@ async def workers_alive(dsn: str) -> int:
         await conn.close()
 
 
-async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def wait_until(predicate, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
     while not await predicate():
         if time.monotonic() > deadline:
-            raise SystemExit(f"bench: {what} not within {timeout:.0f} s")
+            raise SystemExit(f"bench: {what} not within {seconds:.0f} s")
         await asyncio.sleep(0.05)
 
 
@@ -165,7 +165,11 @@ async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ign
 
 
 async def inject_and_time(
-    telegram: FakeTelegramServer, users: range, per_user: int, *, kill=None  # type: ignore[no-untyped-def]
+    telegram: FakeTelegramServer,
+    users: range,
+    per_user: int,
+    *,
+    kill=None,  # type: ignore[no-untyped-def]
 ) -> tuple[float, float | None]:
     """Send ``per_user`` messages from each user at once; the wall time until every reply
     arrived, and (with ``kill``) the seconds from the kill to the last reply."""
@@ -285,7 +289,8 @@ async def main(args: argparse.Namespace) -> int:
         for workers in (1, 2, 3):
             wall, _, calls, _ = await scaled(admin, workers, args)
             walls[workers] = wall
-            print(f"  workers={workers}: {wall:6.2f} s ({total / wall:5.1f} turns/s, {calls} LLM calls)")
+            rate = total / wall
+            print(f"  workers={workers}: {wall:6.2f} s ({rate:5.1f} turns/s, {calls} LLM calls)")
         singles: dict[int, float] = {}
         for slots in (args.concurrency, 3 * args.concurrency):
             singles[slots] = await single(slots, args)
