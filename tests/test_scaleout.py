@@ -24,7 +24,7 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from botkit import Bot, Settings
+from botkit import Bot, Settings, tool
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.queue import TurnQueue
@@ -588,3 +588,36 @@ async def test_an_album_is_one_turn_through_the_queue(
     assert len(claude.requests) == 2, "one LLM call for the album, one for the next message"
     content = claude.requests[0].messages[0]["content"]
     assert [block["type"] for block in content] == ["image", "image", "image", "text"]
+
+
+async def test_the_stop_button_reaches_the_worker_running_the_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def long_job() -> str:
+        """Takes forever."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.last_user_text() == "work":
+            return FakeReply.tool_use("long_job", {}, text="Working on it.\n")
+        return FakeReply.text("fresh answer")
+
+    claude.responder = model
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    worker = queued_bot(claude, telegram, tmp_path / "w", db, stream_replies=True, tools=[long_job])
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        telegram.send_text(31, "work")
+        await asyncio.wait_for(started.wait(), 20)
+        draft_id = telegram.drafts(31)[-1].params["draft_id"]
+        chat = {"id": 31, "type": "private", "first_name": "U"}
+        telegram.inject_update({"stopped_message_generation": {"chat": chat, "draft_id": draft_id}})
+        [stopped] = await telegram.wait_for_messages(31, 1, timeout=20)
+        telegram.send_text(31, "next")
+        replies = await telegram.wait_for_messages(31, 2, timeout=20)
+    assert stopped.text in ("Working on it.", worker.options.stopped_text)
+    assert replies[1].text == "fresh answer"

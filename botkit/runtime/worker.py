@@ -34,6 +34,9 @@ __all__ = ["Worker", "work"]
 
 log = structlog.get_logger(__name__)
 
+POLL_EVERY = 0.25
+"""Seconds between a worker's looks for jobs when no notification woke it: procrastinate can
+miss a wake-up that arrives while it fetches, and a conversation's next turn must not wait."""
 PRUNE_EVERY = 3600.0
 """Seconds between two prunings of old update claims."""
 
@@ -109,7 +112,7 @@ class Worker:
                 update_heartbeat_interval=timings.heartbeat,
                 stalled_worker_timeout=timings.stalled_after,
                 shutdown_graceful_timeout=grace,
-                fetch_job_polling_interval=timings.heartbeat,
+                fetch_job_polling_interval=POLL_EVERY,
                 delete_jobs="successful",
             )
         )
