@@ -33,6 +33,9 @@ from botkit.options import (
 )
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.relay import relay, send_user_message_tool
+from botkit.reminders.commands import register_scheduling_commands
+from botkit.reminders.service import Reminders
+from botkit.reminders.tools import SchedulingPlugin
 from botkit.sessions import SessionStore, session_store_for
 from botkit.skills import SkillLibrary, load_skills
 from botkit.stores.base import UserRecord, UserStore
@@ -95,6 +98,11 @@ class Bot:
         self._llm = llm
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
+        self.reminders = Reminders(self.user_store, self.settings)
+        """Reminders and scheduled tasks, kept in the user store; fired by the runtime."""
+        if self.options.scheduling:
+            self.plugins.append(SchedulingPlugin(self.reminders))
+            register_scheduling_commands(self, self.reminders)
         self.contexts = ContextPool(
             self.sessions,
             max_contexts=self.options.max_contexts,
@@ -179,6 +187,12 @@ class Bot:
         if self.is_admin(message.user_id) or (message.user and message.user.role == "admin"):
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools
+
+    async def turn_note(self, message: Incoming) -> str | None:
+        """A line the model reads before the user's message: the plugins' notes (by default
+        the sender's local date and time), kept out of the system prompt so its cache holds."""
+        notes = [note for p in self.plugins if (note := await p.turn_note(message))]
+        return " ".join(notes) or None
 
     async def build_prompt(self, message: Incoming) -> str:
         """The system prompt for this turn."""

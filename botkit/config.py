@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -139,6 +140,21 @@ class Settings(BaseSettings):
     )
     """BOTKIT_MAX_FILE_MB: the largest file users may send, in MB (Telegram lets bots download
     at most 20); larger ones are refused before downloading."""
+    timezone: str = Field("UTC", validation_alias=AliasChoices("BOTKIT_TIMEZONE", "timezone"))
+    """BOTKIT_TIMEZONE: the IANA time zone of users who have not set their own (``/timezone``)."""
+    max_scheduled: int = Field(
+        50, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_SCHEDULED", "max_scheduled")
+    )
+    """BOTKIT_MAX_SCHEDULED: reminders and scheduled tasks one user may have pending."""
+    schedule_poll: float = Field(
+        30.0, gt=0, validation_alias=AliasChoices("BOTKIT_SCHEDULE_POLL", "schedule_poll")
+    )
+    """BOTKIT_SCHEDULE_POLL: seconds between looks for schedules other processes added."""
+    schedule_lease: float = Field(
+        600.0, gt=0, validation_alias=AliasChoices("BOTKIT_SCHEDULE_LEASE", "schedule_lease")
+    )
+    """BOTKIT_SCHEDULE_LEASE: seconds a claimed schedule is held for its delivery; one whose
+    process died mid-delivery is delivered again after this, if its delivery was not recorded."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
     metrics_port: int | None = Field(
@@ -162,6 +178,17 @@ class Settings(BaseSettings):
                 return frozenset(int(part) for part in value.replace(" ", "").split(",") if part)
             except ValueError:
                 raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}: use an IANA name such as Europe/Berlin or UTC"
+            ) from None
         return value
 
     @property

@@ -101,6 +101,9 @@ class BotOptions:
     """Seconds between "typing…" signals while a turn runs."""
     typing_delay: float = 1.0
     """A turn quicker than this shows no "typing…" at all: its answer is the sign of life."""
+    scheduling: bool = True
+    """Offer reminders and scheduled tasks: the tools, ``/timezone``, ``/scheduled``, and the
+    user's local time before each message."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None

@@ -23,6 +23,10 @@ class Plugin:
         """Tools to offer the model this turn."""
         return ()
 
+    async def turn_note(self, message: Incoming) -> str | None:
+        """A line put before the user's message this turn (kept out of the cached prompt)."""
+        return None
+
 
 class PromptPlugin(Plugin):
     """A prompt part from a plain string or an async callable of the message."""

@@ -99,6 +99,10 @@ class BotSteps(Protocol):
         """Whether voice notes are understood."""
         ...
 
+    async def turn_note(self, message: Incoming) -> str | None:
+        """A line the model reads before this turn's message (the user's local time)."""
+        ...
+
 
 class ChargedLLM:
     """An LLM whose every call is charged as it ends: loop calls, compaction summaries, the
@@ -229,10 +233,11 @@ class TurnPipeline:
         tools = as_registry(await self.bot.build_tools(message))
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
         context = await self.context_for(message)
+        note = await self.bot.turn_note(message)
         async with context.lock, self._typing(messenger, message):
             if not context.has_turn(message.update_id):
                 await context.flush_pending()  # notes relayed since the last turn, in order
-                await context.append(self._user_turn(message), **_turn_meta(message))
+                await context.append(self._user_turn(message, note), **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
@@ -258,14 +263,17 @@ class TurnPipeline:
             return
         await self._reply(messenger, message, rejection)
 
-    def _user_turn(self, message: Incoming) -> Message:
-        """The user's message as the model sees it: framed with speaker, reply and quote."""
+    def _user_turn(self, message: Incoming, note: str | None = None) -> Message:
+        """The user's message as the model sees it: framed with speaker, reply and quote,
+        after the bot's ``turn_note`` (e.g. the local time: here, not in the system prompt,
+        it changes nothing the prompt cache already holds)."""
         turn = user_message(message, self.bot.options.max_input_chars)
+        noted = [TextBlock(text=note)] if note else []
         if not (message.in_group or message.reply_to or message.quote):
-            return turn
+            return Message(role="user", content=[*noted, *turn.content]) if noted else turn
         text = framed_text(message, turn.text)
         images = [block for block in turn.content if not isinstance(block, TextBlock)]
-        return Message(role="user", content=[*images, TextBlock(text=text)])
+        return Message(role="user", content=[*noted, *images, TextBlock(text=text)])
 
     async def _answer_command(self, message: Incoming) -> str:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
@@ -448,6 +456,8 @@ class TurnPipeline:
         return ToolContext(
             user_id=message.user_id,
             chat_id=message.chat_id,
+            thread_id=message.thread_id,
+            chat_type=message.chat_type,
             timestamp=message.date,
             extra=extra,
             injector=self.contexts,

@@ -133,7 +133,9 @@ async def test_overloaded_model_gets_a_polite_reply_and_the_next_turn_works(
     assert replies[1].text == "echo: first\nsecond", "the model saw both messages"
     sent = claude.requests[-1].messages
     assert [m["role"] for m in sent] == ["user"], "the unanswered message merged into the next"
-    assert [b["text"] for b in sent[0]["content"]] == ["first", "second"]
+    texts = [b["text"] for b in sent[0]["content"]]
+    assert texts[1::2] == ["first", "second"]
+    assert all(note.startswith("[") for note in texts[::2]), "each after its local time"
 
 
 async def test_one_users_messages_are_answered_in_order(
@@ -157,9 +159,9 @@ async def test_photo_reaches_the_model_as_an_image_block(
         telegram.send_photo(USER, caption="what is this?")
         await telegram.wait_for_messages(USER)
     content = claude.requests[0].messages[0]["content"]
-    assert content[0]["type"] == "image"
-    assert content[0]["source"]["media_type"] == "image/png"
-    assert content[1]["type"] == "text" and content[1]["text"] == "what is this?"
+    assert [block["type"] for block in content] == ["text", "image", "text"], "after the time"
+    assert content[1]["source"]["media_type"] == "image/png"
+    assert content[2]["text"] == "what is this?"
 
 
 async def test_long_reply_is_split_into_messages_telegram_accepts(

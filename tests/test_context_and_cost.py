@@ -82,7 +82,8 @@ async def test_clear_starts_fresh_and_is_recorded(
 
     restarted = make_bot(claude, tmp_path, **BOT)
     context = await restarted.context_for(USER)
-    assert [m.text for m in context.messages] == ["what did I say?", "echo: what did I say?"]
+    words = [m.content[-1].text for m in context.messages]  # after the local-time note
+    assert words == ["what did I say?", "echo: what did I say?"]
 
 
 async def test_usage_reports_this_users_tokens_and_cost(

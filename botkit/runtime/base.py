@@ -11,6 +11,7 @@ from botkit.llm.base import LLM
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
+from botkit.reminders.service import Reminders
 from botkit.sessions import SessionStore
 from botkit.stores.base import UserStore
 from botkit.tools import ToolRegistry
@@ -29,6 +30,7 @@ class ServedBot(Protocol):
     messenger: Messenger | None
     metrics: Metrics
     sessions: SessionStore
+    reminders: Reminders
 
     @property
     def llm(self) -> LLM:

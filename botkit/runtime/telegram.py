@@ -15,6 +15,7 @@ from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
+from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.scheduler import TurnDispatcher
@@ -86,6 +87,8 @@ async def serve(
     messenger = messenger or messenger_for(bot.settings)
     bot.messenger = messenger
     inbox = messenger.inbox
+    firing = FiringLoop(bot, messenger)
+    firing_task: asyncio.Task[None] | None = None
     dispatcher = TurnDispatcher(
         lambda message: bot.handle_safely(message, messenger),
         max_concurrent=bot.settings.max_concurrent_turns,
@@ -106,13 +109,20 @@ async def serve(
             log.info("bot.started", username=me.username, model=bot.settings.model)
             await publish_commands(bot, messenger)
             messenger.known_commands = frozenset(bot.commands) | {"start"}
+            firing_task = asyncio.create_task(firing.run(stop), name="firing")
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period
+            await firing_task
             if not await dispatcher.drain(grace):
                 log.warning("bot.grace_period_over", unfinished=sorted(dispatcher.unfinished))
                 await dispatcher.cancel_all()
+            await firing.drain(grace)
     finally:
+        if firing_task is not None and not firing_task.done():
+            firing_task.cancel()
+            await asyncio.gather(firing_task, return_exceptions=True)
+        await firing.drain(0)
         await messenger.close()
         if inbox is not None:
             inbox.close()

@@ -53,6 +53,10 @@ _FINISH = """
         claim = NULL, claimed_until = NULL
     WHERE id = $1 AND claim = $2 AND status = 'firing'
     RETURNING id"""
+_NEXT_DUE = """
+    SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
+    FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
+    WHERE s.status IN ('pending', 'firing') AND NOT coalesce(u.blocked, false)"""
 _SET_TIMEZONE = """
     INSERT INTO botkit_timezones (user_id, timezone, updated_at) VALUES ($1, $2, now())
     ON CONFLICT (user_id) DO UPDATE SET timezone = excluded.timezone, updated_at = now()"""
@@ -113,6 +117,12 @@ class PostgresSchedules:
         async with self._connection("recording a delivery") as conn:
             row = await conn.fetchrow(_FINISH, *values)
         return row is not None
+
+    async def next_schedule_due(self) -> datetime | None:
+        """When the next claim could take something (of unblocked users), or ``None``."""
+        async with self._connection("finding the next schedule") as conn:
+            due: datetime | None = await conn.fetchval(_NEXT_DUE)
+        return due
 
     async def get_timezone(self, user_id: int) -> str | None:
         """The IANA time zone the user chose, or ``None``."""

@@ -84,6 +84,10 @@ _FINISH = """
         claim = NULL, claimed_until = NULL
     WHERE id = ?1 AND claim = ?2 AND status = 'firing'
     RETURNING id"""
+_NEXT_DUE = """
+    SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
+    FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
+    WHERE s.status IN ('pending', 'firing') AND coalesce(u.blocked, 0) = 0"""
 _SET_TIMEZONE = """
     INSERT INTO botkit_timezones (user_id, timezone, updated_at) VALUES (?, ?, ?)
     ON CONFLICT (user_id) DO UPDATE SET timezone = excluded.timezone,
@@ -177,6 +181,12 @@ class SqliteSchedules:
         async with self._transaction("recording a delivery") as db:
             rows = await db.execute_fetchall(_FINISH, values)
         return next(iter(rows), None) is not None
+
+    async def next_schedule_due(self) -> datetime | None:
+        """When the next claim could take something (of unblocked users), or ``None``."""
+        async with self._read("finding the next schedule") as db:
+            row = next(iter(await db.execute_fetchall(_NEXT_DUE)))
+        return _from_db(row[0])
 
     async def get_timezone(self, user_id: int) -> str | None:
         """The IANA time zone the user chose, or ``None``."""

@@ -117,6 +117,10 @@ class ScheduleStore(Protocol):
         """
         ...
 
+    async def next_schedule_due(self) -> datetime | None:
+        """When the next claim could take something (of unblocked users), or ``None``."""
+        ...
+
     async def get_timezone(self, user_id: int) -> str | None:
         """The IANA time zone the user chose, or ``None``."""
         ...

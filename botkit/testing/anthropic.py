@@ -312,13 +312,17 @@ class FakeRequest:
         return None
 
     def last_user_text(self) -> str:
-        """Text of the last user message; "" if it only holds tool results (or is missing)."""
+        """What the user wrote: the text of the last user message without botkit's notes (text
+        blocks wholly in square brackets, such as the local time before each message); "" if
+        it holds only tool results."""
         content = self._last_user_blocks()
         if content is None:
             return ""
         if isinstance(content, str):
             return content
-        return "\n".join(_texts(content))
+        texts = _texts(content)
+        words = [text for text in texts if not _is_note(text)]
+        return "\n".join(words if words else texts)
 
     def tool_results(self) -> list[dict[str, Any]]:
         """The ``tool_result`` blocks of the last user message."""
@@ -326,6 +330,11 @@ class FakeRequest:
         if not isinstance(content, list):
             return []
         return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _is_note(text: str) -> bool:
+    """A note botkit puts before the user's words, e.g. ``[Tue 24 Nov 2026 09:00 CET (…)]``."""
+    return text.startswith("[") and text.endswith("]") and "\n" not in text
 
 
 def _texts(blocks: list[Any]) -> list[str]:

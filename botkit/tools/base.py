@@ -46,6 +46,10 @@ class ToolContext:
     so a ``tool_start`` check applies there too. Set by the tool loop."""
     send_file: Callable[[ToolFile], Awaitable[None]] | None = field(default=None, compare=False)
     """Sends a tool's file or picture to the turn's chat; ``None`` where there is no chat."""
+    thread_id: int | None = None
+    """The forum topic the turn replies in (``None`` in General and outside forums)."""
+    chat_type: str = "private"
+    """``private``, ``group`` or ``supergroup``: the kind of chat the turn replies in."""
 
 
 class Tool(ABC):

@@ -1,0 +1,223 @@
+"""Firing due schedules: claim, deliver, record. Every runtime calls the same functions.
+
+:func:`fire_due_schedules` is the whole job in one call: a queue worker's periodic task can
+run it as it is. :class:`FiringLoop` runs it inside the single-process runtime: right after
+start (what fell due while the bot was down), whenever a schedule is added in this process,
+when the next one falls due, and every ``BOTKIT_SCHEDULE_POLL`` seconds for those other
+processes added.
+
+Exactly once: a schedule is claimed in the store before delivery (no other process can take
+it), and its delivery is recorded as soon as Telegram confirmed it. A crash in between
+leaves it claimed; when the lease (``BOTKIT_SCHEDULE_LEASE``) runs out it is delivered again:
+only that one, and only because its delivery was never recorded. A reminder is sent as it was
+written, without an LLM call; a task runs a turn through the bot's turn pipeline, as a
+message marked scheduled, and its answer is sent like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from datetime import datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from botkit.config import Settings
+from botkit.errors import BotkitError, MessengerError
+from botkit.messengers.base import Incoming, Messenger
+from botkit.reminders.service import Reminders
+from botkit.reminders.times import format_local, parse_repeat, zone_named
+from botkit.stores.schedules import Schedule
+
+__all__ = [
+    "LATE_AFTER",
+    "FiringHost",
+    "FiringLoop",
+    "claim_due",
+    "fire",
+    "fire_due_schedules",
+    "scheduled_message",
+]
+
+log = structlog.get_logger(__name__)
+
+LATE_AFTER = timedelta(minutes=5)
+"""A schedule delivered later than this after its time says it is late."""
+MIN_WAIT = 0.2
+"""Seconds the loop waits at least between two looks (nothing spins on a stuck schedule)."""
+CLAIM_LIMIT = 100
+
+
+class FiringHost(Protocol):
+    """What firing needs of a bot: its settings, its schedules and its turn pipeline."""
+
+    settings: Settings
+    reminders: Reminders
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """Run one message through the turn pipeline; failures become a polite reply."""
+        ...
+
+
+async def fire_due_schedules(host: FiringHost, messenger: Messenger) -> int:
+    """Deliver every schedule due now (claimed first, recorded after); how many were taken."""
+    claimed = await claim_due(host)
+    await asyncio.gather(*(fire(host, messenger, schedule) for schedule in claimed))
+    return len(claimed)
+
+
+async def claim_due(host: FiringHost, limit: int = CLAIM_LIMIT) -> list[Schedule]:
+    """Take the schedules due now for this process to deliver (no other process will)."""
+    store = await host.reminders.store()
+    lease = timedelta(seconds=host.settings.schedule_lease)
+    return await store.claim_due_schedules(host.reminders.clock(), lease=lease, limit=limit)
+
+
+async def fire(host: FiringHost, messenger: Messenger, schedule: Schedule) -> bool:
+    """Deliver one claimed schedule and record it (its next time, if it repeats)."""
+    reminders = host.reminders
+    now = reminders.clock()
+    zone = _zone(schedule)
+    late = now - schedule.due_at > LATE_AFTER
+    try:
+        if schedule.kind == "reminder":
+            text = schedule.text + (_late_note(schedule, zone) if late else "")
+            await messenger.send_text(schedule.chat_id, text, thread_id=schedule.thread_id)
+        else:
+            await host.handle_safely(scheduled_message(schedule, zone, now), messenger)
+        delivered = True
+    except MessengerError as e:
+        log.warning(
+            "reminders.not_delivered", id=schedule.id, user_id=schedule.user_id, error=str(e)
+        )
+        delivered = False
+    next_due = _next_due(schedule, zone, now)
+    recorded = await (await reminders.store()).finish_schedule(
+        schedule, next_due=next_due, fired_at=reminders.clock(), delivered=delivered
+    )
+    log.info(
+        "reminders.fired" if delivered else "reminders.failed",
+        id=schedule.id,
+        user_id=schedule.user_id,
+        kind=schedule.kind,
+        late_seconds=round((now - schedule.due_at).total_seconds()),
+        next_due=next_due.isoformat() if next_due else None,
+        recorded=recorded,
+    )
+    return delivered
+
+
+def scheduled_message(schedule: Schedule, zone: ZoneInfo, now: datetime) -> Incoming:
+    """A task as the turn pipeline takes it: marked scheduled, in the chat it was asked in.
+
+    Its update id is negative (Telegram's are positive) and names the occurrence, so a task
+    re-run after a crash finds its answer in the session and re-sends it instead of asking
+    the model again.
+    """
+    repeat = f", repeating {schedule.repeat}" if schedule.repeat else ""
+    late = (
+        f"; it is late, now {format_local(now, zone)}" if now - schedule.due_at > LATE_AFTER else ""
+    )
+    header = (
+        f"[Scheduled task #{schedule.id}, set earlier by the user{repeat}; due "
+        f"{format_local(schedule.due_at, zone)}{late}. This is not a new message from the user: "
+        "carry out the instruction now and write your answer to them.]"
+    )
+    return Incoming(
+        update_id=-(schedule.id * 1_000_000 + schedule.fired + 1),
+        user_id=schedule.user_id,
+        chat_id=schedule.chat_id,
+        text=f"{header}\n{schedule.text}",
+        date=now,
+        chat_type=schedule.chat_type,
+        thread_id=schedule.thread_id,
+    )
+
+
+def _late_note(schedule: Schedule, zone: ZoneInfo) -> str:
+    return f"\n\n(Late: this reminder was due {format_local(schedule.due_at, zone)}.)"
+
+
+def _next_due(schedule: Schedule, zone: ZoneInfo, now: datetime) -> datetime | None:
+    rule = parse_repeat(schedule.repeat)
+    return None if rule is None else rule.next_after(schedule.due_at, zone, now)
+
+
+def _zone(schedule: Schedule) -> ZoneInfo:
+    try:
+        return zone_named(schedule.timezone)
+    except BotkitError:
+        return ZoneInfo("UTC")
+
+
+class FiringLoop:
+    """Fires due schedules in the background until stopped; see the module docstring."""
+
+    def __init__(self, host: FiringHost, messenger: Messenger) -> None:
+        self.host = host
+        self.messenger = messenger
+        self._wake = asyncio.Event()
+        self._firing: set[asyncio.Task[bool]] = set()
+
+    def wake(self) -> None:
+        """Look again now (a schedule was added)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and fire until ``stop`` is set; a failing store is logged and retried."""
+        self.host.reminders.wake = self.wake
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                wait = await self._round()
+                await _first_of(stop, self._wake, wait)
+        finally:
+            self.host.reminders.wake = None
+
+    async def _round(self) -> float:
+        """Fire what is due now; the seconds until the next look."""
+        poll = self.host.settings.schedule_poll
+        try:
+            for schedule in await claim_due(self.host):
+                task = asyncio.create_task(self._fire(schedule))
+                self._firing.add(task)
+                task.add_done_callback(self._firing.discard)
+            soonest = await (await self.host.reminders.store()).next_schedule_due()
+        except BotkitError as e:
+            log.warning("reminders.firing_failed", error=str(e))
+            return poll
+        if soonest is None:
+            return poll
+        until = (soonest - self.host.reminders.clock()).total_seconds()
+        return min(max(until, MIN_WAIT), poll)
+
+    async def _fire(self, schedule: Schedule) -> bool:
+        try:
+            return await fire(self.host, self.messenger, schedule)
+        except Exception:
+            log.exception("reminders.fire_crashed", id=schedule.id, user_id=schedule.user_id)
+            return False
+
+    async def drain(self, grace: float | None) -> bool:
+        """Wait for deliveries under way; ``False`` if ``grace`` seconds were not enough."""
+        if not self._firing:
+            return True
+        _, pending = await asyncio.wait(set(self._firing), timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return not pending
+
+
+async def _first_of(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` or ``wake`` is set meanwhile."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        with suppress(asyncio.CancelledError):
+            await asyncio.gather(*waiters, return_exceptions=True)

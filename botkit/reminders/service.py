@@ -1,0 +1,139 @@
+"""Reminders and scheduled tasks for a bot's users: time zones, adding, listing, cancelling."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from botkit.config import Settings
+from botkit.errors import ToolError
+from botkit.reminders.times import format_local, parse_repeat, parse_when, zone_named
+from botkit.stores.base import UserStore
+from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind
+
+__all__ = ["Clock", "Place", "Reminders", "utc_now"]
+
+log = structlog.get_logger(__name__)
+
+Clock = Callable[[], datetime]
+"""Tells the time (timezone-aware); tests pass a fixed one."""
+
+ZONE_CACHE_SECONDS = 10.0
+"""How long a user's time zone is trusted from memory (another process may change it)."""
+
+
+def utc_now() -> datetime:
+    """The current time, in UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a schedule was asked for, so it is delivered there: chat, topic, kind of chat."""
+
+    user_id: int
+    chat_id: int
+    thread_id: int | None = None
+    chat_type: str = "private"
+
+
+class Reminders:
+    """The schedules of a bot's users, kept in its user store; every time in the user's zone."""
+
+    def __init__(
+        self,
+        store: Callable[[], Awaitable[UserStore]],
+        settings: Settings,
+        *,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.store = store
+        """Opens (or returns) the bot's user store."""
+        self.settings = settings
+        self.clock = clock
+        """What "now" is; a fixed clock in tests."""
+        self.default_zone = zone_named(settings.timezone)
+        self.wake: Callable[[], None] | None = None
+        """Called when a schedule is added, so a firing loop in this process looks again."""
+        self._zones: dict[int, tuple[ZoneInfo, float]] = {}
+
+    async def zone(self, user_id: int) -> ZoneInfo:
+        """The user's time zone: theirs if they set one, else BOTKIT_TIMEZONE."""
+        cached = self._zones.get(user_id)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        name = await (await self.store()).get_timezone(user_id)
+        zone = self.default_zone
+        if name is not None:
+            try:
+                zone = zone_named(name)
+            except ToolError:
+                log.warning("reminders.unknown_zone_stored", user_id=user_id, zone=name)
+        self._zones[user_id] = (zone, time.monotonic() + ZONE_CACHE_SECONDS)
+        return zone
+
+    async def set_zone(self, user_id: int, name: str) -> ZoneInfo:
+        """Make ``name`` (an IANA zone) the user's; a ToolError if there is no such zone."""
+        zone = zone_named(name)
+        await (await self.store()).set_timezone(user_id, zone.key)
+        self._zones[user_id] = (zone, time.monotonic() + ZONE_CACHE_SECONDS)
+        log.info("reminders.zone_set", user_id=user_id, zone=zone.key)
+        return zone
+
+    async def local_now(self, user_id: int) -> str:
+        """The user's local date and time, to the minute: ``Tue 24 Nov 2026 09:00 CET``."""
+        zone = await self.zone(user_id)
+        return f"{format_local(self.clock().replace(second=0, microsecond=0), zone)} ({zone.key})"
+
+    async def add(
+        self, place: Place, kind: ScheduleKind, text: str, when: str, repeat: str | None = None
+    ) -> Schedule:
+        """Schedule ``text`` for ``when`` (and per ``repeat``); ToolError on anything unclear."""
+        if not text.strip():
+            raise ToolError("the text is empty: say what should be delivered or done.")
+        zone = await self.zone(place.user_id)
+        due = parse_when(when, self.clock(), zone)
+        rule = parse_repeat(repeat)
+        new = NewSchedule(
+            user_id=place.user_id,
+            chat_id=place.chat_id,
+            thread_id=place.thread_id,
+            chat_type=place.chat_type,
+            kind=kind,
+            text=text.strip(),
+            due_at=due,
+            timezone=zone.key,
+            repeat=None if rule is None else rule.text,
+        )
+        made = await (await self.store()).add_schedule(new, max_pending=self.settings.max_scheduled)
+        if made is None:
+            raise ToolError(
+                f"the user already has {self.settings.max_scheduled} reminders and tasks "
+                "pending, the most allowed: cancel one first (list_scheduled shows them)."
+            )
+        log.info("reminders.added", user_id=place.user_id, id=made.id, kind=kind, due=due)
+        if self.wake is not None:
+            self.wake()
+        return made
+
+    async def pending(self, user_id: int) -> list[Schedule]:
+        """The user's schedules that will still fire, soonest first."""
+        return await (await self.store()).pending_schedules(user_id)
+
+    async def cancel(self, user_id: int, schedule_id: int) -> Schedule | None:
+        """Cancel one of the user's schedules; ``None`` if they have no such pending one."""
+        cancelled = await (await self.store()).cancel_schedule(schedule_id, user_id)
+        if cancelled is not None:
+            log.info("reminders.cancelled", user_id=user_id, id=schedule_id)
+        return cancelled
+
+    def describe(self, schedule: Schedule, zone: ZoneInfo | None = None) -> str:
+        """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``."""
+        when = format_local(schedule.due_at, zone or ZoneInfo(schedule.timezone))
+        repeat = f", {schedule.repeat}" if schedule.repeat else ""
+        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}"

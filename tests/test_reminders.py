@@ -1,0 +1,342 @@
+"""Reminders and scheduled tasks: set by the model, fired by the runtime, exactly once, in the
+chat they were asked in; against the fake Telegram and the fake Messages API (#13)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from botkit import Bot
+from botkit.reminders.service import Place
+from botkit.stores import Schedule
+from botkit.testing import make_bot, running
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
+from botkit.testing.telegram import FakeTelegramServer
+
+ALICE, BOB = 1001, 1002
+GROUP, TOPIC = -1001234, 7
+T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
+
+
+def scripted(request: FakeRequest) -> FakeReply:
+    """``REMIND when|text[|repeat]``, ``TASK when|instruction[|repeat]``, ``CANCEL id``,
+    ``LIST`` call the tools; a scheduled task is done; a tool result is read back."""
+    results = request.tool_results()
+    if results:
+        return FakeReply.text(f"tool said: {results[0]['content']}")
+    text = request.last_user_text()
+    if "[Scheduled task" in text:
+        return FakeReply.text(f"done: {text.splitlines()[-1]}")
+    word, _, rest = text.splitlines()[-1].partition(" ")  # in a group, after who wrote it
+    parts = rest.split("|")
+    if word == "REMIND":
+        args = dict(zip(["when", "text", "repeat"], parts, strict=False))
+        return FakeReply.tool_use("remind", args)
+    if word == "TASK":
+        args = dict(zip(["when", "instruction", "repeat"], parts, strict=False))
+        return FakeReply.tool_use("schedule_task", args)
+    if word == "CANCEL":
+        return FakeReply.tool_use("cancel_scheduled", {"id": int(rest)})
+    if word == "LIST":
+        return FakeReply.tool_use("list_scheduled", {})
+    return FakeReply.text(f"echo: {text}")
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer(responder=scripted) as server:
+        yield server
+
+
+class FixedClock:
+    """A wall clock that moves only when told to."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def reminder_bot(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bot:
+    return make_bot(claude, tmp_path, allowed_users=frozenset({ALICE, BOB}), **settings)
+
+
+def look_now(bot: Bot) -> None:
+    """Have the running firing loop look for due schedules now (the clock was moved)."""
+    assert bot.reminders.wake is not None, "the firing loop runs"
+    bot.reminders.wake()
+
+
+async def recorded(bot: Bot, fired: int) -> Schedule:
+    """Alice's one pending schedule, once ``fired`` deliveries of it were recorded."""
+    store = await bot.user_store()
+    async with asyncio.timeout(10):
+        while True:
+            (pending,) = await store.pending_schedules(ALICE)
+            if pending.fired == fired and pending.status == "pending":
+                return pending
+            await asyncio.sleep(0.02)
+
+
+async def no_more_messages(telegram: FakeTelegramServer, chat_id: int, count: int) -> None:
+    """Give the bot a second to send anything more, then check it sent exactly ``count``."""
+    await asyncio.sleep(1.0)
+    assert len(telegram.sent_messages(chat_id)) == count
+
+
+async def test_a_reminder_arrives_verbatim_once_in_the_chat_it_was_asked_in(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    text = "Call the plumber: 0171 *555* 12 — before noon!"
+    bot = reminder_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, f"REMIND 2s|{text}")
+        confirmation, reminder = await telegram.wait_for_messages(ALICE, 2, timeout=10)
+        assert confirmation.plain_text.startswith("tool said: Reminder #1 set for ")
+        assert reminder.plain_text == "Call the plumber: 0171 555 12 — before noon!"
+        assert "<i>555</i>" in reminder.text or "<b>555</b>" in reminder.text, "as Markdown"
+        await no_more_messages(telegram, ALICE, 2)
+    assert len(claude.requests) == 2, "delivery called no model"
+    assert telegram.sent_messages(BOB) == []
+
+
+async def test_a_reminder_asked_in_a_forum_topic_arrives_in_that_topic(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, answer_groups="all")
+    async with running(bot, telegram):
+        telegram.send_text(
+            ALICE, "REMIND 1s|stand-up", chat_id=GROUP, chat_type="supergroup", thread_id=TOPIC
+        )
+        _, reminder = await telegram.wait_for_messages(GROUP, 2, timeout=10)
+    assert reminder.plain_text == "stand-up"
+    assert reminder.params.get("message_thread_id") == TOPIC
+    assert telegram.sent_messages(ALICE) == [], "not in the private chat"
+
+
+async def test_a_cancelled_reminder_never_arrives(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "REMIND 1s|never")
+        await telegram.wait_for_messages(ALICE, 1)
+        telegram.send_text(ALICE, "CANCEL 1")
+        replies = await telegram.wait_for_messages(ALICE, 2)
+        assert replies[1].plain_text == "tool said: Cancelled #1: it will not fire."
+        await asyncio.sleep(1.0)
+        await no_more_messages(telegram, ALICE, 2)
+    assert await (await bot.user_store()).pending_schedules() == []
+
+
+async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "TASK 1s|Summarise my open tasks")
+        confirmation, answer = await telegram.wait_for_messages(ALICE, 2, timeout=10)
+    assert confirmation.plain_text.startswith("tool said: Task #1 set for ")
+    assert answer.plain_text == "done: Summarise my open tasks"
+    turn = claude.requests[-1]
+    assert turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user; due ")
+    assert "This is not a new message from the user" in turn.last_user_text()
+    assert turn.tool_names and "remind" in turn.tool_names, "the same tools as any turn"
+    lines = (tmp_path / "sessions" / f"{ALICE}.jsonl").read_bytes().splitlines()
+    session = [orjson.loads(line) for line in lines]
+    recorded = [e for e in session if e["role"] == "user" and e.get("update_id", 0) < 0]
+    assert len(recorded) == 1, "the scheduled turn is in the session, under its own update id"
+    assert session[-1]["content"] == [{"type": "text", "text": answer.plain_text}]
+
+
+async def test_a_repeat_fires_on_its_grid_not_by_drift(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    clock = bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "REMIND 10m|stretch|every 2h")
+        await telegram.wait_for_messages(ALICE, 1)
+        first_due = T0 + timedelta(minutes=10)
+        clock.advance(timedelta(minutes=10))
+        look_now(bot)
+        await telegram.wait_for_messages(ALICE, 2)
+        clock.advance(timedelta(hours=2, minutes=3))  # the second look comes 3 minutes late
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 3)
+        pending = await recorded(bot, fired=2)
+    assert [r.plain_text for r in replies[1:]] == ["stretch", "stretch"]
+    assert pending.due_at == first_due + timedelta(hours=4), "from the definition, not from now"
+
+
+async def test_a_reminder_due_long_ago_says_it_is_late(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, timezone="Europe/Berlin")
+    clock = bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "REMIND 2026-11-24T09:30|water the plants")
+        await telegram.wait_for_messages(ALICE, 1)
+        clock.advance(timedelta(hours=3))  # as if the bot had been down meanwhile
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 2)
+    assert replies[1].plain_text == (
+        "water the plants\n\n(Late: this reminder was due Tue 24 Nov 2026 09:30 CET.)"
+    )
+
+
+async def test_unreadable_when_and_repeat_are_tool_errors_the_model_can_correct(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, max_scheduled=1)
+    async with running(bot, telegram):
+        for n, text in enumerate(
+            ["REMIND someday|x", "REMIND 2020-01-01T09:00Z|x", "TASK 1h|x|fortnightly",
+             "TASK 1h|x|61 * * * *", "REMIND 1h|ok", "REMIND 2h|one too many"],
+            start=1,
+        ):  # fmt: skip
+            telegram.send_text(ALICE, text)
+            await telegram.wait_for_messages(ALICE, n)
+    results = [r.tool_results()[0] for r in claude.requests if r.tool_results()]
+    errors = [str(r["content"]) for r in results if r.get("is_error")]
+    assert len(results) == 6 and len(errors) == 5
+    assert "ISO 8601" in errors[0] and "in the past" in errors[1]
+    assert "cron" in errors[2] and "not a valid cron expression" in errors[3]
+    assert "already has 1 reminders and tasks pending" in errors[4]
+
+
+async def test_the_user_can_set_a_time_zone_and_the_model_reads_their_local_time(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "/timezone Mars/Olympus")
+        (refused,) = await telegram.wait_for_messages(ALICE, 1)
+        telegram.send_text(ALICE, "/timezone Asia/Tokyo")
+        _, accepted = await telegram.wait_for_messages(ALICE, 2)
+        telegram.send_text(ALICE, "hello")
+        await telegram.wait_for_messages(ALICE, 3)
+    assert "unknown time zone 'Mars/Olympus'" in refused.plain_text
+    assert (
+        accepted.plain_text == "Time zone set. Your time: Tue 24 Nov 2026 17:00 JST (Asia/Tokyo)."
+    )
+    request = claude.requests[-1]
+    assert request.messages[-1]["content"][0]["text"] == "[Tue 24 Nov 2026 17:00 JST (Asia/Tokyo)]"
+    assert "The user's time zone is Asia/Tokyo" in request.system_text
+    assert "17:00" not in request.system_text, "the minute stays out of the cached prompt"
+
+
+async def test_a_bot_can_leave_the_scheduling_tools_out(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}), scheduling=False)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "hello")
+        await telegram.wait_for_messages(ALICE, 1)
+    assert "remind" not in claude.requests[0].tool_names
+    assert claude.requests[0].last_user_text() == "hello"
+    assert "timezone" not in bot.commands
+
+
+# ---- a real process, killed and restarted ---------------------------------------------
+
+
+class BotProcess:
+    """``python -m botkit`` against the fakes, in ``home``."""
+
+    def __init__(self, telegram: FakeTelegramServer, claude: FakeAnthropicServer, home: Path):
+        self.home = home
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))},
+            "TELEGRAM_BOT_TOKEN": telegram.token,
+            "TELEGRAM_API_BASE": telegram.base_url,
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": claude.base_url,
+            "BOTKIT_SESSIONS_DIR": str(home / "sessions"),
+            "BOTKIT_ALLOWED_USERS": str(ALICE),
+            "BOTKIT_POLL_TIMEOUT": "5",
+            "BOTKIT_STREAM_REPLIES": "false",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "botkit"],
+            cwd=self.home,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def end(self, sig: signal.Signals) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        return await asyncio.to_thread(self.process.wait, 30)
+
+
+async def test_a_reminder_set_before_a_sigkill_arrives_once_after_the_restart(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = BotProcess(telegram, claude, tmp_path)
+    bot.start()
+    try:
+        telegram.send_text(ALICE, "REMIND 5s|take the cake out")
+        (confirmation,) = await telegram.wait_for_messages(ALICE, 1, timeout=30)
+        assert confirmation.plain_text.startswith("tool said: Reminder #1 set")
+        await bot.end(signal.SIGKILL)
+        assert telegram.sent_messages(ALICE) == [confirmation], "killed before it was due"
+        bot.start()
+        _, reminder = await telegram.wait_for_messages(ALICE, 2, timeout=30)
+        assert reminder.plain_text == "take the cake out"
+        await no_more_messages(telegram, ALICE, 2)
+        assert await bot.end(signal.SIGTERM) == 0
+    finally:
+        if bot.process is not None and bot.process.poll() is None:
+            await bot.end(signal.SIGKILL)
+
+
+# ---- the operator's view -----------------------------------------------------------------
+
+
+async def test_the_operator_lists_pending_schedules(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    reminders = bot.reminders
+    reminders.clock = FixedClock(T0)
+    await reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
+    await reminders.add(Place(BOB, GROUP, TOPIC, "supergroup"), "task", "sum up", "2h", "daily")
+    await bot.aclose()
+    env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
+    run = [sys.executable, "-m", "botkit", "scheduled"]
+    everyone = await asyncio.to_thread(
+        subprocess.run, [*run, "--json"], env=env, capture_output=True, check=True
+    )
+    rows = [json.loads(line) for line in everyone.stdout.splitlines()]
+    assert [(r["id"], r["user_id"], r["kind"], r["text"]) for r in rows] == [
+        (1, ALICE, "reminder", "call mum"),
+        (2, BOB, "task", "sum up"),
+    ]
+    assert rows[1]["chat_id"] == GROUP and rows[1]["thread_id"] == TOPIC
+    assert rows[1]["repeat"] == "daily" and rows[1]["due_at"] == "2026-11-24T10:00:00+00:00"
+    alice = await asyncio.to_thread(
+        subprocess.run, [*run, "--user", str(ALICE)], env=env, capture_output=True, check=True
+    )
+    lines = alice.stdout.decode().splitlines()
+    assert len(lines) == 1 and "#1 reminder" in lines[0] and "call mum" in lines[0]
