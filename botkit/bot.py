@@ -17,11 +17,11 @@ from botkit.agent.context import ContextManager
 from botkit.agent.events import Event, Hooks
 from botkit.agent.pool import ContextPool
 from botkit.chats import Conversation, conversation_of
-from botkit.commands import Command, CommandHandler, register_builtin_commands
+from botkit.commands import ButtonHandler, Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
-from botkit.messengers.base import Incoming, Messenger
+from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import (
     Authorize,
@@ -93,6 +93,8 @@ class Bot:
         if self.skills:
             self.plugins += [PromptPlugin(self.skills.prompt_section()), ToolPlugin(self.skills)]
         self.commands: dict[str, Command] = {}
+        self.buttons: dict[str, ButtonHandler] = {}
+        """Inline-button handlers by the prefix of the button's data (``<prefix>:<payload>``)."""
         register_builtin_commands(self)
         register_admin_commands(self)
         self._llm = llm
@@ -248,6 +250,10 @@ class Bot:
     ) -> AsyncIterator[Event]:
         """Run one turn for ``user_id`` outside any messenger, yielding its events as they come."""
         return self.turns.stream(user_id, text, chat_id=chat_id)
+
+    async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
+        """A user pressed an inline button under one of this bot's messages."""
+        await self.turns.handle_press(press, messenger)
 
     def stop_turn(self, chat_id: int, draft_id: int) -> bool:
         """Cancel the turn whose draft ``draft_id`` shows in ``chat_id`` (its stop button)."""

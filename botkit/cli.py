@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
+    scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
+    scheduled.add_argument("--user", type=int, help="only this user's")
+    scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
     sessions = commands.add_parser(
         "sessions", help="move sessions between JSONL files and PostgreSQL"
     )
@@ -115,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from botkit.admin import run_command
 
             return run_command(args, load_settings())
+        if args.command == "scheduled":
+            from botkit.reminders.listing import list_scheduled
+
+            return list_scheduled(load_settings(), args.user, as_json=args.json)
         if args.command == "sessions":
             return _sessions(args.action, args.directory, args.dsn)
     except ConfigError as e:

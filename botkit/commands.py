@@ -10,18 +10,41 @@ import structlog
 
 from botkit.agent.context import ContextManager
 from botkit.config import Settings
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import ButtonPress, Incoming, Reply
 from botkit.options import BotOptions
 from botkit.pricing import estimate
 from botkit.skills import SkillLibrary
 from botkit.types import Usage
 
-__all__ = ["Command", "CommandHandler", "CommandHost", "help_intro", "register_builtin_commands"]
+__all__ = [
+    "ButtonHandler",
+    "Command",
+    "CommandHandler",
+    "CommandHost",
+    "PressAnswer",
+    "help_intro",
+    "register_builtin_commands",
+]
 
 log = structlog.get_logger(__name__)
 
-CommandHandler = Callable[[Incoming, str], Awaitable[str]]
-"""A slash command: gets the message and the text after the command, returns the reply."""
+CommandHandler = Callable[[Incoming, str], Awaitable[str | Reply]]
+"""A slash command: gets the message and the text after the command, returns the reply
+(a ``Reply`` to put inline buttons under it)."""
+
+
+@dataclass(frozen=True)
+class PressAnswer:
+    """What a button press does: a short notice for the presser, a new text for the message."""
+
+    notice: str | None = None
+    edit: Reply | None = None
+    """Replaces the message the button was under (text and buttons)."""
+
+
+ButtonHandler = Callable[[ButtonPress, str], Awaitable[PressAnswer]]
+"""Handles presses of buttons whose data is ``<prefix>:<payload>``; gets the press and the
+payload. The presser may be anyone who sees the message: check that they may do it."""
 
 
 @dataclass(frozen=True)

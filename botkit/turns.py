@@ -29,12 +29,12 @@ from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.commands import Command, help_intro
+from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
 from botkit.config import Settings
 from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
 from botkit.files import FileLimits, FileReader
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
-from botkit.messengers.base import Draft, Incoming, Messenger, OutgoingFile
+from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
@@ -54,6 +54,7 @@ class BotSteps(Protocol):
     settings: Settings
     options: BotOptions
     commands: dict[str, Command]
+    buttons: dict[str, ButtonHandler]
     hooks: Hooks
     model_override: str | None
 
@@ -249,12 +250,33 @@ class TurnPipeline:
             await self._reply(messenger, message, reply)
             return outcome
 
-    async def _reply(self, messenger: Messenger, message: Incoming, text: str) -> None:
+    async def _reply(self, messenger: Messenger, message: Incoming, text: str | Reply) -> None:
         """Answer in the message's chat and topic; in a group, as a reply to it."""
         reply_to = message.message_id if message.in_group else None
+        if isinstance(text, Reply):
+            await messenger.send_reply(
+                message.chat_id, text, thread_id=message.thread_id, reply_to=reply_to
+            )
+            return
         await messenger.send_text(
             message.chat_id, text, thread_id=message.thread_id, reply_to=reply_to
         )
+
+    async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
+        """A press of an inline button: its handler (by the data's prefix) answers, and may
+        edit the message; a failure is logged and the presser told."""
+        prefix, _, payload = press.data.partition(":")
+        handler = self.bot.buttons.get(prefix)
+        answer = PressAnswer()
+        try:
+            if handler is not None:
+                answer = await handler(press, payload)
+            if answer.edit is not None:
+                await messenger.edit_reply(press.chat_id, press.message_id, answer.edit)
+        except Exception:
+            log.exception("press.failed", user_id=press.user_id, data=press.data)
+            answer = PressAnswer(self.bot.options.error_text)
+        await messenger.answer_press(press.press_id, answer.notice)
 
     async def _reject(self, messenger: Messenger, message: Incoming, rejection: str) -> None:
         """Turn a stranger away: always in private, at most once an interval in a group."""
@@ -275,7 +297,7 @@ class TurnPipeline:
         images = [block for block in turn.content if not isinstance(block, TextBlock)]
         return Message(role="user", content=[*noted, *images, TextBlock(text=text)])
 
-    async def _answer_command(self, message: Incoming) -> str:
+    async def _answer_command(self, message: Incoming) -> str | Reply:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
         visible = self.bot.commands_for(message)
         command = self.bot.commands.get(message.command or "")
@@ -470,7 +492,7 @@ class TurnPipeline:
         log.info("turn.file_sent", user_id=message.user_id, mime=file.mime, size=len(file.data))
         await messenger.send_file(message.chat_id, outgoing, thread_id=message.thread_id)
 
-    async def _run_command(self, command: Command, message: Incoming) -> str:
+    async def _run_command(self, command: Command, message: Incoming) -> str | Reply:
         if command.admin_only and not self.access.is_admin(message.user_id):
             return self.bot.options.admin_only_text
         log.info("command", name=command.name, user_id=message.user_id)

@@ -254,6 +254,46 @@ async def test_a_bot_can_leave_the_scheduling_tools_out(
     assert "timezone" not in bot.commands
 
 
+def buttons_of(message_params: dict[str, Any]) -> list[str]:
+    markup = message_params.get("reply_markup") or {}
+    if isinstance(markup, str):
+        markup = json.loads(markup)
+    return [button["text"] for row in markup.get("inline_keyboard", []) for button in row]
+
+
+async def test_scheduled_lists_what_is_pending_and_its_cancel_button_cancels(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, timezone="Europe/Berlin")
+    bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        for n, text in enumerate(["REMIND 1h|call mum", "TASK 2h|sum up the day|daily"], 1):
+            telegram.send_text(ALICE, text)
+            await telegram.wait_for_messages(ALICE, n)
+        telegram.send_text(ALICE, "/scheduled")
+        listing = (await telegram.wait_for_messages(ALICE, 3))[2]
+        assert listing.plain_text == (
+            "Scheduled:\n#1 reminder, Tue 24 Nov 2026 10:00 CET: call mum\n"
+            "#2 task, Tue 24 Nov 2026 11:00 CET, daily: sum up the day"
+        )
+        assert buttons_of(listing.params) == ["Cancel #1", "Cancel #2"]
+
+        telegram.press_button(BOB, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(ALICE, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+        (edited,) = telegram.edited_messages(ALICE)
+    answers = [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
+    assert answers == ["Only the one who scheduled it can cancel it.", "Cancelled #1."]
+    assert edited.message_id == listing.message_id
+    assert edited.plain_text == (
+        "Scheduled:\n#2 task, Tue 24 Nov 2026 11:00 CET, daily: sum up the day"
+    )
+    assert buttons_of(edited.params) == ["Cancel #2"]
+    assert [s.id for s in await (await bot.user_store()).pending_schedules(ALICE)] == [2]
+    assert len(claude.requests) == 4, "listing and cancelling called no model"
+
+
 # ---- a real process, killed and restarted ---------------------------------------------
 
 
@@ -290,15 +330,24 @@ class BotProcess:
         return await asyncio.to_thread(self.process.wait, 30)
 
 
+async def journaled_done(inbox: Path, update_id: int) -> None:
+    """Wait until the inbox marks the turn of ``update_id`` finished (else a restart would
+    answer it again, as botkit does for turns cut off by a crash)."""
+    async with asyncio.timeout(10):
+        while orjson.dumps({"done": update_id}) not in inbox.read_bytes():
+            await asyncio.sleep(0.02)
+
+
 async def test_a_reminder_set_before_a_sigkill_arrives_once_after_the_restart(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = BotProcess(telegram, claude, tmp_path)
     bot.start()
     try:
-        telegram.send_text(ALICE, "REMIND 5s|take the cake out")
+        update_id = telegram.send_text(ALICE, "REMIND 5s|take the cake out")
         (confirmation,) = await telegram.wait_for_messages(ALICE, 1, timeout=30)
         assert confirmation.plain_text.startswith("tool said: Reminder #1 set")
+        await journaled_done(tmp_path / "sessions" / "inbox.jsonl", update_id)
         await bot.end(signal.SIGKILL)
         assert telegram.sent_messages(ALICE) == [confirmation], "killed before it was due"
         bot.start()

@@ -14,11 +14,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Attachment",
+    "Button",
+    "ButtonPress",
     "Draft",
     "Incoming",
     "JournaledUpdate",
     "Messenger",
     "OutgoingFile",
+    "Reply",
     "ReplyContext",
     "UpdateJournal",
 ]
@@ -131,6 +134,37 @@ class Incoming:
         return parts[1].strip() if len(parts) > 1 else ""
 
 
+@dataclass(frozen=True, slots=True)
+class Button:
+    """An inline button under a message: its label, and the data a press sends back."""
+
+    text: str
+    data: str
+    """At most 64 bytes (Telegram's limit for ``callback_data``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A text with rows of inline buttons under it (a command may answer with one)."""
+
+    text: str
+    buttons: tuple[tuple[Button, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonPress:
+    """A user pressed an inline button under one of the bot's messages."""
+
+    press_id: str
+    """Answer it with ``Messenger.answer_press`` (Telegram shows a spinner until then)."""
+    user_id: int
+    chat_id: int
+    message_id: int
+    """The message the button is under."""
+    data: str
+    thread_id: int | None = None
+
+
 class Draft(Protocol):
     """A reply shown to the user while it is being written."""
 
@@ -181,6 +215,25 @@ class Messenger(Protocol):
 
     def draft(self, message: Incoming) -> Draft | None:
         """A live draft for the reply to ``message``, or ``None`` where drafts are unavailable."""
+        ...
+
+    async def send_reply(
+        self,
+        chat_id: int,
+        reply: Reply,
+        *,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> None:
+        """Deliver ``reply``: its text (as ``send_text`` does) with its buttons under it."""
+        ...
+
+    async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
+        """Replace the text and buttons of the bot's message ``message_id``."""
+        ...
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """Acknowledge a button press, with a short notice for the user if ``text``."""
         ...
 
 

@@ -36,6 +36,9 @@ from aiogram.types import (
     BotCommand,
     BotCommandScopeChat,
     BufferedInputFile,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
     ReplyParameters,
     Update,
     User,
@@ -43,7 +46,16 @@ from aiogram.types import (
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
-from botkit.messengers.base import Attachment, Incoming, OutgoingFile, ReplyContext, UpdateJournal
+from botkit.messengers.base import (
+    Attachment,
+    Button,
+    ButtonPress,
+    Incoming,
+    OutgoingFile,
+    Reply,
+    ReplyContext,
+    UpdateJournal,
+)
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
 from botkit.messengers.updates import RawGetUpdates, parse_update
@@ -65,7 +77,7 @@ DRAFT_TAIL = 3_000
 """Characters of a long answer's end a draft shows once the whole would not fit."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
-ALLOWED_UPDATES = ["message", "stopped_message_generation"]
+ALLOWED_UPDATES = ["message", "stopped_message_generation", "callback_query"]
 GROUP_CHATS = frozenset({"group", "supergroup"})
 MAX_ALBUMS = 256
 OTHER_KINDS = (
@@ -88,6 +100,8 @@ TakeRaw = Callable[[int, dict[str, Any]], Awaitable[bool]]
 """Takes one raw update by id; ``False`` leaves it (and those after it) unconfirmed."""
 OnStop = Callable[[int, int], object]
 """Called with the chat id and the draft id when the user presses a draft's stop button."""
+OnPress = Callable[[ButtonPress], object]
+"""Called when a user presses an inline button under one of the bot's messages."""
 
 _draft_ids = itertools.count(1)
 
@@ -190,6 +204,45 @@ class TelegramMessenger:
             log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
             await self.flood.send(chat_id, partial(send, html_to_plain(chunk)))
 
+    async def send_reply(
+        self,
+        chat_id: int,
+        reply: Reply,
+        *,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> None:
+        """Send ``reply``'s text as ``send_text`` does, its buttons under the last message."""
+        chunks = render_chunks(reply.text, MAX_MESSAGE_LENGTH) or [reply.text.strip() or "…"]
+        for chunk in chunks[:-1]:
+            await self._send_chunk(chat_id, chunk, self._placement(thread_id, reply_to))
+            reply_to = None
+        placement = self._placement(thread_id, reply_to)
+        if reply.buttons:
+            placement["reply_markup"] = _keyboard(reply.buttons)
+        await self._send_chunk(chat_id, chunks[-1], placement)
+
+    async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
+        """Replace the text and buttons of the bot's message (the text cut to one message)."""
+        chunk = (render_chunks(reply.text, MAX_MESSAGE_LENGTH) or [reply.text.strip() or "…"])[0]
+        call = partial(
+            self.api.edit_message_text,
+            chunk,
+            chat_id=chat_id,
+            message_id=message_id,
+            parse_mode="HTML",
+            reply_markup=_keyboard(reply.buttons) if reply.buttons else None,
+        )
+        async with _errors_mapped("editMessageText"):
+            await self.flood.send(chat_id, call)
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """Stop the button's spinner, showing ``text`` briefly if given (best effort)."""
+        try:
+            await self.api.answer_callback_query(press_id, text=text)
+        except AiogramError as e:  # too old to answer, say: the press itself was handled
+            log.debug("telegram.press_not_answered", error=_describe_error(e))
+
     async def send_typing(self, chat_id: int, *, thread_id: int | None = None) -> None:
         """Show "typing…" in the chat (best effort, never retried)."""
         topic = thread_id if thread_id != GENERAL_TOPIC else None
@@ -266,7 +319,14 @@ class TelegramMessenger:
 
     # ---- input ------------------------------------------------------------------------
 
-    async def poll(self, on_message: OnMessage, on_stop: OnStop, stop: asyncio.Event) -> None:
+    async def poll(
+        self,
+        on_message: OnMessage,
+        on_stop: OnStop,
+        stop: asyncio.Event,
+        *,
+        on_press: OnPress | None = None,
+    ) -> None:
         """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on.
 
         Nothing Telegram or the network answers ends polling but a rejected token (401) or
@@ -297,7 +357,7 @@ class TelegramMessenger:
                     log.warning("telegram.update_without_id", update=_preview(raw))
                     continue
                 offset = max(offset or 0, update_id + 1)
-                await self._take_safely(update_id, raw, on_message, on_stop)
+                await self._take_safely(update_id, raw, on_message, on_stop, on_press)
         if offset is not None:  # confirm what was journaled, so a restart does not re-read it
             with suppress(Exception):
                 await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
@@ -374,11 +434,16 @@ class TelegramMessenger:
                 on_message(message)
 
     async def _take_safely(
-        self, update_id: int, raw: dict[str, Any], on_message: OnMessage, on_stop: OnStop
+        self,
+        update_id: int,
+        raw: dict[str, Any],
+        on_message: OnMessage,
+        on_stop: OnStop,
+        on_press: OnPress | None = None,
     ) -> None:
         """Take one raw update; whatever goes wrong with it, the others are still taken."""
         try:
-            await self._take(update_id, raw, on_message, on_stop)
+            await self._take(update_id, raw, on_message, on_stop, on_press)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -386,7 +451,12 @@ class TelegramMessenger:
             self._reject(update_id, raw, f"{type(e).__name__}: {e}")
 
     async def _take(
-        self, update_id: int, raw: dict[str, Any], on_message: OnMessage, on_stop: OnStop
+        self,
+        update_id: int,
+        raw: dict[str, Any],
+        on_message: OnMessage,
+        on_stop: OnStop,
+        on_press: OnPress | None = None,
     ) -> None:
         if self.inbox is not None and self.inbox.seen(update_id):
             return  # delivered again after a restart: already accepted
@@ -401,6 +471,11 @@ class TelegramMessenger:
         if update.stopped_message_generation is not None:
             stopped = update.stopped_message_generation
             on_stop(stopped.chat.id, stopped.draft_id)
+            return
+        if update.callback_query is not None:
+            press = _press(update.callback_query)
+            if press is not None and on_press is not None:
+                on_press(press)
             return
         message = await self._incoming(update)
         if message is None:
@@ -518,6 +593,30 @@ class TelegramMessenger:
         from_bot = author is not None and self.me is not None and author.id == self.me.id
         name = (author.first_name or author.username or str(author.id)) if author else "someone"
         return ReplyContext(replied.text or replied.caption or "", name, from_bot)
+
+
+def _keyboard(rows: Sequence[Sequence[Button]]) -> InlineKeyboardMarkup:
+    return InlineKeyboardMarkup(
+        inline_keyboard=[
+            [InlineKeyboardButton(text=b.text, callback_data=b.data) for b in row] for row in rows
+        ]
+    )
+
+
+def _press(query: CallbackQuery) -> ButtonPress | None:
+    """A button press under one of the bot's messages; ``None`` for other callbacks."""
+    message = query.message
+    if message is None or query.data is None:
+        return None
+    thread = getattr(message, "message_thread_id", None)
+    return ButtonPress(
+        press_id=query.id,
+        user_id=query.from_user.id,
+        chat_id=message.chat.id,
+        message_id=message.message_id,
+        data=query.data,
+        thread_id=thread if isinstance(thread, int) else None,
+    )
 
 
 def _without(text: str, word: str) -> str:

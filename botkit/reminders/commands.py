@@ -5,16 +5,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from botkit.commands import CommandHandler
+from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
 from botkit.errors import ToolError
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import Button, ButtonPress, Incoming, Reply
 from botkit.reminders.service import Reminders
 
-__all__ = ["SchedulingCommandHost", "register_scheduling_commands", "scheduled_text"]
+__all__ = [
+    "BUTTON_PREFIX",
+    "SchedulingCommandHost",
+    "register_scheduling_commands",
+    "scheduled_reply",
+]
+
+BUTTON_PREFIX = "sched"
+"""Cancel buttons carry ``sched:cancel:<owner's user id>:<schedule id>``."""
+MAX_TEXT = 3_500
+"""Characters of the list shown at most (a message holds 4,096); the buttons cover all."""
+BUTTONS_PER_ROW = 3
 
 
 class SchedulingCommandHost(Protocol):
-    """What the scheduling commands need of a bot: a way to register them."""
+    """What the scheduling commands need of a bot: a way to register them and buttons."""
+
+    buttons: dict[str, ButtonHandler]
 
     def command(
         self, name: str, description: str, *, admin_only: bool = False
@@ -23,14 +36,19 @@ class SchedulingCommandHost(Protocol):
         ...
 
 
-async def scheduled_text(reminders: Reminders, user_id: int) -> str:
-    """The user's pending schedules, one a line, or a sentence saying there are none."""
+async def scheduled_reply(reminders: Reminders, user_id: int) -> Reply:
+    """The user's pending schedules, one a line, each with a cancel button under the list."""
     pending = await reminders.pending(user_id)
     if not pending:
-        return "Nothing is scheduled."
+        return Reply("Nothing is scheduled.")
     zone = await reminders.zone(user_id)
-    lines = [reminders.describe(s, zone) for s in pending]
-    return "\n".join(["Scheduled:", *lines])
+    text = "\n".join(["Scheduled:", *(reminders.describe(s, zone) for s in pending)])
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT].rsplit("\n", 1)[0] + "\n…"
+    data = f"{BUTTON_PREFIX}:cancel:{user_id}:"
+    buttons = [Button(f"Cancel #{s.id}", f"{data}{s.id}") for s in pending]
+    rows = [buttons[i : i + BUTTONS_PER_ROW] for i in range(0, len(buttons), BUTTONS_PER_ROW)]
+    return Reply(text, tuple(tuple(row) for row in rows))
 
 
 def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminders) -> None:
@@ -48,5 +66,18 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
         return f"Time zone set. Your time: {await reminders.local_now(message.user_id)}."
 
     @bot.command("scheduled", "your pending reminders and scheduled tasks")
-    async def scheduled(message: Incoming, args: str) -> str:
-        return await scheduled_text(reminders, message.user_id)
+    async def scheduled(message: Incoming, args: str) -> Reply:
+        return await scheduled_reply(reminders, message.user_id)
+
+    async def press(press: ButtonPress, payload: str) -> PressAnswer:
+        action, _, rest = payload.partition(":")
+        owner, _, number = rest.partition(":")
+        if action != "cancel" or not (owner.isdigit() and number.isdigit()):
+            return PressAnswer("That button no longer works.")
+        if int(owner) != press.user_id:
+            return PressAnswer("Only the one who scheduled it can cancel it.")
+        cancelled = await reminders.cancel(press.user_id, int(number))
+        notice = f"Cancelled #{number}." if cancelled else f"#{number} was no longer pending."
+        return PressAnswer(notice, await scheduled_reply(reminders, press.user_id))
+
+    bot.buttons[BUTTON_PREFIX] = press

@@ -8,7 +8,7 @@ from botkit.agent.events import Hooks
 from botkit.commands import Command
 from botkit.config import Settings
 from botkit.llm.base import LLM
-from botkit.messengers.base import Incoming, Messenger
+from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
 from botkit.reminders.service import Reminders
@@ -56,6 +56,10 @@ class ServedBot(Protocol):
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """Run one message through the turn pipeline; failures become a polite reply."""
+        ...
+
+    async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
+        """Handle a press of an inline button under one of the bot's messages."""
         ...
 
     def stop_turn(self, chat_id: int, draft_id: int) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from botkit.agent.events import ToolEnd
 from botkit.bot import Bot
 from botkit.errors import LLMAuthError
-from botkit.messengers.base import Incoming, OutgoingFile
+from botkit.messengers.base import Incoming, OutgoingFile, Reply
 from botkit.runtime.setup import check_llm, mcp_tools
 from botkit.types import ToolResultBlock, ToolUseBlock
 
@@ -256,6 +256,25 @@ class ConsoleMessenger:
     def draft(self, message: Incoming) -> ConsoleDraft:
         """A draft that shows the answer as it goes."""
         return ConsoleDraft(self.view, self._remember_streamed)
+
+    async def send_reply(
+        self,
+        chat_id: int,
+        reply: Reply,
+        *,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> None:
+        """Show the reply's text; its buttons as a line of labels (a terminal cannot press)."""
+        labels = " ".join(f"[{b.text}]" for row in reply.buttons for b in row)
+        await self.send_text(chat_id, f"{reply.text}\n{labels}" if labels else reply.text)
+
+    async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
+        """Show the new text (nothing in a terminal can be edited)."""
+        await self.send_reply(chat_id, reply)
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """No buttons are pressed in a terminal."""
 
     def _remember_streamed(self, text: str) -> None:
         self._streamed = text

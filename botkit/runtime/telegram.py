@@ -13,7 +13,7 @@ import structlog
 
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
-from botkit.messengers.base import Messenger
+from botkit.messengers.base import ButtonPress, Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot
@@ -89,6 +89,13 @@ async def serve(
     inbox = messenger.inbox
     firing = FiringLoop(bot, messenger)
     firing_task: asyncio.Task[None] | None = None
+    presses: set[asyncio.Task[None]] = set()
+
+    def on_press(press: ButtonPress) -> None:
+        task = asyncio.create_task(bot.handle_press(press, messenger))
+        presses.add(task)
+        task.add_done_callback(presses.discard)
+
     dispatcher = TurnDispatcher(
         lambda message: bot.handle_safely(message, messenger),
         max_concurrent=bot.settings.max_concurrent_turns,
@@ -110,7 +117,7 @@ async def serve(
             await publish_commands(bot, messenger)
             messenger.known_commands = frozenset(bot.commands) | {"start"}
             firing_task = asyncio.create_task(firing.run(stop), name="firing")
-            await messenger.poll(dispatcher.submit, bot.stop_turn, stop)
+            await messenger.poll(dispatcher.submit, bot.stop_turn, stop, on_press=on_press)
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period
             await firing_task
@@ -123,6 +130,7 @@ async def serve(
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)
         await firing.drain(0)
+        await asyncio.gather(*presses, return_exceptions=True)
         await messenger.close()
         if inbox is not None:
             inbox.close()

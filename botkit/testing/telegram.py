@@ -422,6 +422,7 @@ class FakeTelegramServer(LoopbackServer):
         self._download_faults: list[int] = []
         self._chat_admins: set[tuple[int, int]] = set()
         self._poll_generation = 0
+        self._callback_ids = 0
         self._stopping = False
         self._activity = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -530,6 +531,26 @@ class FakeTelegramServer(LoopbackServer):
         if quote is not None:
             message["quote"] = {"text": quote, "position": 0}
         return self.inject_update({self._update_key(chat_type): message})
+
+    def press_button(
+        self, user_id: int, message: SentMessage, text: str, *, first_name: str = "User"
+    ) -> int:
+        """Press the inline button labelled ``text`` under the bot's ``message`` (as it reads
+        now, after any edits) as ``user_id``: a ``callback_query`` update; returns its id."""
+        stored = self._messages[(message.chat_id, message.message_id)].message
+        rows = stored.get("reply_markup", {}).get("inline_keyboard", [])
+        buttons = {button["text"]: button for row in rows for button in row}
+        if text not in buttons:
+            raise AssertionError(f"no button {text!r} under that message; it has {list(buttons)}")
+        self._callback_ids += 1
+        query = {
+            "id": str(self._callback_ids),
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name},
+            "message": stored,
+            "chat_instance": str(message.chat_id),
+            "data": buttons[text].get("callback_data", ""),
+        }
+        return self.inject_update({"callback_query": query})
 
     def make_chat_admin(self, chat_id: int, user_id: int) -> None:
         """Make ``getChatMember`` report ``user_id`` as an administrator of ``chat_id``."""
