@@ -334,7 +334,9 @@ async def journaled_done(inbox: Path, update_id: int) -> None:
     """Wait until the inbox marks the turn of ``update_id`` finished (else a restart would
     answer it again, as botkit does for turns cut off by a crash)."""
     async with asyncio.timeout(10):
-        while orjson.dumps({"done": update_id}) not in inbox.read_bytes():
+        while True:
+            if orjson.dumps({"done": update_id}) in await asyncio.to_thread(inbox.read_bytes):
+                return
             await asyncio.sleep(0.02)
 
 
