@@ -287,15 +287,17 @@ class TurnPipeline:
 
     def _user_turn(self, message: Incoming, note: str | None = None) -> Message:
         """The user's message as the model sees it: framed with speaker, reply and quote,
-        after the bot's ``turn_note`` (e.g. the local time: here, not in the system prompt,
-        it changes nothing the prompt cache already holds)."""
+        with the bot's ``turn_note`` (e.g. the local time: here, not in the system prompt,
+        it changes nothing the prompt cache already holds) between the media and the text."""
         turn = user_message(message, self.bot.options.max_input_chars)
+        media = [block for block in turn.content if not isinstance(block, TextBlock)]
+        texts = [block for block in turn.content if isinstance(block, TextBlock)]
+        if message.in_group or message.reply_to or message.quote:
+            texts = [TextBlock(text=framed_text(message, turn.text))]
+        elif not note:
+            return turn
         noted = [TextBlock(text=note)] if note else []
-        if not (message.in_group or message.reply_to or message.quote):
-            return Message(role="user", content=[*noted, *turn.content]) if noted else turn
-        text = framed_text(message, turn.text)
-        images = [block for block in turn.content if not isinstance(block, TextBlock)]
-        return Message(role="user", content=[*noted, *images, TextBlock(text=text)])
+        return Message(role="user", content=[*media, *noted, *texts])
 
     async def _answer_command(self, message: Incoming) -> str | Reply:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from pathlib import Path
 
 from PIL import Image
@@ -23,6 +24,15 @@ from botkit.testing.telegram import FakeTelegramServer
 USER = 501
 ALLOWED = frozenset({USER})
 MB = 1024 * 1024
+LOCAL_TIME = re.compile(r"\[\w{3} \d{1,2} \w{3} \d{4} \d\d:\d\d UTC \(UTC\)\]")
+
+
+def sent(content: list[dict[str, object]]) -> list[dict[str, object]]:
+    """A user turn's blocks without the local-time note every turn carries (one, just before
+    the text)."""
+    notes = [b for b in content if b["type"] == "text" and LOCAL_TIME.fullmatch(str(b["text"]))]
+    assert len(notes) == 1, content
+    return [block for block in content if block is not notes[0]]
 
 
 def make_pdf(pages: int = 1) -> bytes:
@@ -57,7 +67,7 @@ async def test_pdf_reaches_the_model_as_a_document_block_with_the_caption(
         )
         await telegram.wait_for_messages(USER)
     assert len(telegram.requests_for("getFile")) == 1
-    content = claude.requests[0].messages[0]["content"]
+    content = sent(claude.requests[0].messages[0]["content"])
     assert content[0]["type"] == "document"
     assert content[0]["title"] == "contract.pdf"
     assert content[0]["source"]["media_type"] == "application/pdf"
@@ -73,11 +83,10 @@ async def test_text_file_reaches_the_model_as_text_with_its_name(
     async with running(bot, telegram):
         telegram.send_document(USER, csv.encode(), file_name="budget.csv", mime_type="text/csv")
         await telegram.wait_for_messages(USER)
-    [document] = claude.requests[0].messages[0]["content"]
+    [document] = sent(claude.requests[0].messages[0]["content"])
     assert document["type"] == "document"
     assert document["title"] == "budget.csv"
     assert document["source"] == {"type": "text", "media_type": "text/plain", "data": csv}
-    assert claude.requests[0].last_user_text() == "", "no caption: the file is the message"
 
 
 async def test_source_code_without_a_text_mime_type_is_read_by_its_suffix(
@@ -90,7 +99,7 @@ async def test_source_code_without_a_text_mime_type_is_read_by_its_suffix(
             USER, code.encode(), file_name="f.py", mime_type="application/octet-stream"
         )
         await telegram.wait_for_messages(USER)
-    [document] = claude.requests[0].messages[0]["content"]
+    [document] = sent(claude.requests[0].messages[0]["content"])
     assert document["source"]["data"] == code
 
 
@@ -328,7 +337,7 @@ async def test_an_album_addressed_to_the_bot_in_a_group_is_read_whole(
         )
         await telegram.wait_for_messages(group)
     [request] = claude.requests
-    content = request.messages[0]["content"]
+    content = sent(request.messages[0]["content"])
     assert [block["type"] for block in content] == ["image", "image", "text"]
     assert "which is bigger?" in content[-1]["text"]
 

@@ -237,7 +237,9 @@ async def test_the_user_can_set_a_time_zone_and_the_model_reads_their_local_time
         accepted.plain_text == "Time zone set. Your time: Tue 24 Nov 2026 17:00 JST (Asia/Tokyo)."
     )
     request = claude.requests[-1]
-    assert request.messages[-1]["content"][0]["text"] == "[Tue 24 Nov 2026 17:00 JST (Asia/Tokyo)]"
+    note, said = request.messages[-1]["content"]
+    assert note["text"] == "[Tue 24 Nov 2026 17:00 JST (Asia/Tokyo)]"
+    assert said["text"] == "hello"
     assert "The user's time zone is Asia/Tokyo" in request.system_text
     assert "17:00" not in request.system_text, "the minute stays out of the cached prompt"
 
