@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from botkit import Bot, Incoming, Settings, ToolContext, tool
-from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply, FakeRequest
+from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply, FakeRequest, is_note
 from botkit.testing.harness import running
 from botkit.testing.kit import fake_llm, make_settings
 from botkit.testing.telegram import FakeTelegramServer
@@ -159,8 +159,9 @@ async def test_photo_reaches_the_model_as_an_image_block(
         telegram.send_photo(USER, caption="what is this?")
         await telegram.wait_for_messages(USER)
     content = claude.requests[0].messages[0]["content"]
-    assert [block["type"] for block in content] == ["text", "image", "text"], "after the time"
-    assert content[1]["source"]["media_type"] == "image/png"
+    assert [block["type"] for block in content] == ["image", "text", "text"]
+    assert content[0]["source"]["media_type"] == "image/png"
+    assert is_note(content[1]["text"]), "the local time, between the picture and the words"
     assert content[2]["text"] == "what is this?"
 
 

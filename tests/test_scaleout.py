@@ -32,7 +32,7 @@ from botkit.runtime.telegram import messenger_for
 from botkit.sessions import PostgresSessionStore
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
-from botkit.testing.anthropic import FakeRequest
+from botkit.testing.anthropic import FakeRequest, is_note
 from botkit.testing.telegram import TINY_PNG
 from botkit.types import Message
 
@@ -587,7 +587,8 @@ async def test_an_album_is_one_turn_through_the_queue(
     assert reply.text.startswith("echo: ")
     assert len(claude.requests) == 2, "one LLM call for the album, one for the next message"
     content = claude.requests[0].messages[0]["content"]
-    assert [block["type"] for block in content] == ["image", "image", "image", "text"]
+    assert [block["type"] for block in content] == ["image", "image", "image", "text", "text"]
+    assert is_note(content[3]["text"]), "the local time, between the pictures and the caption"
 
 
 async def test_the_stop_button_reaches_the_worker_running_the_turn(

@@ -34,6 +34,7 @@ from botkit.sessions.jsonl import read_session_file
 from botkit.sessions.transfer import export_sessions, import_sessions
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
+from botkit.testing.anthropic import is_note
 from botkit.testing.telegram import TINY_PNG
 from botkit.types import (
     DocumentBlock,
@@ -494,7 +495,9 @@ def text_of(entry: SessionEntry) -> str:
 
 
 def text_of_message(message: Message) -> str:
-    return "".join(b.text for b in message.content if isinstance(b, TextBlock))
+    return "".join(
+        b.text for b in message.content if isinstance(b, TextBlock) and not is_note(b.text)
+    )
 
 
 # --- media: stored once by content hash, referenced from the entries (#15) ----------------------

@@ -60,6 +60,7 @@ __all__ = [
     "FakeRequest",
     "Responder",
     "echo_responder",
+    "is_note",
 ]
 
 DEFAULT_CONTEXT_WINDOW = 200_000
@@ -321,7 +322,7 @@ class FakeRequest:
         if isinstance(content, str):
             return content
         texts = _texts(content)
-        words = [text for text in texts if not _is_note(text)]
+        words = [text for text in texts if not is_note(text)]
         return "\n".join(words if words else texts)
 
     def tool_results(self) -> list[dict[str, Any]]:
@@ -332,8 +333,9 @@ class FakeRequest:
         return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
-def _is_note(text: str) -> bool:
-    """A note botkit puts before the user's words, e.g. ``[Tue 24 Nov 2026 09:00 CET (…)]``."""
+def is_note(text: str) -> bool:
+    """Whether a text block is a note botkit adds to the user's words (one bracketed line,
+    such as the local time ``[Tue 24 Nov 2026 09:00 CET (Europe/Berlin)]``)."""
     return text.startswith("[") and text.endswith("]") and "\n" not in text
 
 
