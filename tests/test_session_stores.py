@@ -31,6 +31,7 @@ from botkit.sessions import (
     session_store_for,
 )
 from botkit.sessions.jsonl import read_session_file
+from botkit.sessions.media import MEDIA_DIR
 from botkit.sessions.transfer import export_sessions, import_sessions
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
@@ -581,6 +582,26 @@ async def test_missing_media_leave_a_placeholder_not_a_crash(tmp_path: Path) -> 
         "look",
     ]
     assert isinstance(second.content[1], ToolResultBlock) and second.content[1].images is None
+
+
+async def test_a_reference_that_is_not_a_hash_never_reads_a_file_outside_the_media(
+    tmp_path: Path,
+) -> None:
+    sessions = tmp_path / "sessions"
+    (tmp_path / "secret.png").write_bytes(TINY_PNG)  # what "../../secret" would name
+    forged = ImageSource(type="stored", media_type="image/png", sha256="../../secret")
+    said = Message(role="user", content=[ImageBlock(source=forged), TextBlock(text="look")])
+    sessions.mkdir()
+    (sessions / f"{USER}.jsonl").write_bytes(SessionEntry.of(USER, said).to_line())
+    (sessions / MEDIA_DIR).mkdir()
+
+    [loaded] = (await JsonlSessionStore(sessions).load(USER)).messages
+
+    assert [b.text for b in loaded.content if isinstance(b, TextBlock)] == [
+        "[A picture sent here is no longer stored]",
+        "look",
+    ]
+    assert PNG_B64 not in str(read_session_file(sessions / f"{USER}.jsonl").entries)
 
 
 async def test_lines_with_inline_media_from_before_still_load(tmp_path: Path) -> None:

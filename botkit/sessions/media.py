@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -43,6 +44,8 @@ _EXTENSIONS = {
     "text/plain": "txt",
 }
 _PRIVATE_DIR = 0o700
+_HASH = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[0-9a-f]{64}\.[a-z]{3,4}")
 _PRIVATE_FILE = 0o600
 
 log = structlog.get_logger(__name__)
@@ -52,7 +55,14 @@ Blobs = dict[str, bytes]
 
 
 def media_name(sha256: str, media_type: str | None) -> str:
-    """The stored name of media with this hash and type: ``<sha256>.<ext>``."""
+    """The stored name of media with this hash and type: ``<sha256>.<ext>``.
+
+    A reference whose hash is not 64 hex digits (a hand-made or imported line, say
+    ``../../secret``) gets the empty name, which nothing is stored under: it reads as missing
+    media, never as a path.
+    """
+    if not _HASH.fullmatch(sha256):
+        return ""
     return f"{sha256}.{_EXTENSIONS.get(media_type or '', 'bin')}"
 
 
@@ -100,7 +110,13 @@ class MediaFiles:
             self._known.add(name)
 
     def get(self, name: str) -> bytes | None:
-        """The bytes stored under ``name``; ``None`` (and a log line) when they are gone."""
+        """The bytes stored under ``name``; ``None`` (and a log line) when they are gone.
+
+        Only ``<sha256>.<ext>`` names are read: anything else is missing, never a path.
+        """
+        if not _NAME.fullmatch(name):
+            log.warning("session.media_name_refused", media=name[:80])
+            return None
         try:
             return (self.directory / name).read_bytes()
         except OSError as e:
