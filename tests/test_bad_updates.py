@@ -204,22 +204,30 @@ async def test_a_brief_conflict_is_waited_out(
     assert "after the conflict" in reply.plain_text
 
 
+@pytest.mark.parametrize("failure", ["404", "timeout"])
 async def test_a_failed_photo_download_does_not_stop_polling(
     telegram: FakeTelegramServer,
     claude: FakeAnthropicServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    failure: str,
 ) -> None:
-    telegram.fail_downloads(error_code=404)
-    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram):
+    if failure == "404":
+        telegram.fail_downloads(error_code=404)
+    else:
+        telegram.stall_downloads()
+    async with running(make_bot(claude, tmp_path, allowed_users=ALLOWED), telegram) as messenger:
+        messenger.download_timeout = 1
         telegram.send_photo(ALICE, caption="what is in it?")
-        await telegram.wait_for_messages(ALICE)
+        [answer] = await telegram.wait_for_messages(ALICE, timeout=15)
         telegram.send_text(BOB, "next one")
         [reply] = await telegram.wait_for_messages(BOB)
     assert "next one" in reply.plain_text
     printed = capsys.readouterr()
     assert "download_failed" in printed.out + printed.err, "the failure was logged"
     assert telegram.token not in printed.out + printed.err
+    assert telegram.token not in answer.text
+    assert "Traceback" not in printed.out + printed.err
 
 
 # ---- property: any mangled update -------------------------------------------------------

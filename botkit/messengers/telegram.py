@@ -122,6 +122,7 @@ class TelegramMessenger:
         conflict_timeout: float = 60.0,
         paid_broadcast: bool = False,
         known_commands: frozenset[str] = frozenset(),
+        download_timeout: int = 30,
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         self.api = AiogramBot(token, session=_Session(api=server))
@@ -137,6 +138,8 @@ class TelegramMessenger:
         """Send ``allow_paid_broadcast`` (Telegram charges Stars for messages over 30/s)."""
         self.known_commands = known_commands
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
+        self.download_timeout = download_timeout
+        """Seconds a file the user sent may take to download before the turn goes on without."""
         self.me: User | None = None
         self._albums: dict[str, None] = {}
         """Recent albums (``media_group_id``) addressed to the bot in groups, oldest first."""
@@ -274,7 +277,7 @@ class TelegramMessenger:
     async def download(self, file_id: str) -> bytes | None:
         """The bytes of a file the user sent; ``None`` (and a log line) when that fails."""
         try:
-            data = await self.api.download(file_id)
+            data = await self.api.download(file_id, timeout=self.download_timeout)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # aiohttp errors and timeouts too: the turn goes on without it

@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 MAX_MESSAGE_LENGTH = 4096
+_STALL = 0
+"""A download fault: no answer at all."""
 """Longest text (after entity parsing) ``sendMessage`` accepts, like the real API."""
 
 # Parameters whose values are plain strings on the wire and must never be JSON-decoded
@@ -821,6 +823,10 @@ class FakeTelegramServer(LoopbackServer):
         """Answer the next ``times`` file downloads with ``error_code`` instead of the file."""
         self._download_faults += [error_code] * times
 
+    def stall_downloads(self, *, times: int = 1) -> None:
+        """Never answer the next ``times`` file downloads (the client's timeout ends them)."""
+        self._download_faults += [_STALL] * times
+
     # ------------------------------------------------------------------ HTTP plumbing
 
     async def _handle_api(self, request: web.Request) -> web.Response:
@@ -906,7 +912,10 @@ class FakeTelegramServer(LoopbackServer):
             return self._error_response(_ApiError(401, "Unauthorized"))
         path = request.match_info["file_path"]
         if self._download_faults:
-            return self._error_response(_ApiError(self._download_faults.pop(0), "Not Found"))
+            fault = self._download_faults.pop(0)
+            if fault == _STALL:
+                await asyncio.Event().wait()  # cancelled when the client gives up
+            return self._error_response(_ApiError(fault, "Not Found"))
         for file_path, data in self._files.values():
             if file_path == path:
                 return web.Response(body=data, content_type="image/png")
