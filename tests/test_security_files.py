@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from botkit import Bot, Message
+from botkit.runtime.inbox import Inbox
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.stores import SqliteUserStore
 from botkit.testing import FakeAnthropicServer, make_bot
@@ -138,3 +139,21 @@ async def test_a_bot_keeps_its_sessions_folder_and_everything_in_it_private(
     assert f"{ANN}.jsonl" in written
     assert "botkit.db" in written
     assert {name: oct(m) for name, m in written.items() if m & 0o077} == {}
+
+
+def test_the_inbox_journal_stays_private_across_restarts_and_compaction(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    path = folder / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.accept(1, {"message": {"text": "my card number is 4242"}})
+    inbox.close()
+    assert modes(folder, path) == ["0o700", "0o600"]
+
+    path.chmod(0o644)  # as an older botkit rewrote it on every start
+    restarted = Inbox(path)  # which compacts: the journal is written anew
+    restarted.accept(2, {"message": {"text": "and the pin"}})
+    restarted.compact()
+    restarted.close()
+    assert mode(path) == "0o600"
+    assert not (folder / "inbox.tmp").exists()
+    assert [item.update_id for item in Inbox(path).pending()] == [1, 2]
