@@ -238,6 +238,10 @@ class BotUnderTest:
         self.log_path = workdir / f"{name}.log"
         self._log_file: io.BufferedWriter | None = None
         self._profiling = False
+        self.sample_to: Path | None = None
+        """Where py-spy writes its samples of this bot during the measured rounds (``--sample``)."""
+        self.sample_files: list[Path] = []
+        self._sampler: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         """Start the fakes and the bot process (waiting for its first poll is :meth:`ready`)."""
@@ -320,6 +324,25 @@ class BotUnderTest:
         if self.spec.profile and self.process is not None and on != self._profiling:
             self.process.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
             self._profiling = on
+
+    async def sample(self, on: bool) -> None:
+        """Start or stop sampling the bot with py-spy (only when ``sample_to`` is set)."""
+        if self.sample_to is None or self.process is None:
+            return
+        if on and self._sampler is None:
+            out = self.sample_to.with_suffix(f".{len(self.sample_files)}.txt")
+            self.sample_files.append(out)
+            self._sampler = await asyncio.create_subprocess_exec(
+                *py_spy_command(self.process.pid, out),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.sleep(0.3)  # py-spy attaches before the round starts
+        elif not on and self._sampler is not None:
+            self._sampler.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+            await self._sampler.wait()
+            self._sampler = None
 
     async def run_round(
         self,
@@ -422,6 +445,120 @@ def profile_path(args: argparse.Namespace, workdir: Path) -> Path | None:
     return workdir / "botkit.prof" if args.profile else None
 
 
+SAMPLE_RATE = 250
+"""Samples per second py-spy takes of the sampled bot (``--sample``)."""
+
+
+def add_sample_argument(parser: argparse.ArgumentParser) -> None:
+    """``--sample``: sample the measured botkit with py-spy and print where its CPU goes."""
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="sample botkit with py-spy during the measured rounds (one more botkit process) "
+        "and print its CPU per turn by component",
+    )
+    parser.add_argument(
+        "--sample-file",
+        type=Path,
+        help="keep py-spy's raw stacks in PATH.N.txt, one file a round (implies --sample)",
+    )
+
+
+def sample_path(args: argparse.Namespace, workdir: Path) -> Path | None:
+    """Where py-spy's stacks go (one file a round); ``None`` when not sampling."""
+    if args.sample_file is not None:
+        return Path(args.sample_file).resolve()
+    return workdir / "py-spy" if args.sample else None
+
+
+def py_spy_command(pid: int, out: Path) -> list[str]:
+    """py-spy recording ``pid`` into ``out`` (raw stacks), without pausing it."""
+    binary = Path(sys.executable).with_name("py-spy")
+    return [
+        str(binary) if binary.exists() else "py-spy",
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--full-filenames",
+        "--nolineno",
+        "--nonblocking",
+        "--gil",
+        "--rate",
+        str(SAMPLE_RATE),
+        "--output",
+        str(out),
+    ]
+
+
+COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "rendering (Markdown to Telegram HTML)",
+        ("/botkit/messengers/markdown.py", "/markdown_it/", "/mdurl/"),
+    ),
+    ("logging", ("/structlog/", "/botkit/log.py", "/logging/")),
+    ("session append (JSONL)", ("/botkit/sessions/",)),
+    ("update journal (inbox)", ("/botkit/runtime/inbox.py",)),
+    (
+        "access (gates, user records)",
+        ("/botkit/access.py", "/botkit/stores/", "/aiosqlite/", "/sqlite3/"),
+    ),
+    ("LLM client (anthropic SDK, httpx2, botkit.llm)", ("/anthropic/", "/httpx2/", "/botkit/llm/")),
+    ("Telegram client (aiogram, botkit.messengers)", ("/aiogram/", "/botkit/messengers/")),
+    ("turn pipeline, agent loop, context, scheduler", ("/botkit/",)),
+)
+"""Where a sample's CPU goes: the first component (innermost frame first) a frame's file is in."""
+OTHER = "other: event loop, sockets, aiohttp callbacks"
+
+
+def component_of(stack: str) -> str:
+    """The component of one sampled stack (``frame;frame;...`` outermost first)."""
+    for frame in reversed(stack.split(";")):
+        for name, parts in COMPONENTS:
+            if any(part in frame for part in parts):
+                return name
+    return OTHER
+
+
+def sample_counts(files: Iterable[Path]) -> dict[str, int]:
+    """Samples per component in py-spy's raw files."""
+    counts: dict[str, int] = {}
+    for path in files:
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack and count.isdigit():
+                name = component_of(stack)
+                counts[name] = counts.get(name, 0) + int(count)
+    return counts
+
+
+def sample_breakdown(columns: dict[str, tuple[Sequence[Path], float]]) -> str:
+    """A table of sampled bots' CPU by component, in ms per turn and shares.
+
+    ``columns``: per bot, its py-spy files and its measured CPU per turn (ms), which the
+    shares of its samples are scaled to.
+    """
+    counts = {name: sample_counts(files) for name, (files, _) in columns.items()}
+    header = f"  {'component':<52}" + "".join(f"{name:>24}" for name in columns)
+    lines = [header]
+    for component in [name for name, _ in COMPONENTS] + [OTHER]:
+        cells = []
+        for name, (_, cpu_ms) in columns.items():
+            total = sum(counts[name].values())
+            share = counts[name].get(component, 0) / total if total else math.nan
+            cells.append(f"{share * cpu_ms:8.2f} ms ({share:6.1%})")
+        lines.append(f"  {component[:52]:<52}" + "".join(f"{cell:>24}" for cell in cells))
+    totals = [
+        f"{sum(counts[n].values()):>6} samples, {cpu:5.2f} ms" for n, (_, cpu) in columns.items()
+    ]
+    lines.append(
+        f"  {'total (samples at ' + str(SAMPLE_RATE) + '/s holding the GIL)':<52}"
+        + "".join(f"{t:>24}" for t in totals)
+    )
+    return "\n".join(lines)
+
+
 def profile_summary(path: Path, top: int = 25) -> str:
     """Top ``top`` functions of a cProfile file by cumulative and by own time."""
     out = io.StringIO()
@@ -451,7 +588,7 @@ async def _run_botkit(spec: BotSpec, stop: asyncio.Event) -> None:
     configure_logging(settings.log_level, secrets=[TOKEN, API_KEY])
     bot = default_bot(settings) if spec.assistant else Bot(settings=settings)
     messenger = messenger_for(settings, flood=FloodControl.unlimited())
-    await serve(bot, stop, messenger=messenger)
+    await serve(bot, stop, messenger=messenger, freeze_startup=True)  # as run_bot does
 
 
 def _assistant_params() -> dict[str, Any]:

@@ -23,7 +23,12 @@ The yardsticks send the default assistant's system prompt and tool definitions t
 Targets (medians of the rounds): botkit CPU per turn <= 1.0x the ``stream`` bot, and
 botkit-nostream CPU per turn <= 1.0x the ``create`` bot.
 
-    python bench/turn_cost.py [--users 400] [--rounds 3] [--chunk-delay 0.02] [--profile]
+    python bench/turn_cost.py [--users 400] [--rounds 3] [--chunk-delay 0.02]
+        [--profile] [--sample] [--profile-variant botkit-nostream] [--profile-file PATH]
+
+``--profile`` runs one more botkit under cProfile (slowed about 2x: its figure is printed apart
+and never used for a ratio); ``--sample`` runs one more botkit sampled by py-spy (``pip install
+py-spy``; without pausing it) and prints its CPU per turn by component.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from _common import (
     BotUnderTest,
     Round,
     add_profile_arguments,
+    add_sample_argument,
     contenders,
     describe,
     load_line,
@@ -51,12 +57,16 @@ from _common import (
     paragraph_responder,
     profile_path,
     profile_summary,
+    sample_breakdown,
+    sample_path,
     user_ids,
 )
 
 FIRST_USER = 10_000
 WARMUP_USERS = 40
 TARGET = 1.0
+YARDSTICK = {"botkit": "stream", "botkit-nostream": "create"}
+"""The hand-written bot each botkit variant is measured against."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,7 +80,14 @@ def parse_args() -> argparse.Namespace:
         "--concurrency", type=int, default=64, help="turns at once (botkit's default: 64)"
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="give up a round after (s)")
+    parser.add_argument(
+        "--profile-variant",
+        choices=["botkit", "botkit-nostream"],
+        default="botkit",
+        help="which botkit --profile and --sample look at (default: streaming on)",
+    )
     add_profile_arguments(parser)
+    add_sample_argument(parser)
     return parser.parse_args()
 
 
@@ -99,8 +116,12 @@ def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
     }
     profile_file = profile_path(args, work)
     if profile_file is not None:
-        specs["botkit-prof"] = replace(ours, profile=str(profile_file))
-    return [
+        specs["botkit-prof"] = replace(specs[args.profile_variant], profile=str(profile_file))
+    samples = sample_path(args, work)
+    if samples is not None:  # botkit and its yardstick, each once more, sampled by py-spy
+        specs["botkit-sampled"] = specs[args.profile_variant]
+        specs["yardstick-sampled"] = specs[YARDSTICK[args.profile_variant]]
+    bots = [
         BotUnderTest(
             name,
             spec,
@@ -110,6 +131,10 @@ def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
         )
         for name, spec in specs.items()
     ]
+    for bot in bots:
+        if samples is not None and bot.name.endswith("-sampled"):
+            bot.sample_to = samples.with_name(f"{samples.name}-{bot.name}")
+    return bots
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -133,9 +158,11 @@ async def main(args: argparse.Namespace) -> int:
             for number in range(args.rounds):
                 for bot in bots:
                     bot.profile(True)
+                    await bot.sample(True)
                     first = FIRST_USER + number * args.users
                     result = await bot.run_round(greetings(first, args.users), timeout=args.timeout)
                     bot.profile(False)
+                    await bot.sample(False)
                     results[bot.name].append(result)
                     print(
                         f"  round {number + 1} {bot.name:<16} {result.replies}/{result.expected} "
@@ -173,6 +200,25 @@ async def main(args: argparse.Namespace) -> int:
             profile_file = profile_path(args, work)
             assert profile_file is not None
             print(profile_summary(profile_file))
+        if "botkit-sampled" in results:
+            sampled = {bot.name: bot for bot in bots if bot.sample_files}
+            yardstick = YARDSTICK[args.profile_variant]
+            print(
+                f"where the CPU goes: {args.profile_variant} and the {yardstick} bot, each run "
+                "once more and sampled by py-spy (shares of samples scaled to that process's "
+                "own median CPU per turn):"
+            )
+            columns = {
+                args.profile_variant: (
+                    sampled["botkit-sampled"].sample_files,
+                    cpu["botkit-sampled"],
+                ),
+                yardstick: (
+                    sampled["yardstick-sampled"].sample_files,
+                    cpu["yardstick-sampled"],
+                ),
+            }
+            print(sample_breakdown(columns))
     verdict = "PASS" if streaming <= TARGET and plain <= TARGET else "MISS"
     print(load_line())
     print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,24 @@ async def test_a_brief_conflict_is_waited_out(
     stop.set()
     await task
     assert "after the conflict" in reply.plain_text
+
+
+async def test_run_bots_start_up_objects_are_left_out_of_full_collections(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    stop = asyncio.Event()
+    messenger = messenger_for_test(bot, telegram)
+    task = asyncio.create_task(serve(bot, stop, messenger=messenger, freeze_startup=True))
+    try:
+        telegram.send_text(ALICE, "after start-up")
+        [reply] = await telegram.wait_for_messages(ALICE, timeout=15)
+        assert gc.get_freeze_count() > 10_000  # modules, classes, clients: frozen once started
+    finally:
+        stop.set()
+        await task
+        gc.unfreeze()
+    assert "after start-up" in reply.plain_text
 
 
 @pytest.mark.parametrize("failure", ["404", "timeout"])
