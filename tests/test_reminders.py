@@ -142,6 +142,7 @@ async def test_a_cancelled_reminder_never_arrives(
         await asyncio.sleep(1.0)
         await no_more_messages(telegram, ALICE, 2)
     assert await (await bot.user_store()).pending_schedules() == []
+    await bot.aclose()  # serving closed its store; the one opened here too
 
 
 async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
@@ -293,6 +294,7 @@ async def test_scheduled_lists_what_is_pending_and_its_cancel_button_cancels(
     )
     assert buttons_of(edited.params) == ["Cancel #2"]
     assert [s.id for s in await (await bot.user_store()).pending_schedules(ALICE)] == [2]
+    await bot.aclose()  # serving closed its store; the one opened here too
     assert len(claude.requests) == 4, "listing and cancelling called no model"
 
 
