@@ -13,7 +13,9 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,3 +197,19 @@ async def claude() -> AsyncIterator[FakeAnthropicServer]:
     """A fake Messages API on loopback that echoes unless scripted."""
     async with FakeAnthropicServer() as server:
         yield server
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run, naming them, if tests left threads that would keep Python from exiting
+    (an aiosqlite store opened and never closed): better a red run than a hung one."""
+    leftover = [
+        thread
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread() and not thread.daemon
+    ]
+    for thread in leftover:
+        thread.join(timeout=5)
+    stuck = [thread.name for thread in leftover if thread.is_alive()]
+    if stuck:
+        sys.stderr.write(f"\ntests left threads running (a store never closed?): {stuck}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
