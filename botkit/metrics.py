@@ -12,8 +12,10 @@ and API methods past :data:`MAX_LABEL_VALUES` distinct values are counted as ``o
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,7 +25,14 @@ from botkit.agent.events import Hooks, ToolEnd, ToolStart
 from botkit.pricing import FALLBACK, Price, price_for
 from botkit.types import Usage
 
-__all__ = ["LLM_OUTCOMES", "MAX_LABEL_VALUES", "TURN_OUTCOMES", "Metrics", "TurnOutcome"]
+__all__ = [
+    "LLM_OUTCOMES",
+    "MAX_LABEL_VALUES",
+    "REFRESH_TIMEOUT",
+    "TURN_OUTCOMES",
+    "Metrics",
+    "TurnOutcome",
+]
 
 TurnOutcome = Literal[
     "answered",
@@ -44,6 +53,9 @@ LLM_OUTCOMES = ("ok", "overloaded", "auth", "too_long", "error")
 
 MAX_LABEL_VALUES = 50
 """Distinct models, tools or API methods tracked; any more share the label value ``other``."""
+
+REFRESH_TIMEOUT = 2.0
+"""Seconds a gauge's refresh before a scrape may take; a slower one leaves its last value."""
 
 _TOOLS_TIMED = 10_000
 """Tool calls timed at once at most; more means some never ended (cancelled turns)."""
@@ -143,6 +155,7 @@ class Metrics:
         self._models_seen: dict[str, _ModelChildren] = {}
         self._requests_seen: dict[tuple[str, str], Any] = {}
         self._tools_started: dict[str, float] = {}
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
 
     # ---- turns and LLM calls ----------------------------------------------------------
 
@@ -238,6 +251,19 @@ class Metrics:
         ):
             if read is not None:
                 gauge.set_function(read)
+
+    def refresh_on_scrape(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """Run ``refresh`` (e.g. a count read from a database) before each ``scrape``."""
+        self._refreshers.append(refresh)
+
+    async def scrape(self) -> bytes:
+        """``render`` after the refreshes; one failing or slow leaves its gauge as it was
+        (``/readyz`` is where an unreachable database is reported)."""
+        for refresh in self._refreshers:
+            with suppress(Exception):
+                async with asyncio.timeout(REFRESH_TIMEOUT):
+                    await refresh()
+        return self.render()
 
     def render(self) -> bytes:
         """The metrics in Prometheus' text format."""

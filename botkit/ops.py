@@ -93,7 +93,7 @@ def stores_check(*stores: Callable[[], Awaitable[Any]]) -> ReadinessCheck:
 
 def _metrics_handler(metrics: Metrics) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
-        response = web.Response(body=metrics.render())
+        response = web.Response(body=await metrics.scrape())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 

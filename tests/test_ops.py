@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -11,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from botkit import ConfigError, StoreError, ToolError, tool
+from botkit import Bot, ConfigError, StoreError, ToolError, tool
 from botkit.messengers.flood import FloodControl
 from botkit.metrics import Metrics
 from botkit.ops import ops_server, stores_check
@@ -289,3 +290,99 @@ async def test_a_metrics_port_in_use_is_one_clear_sentence(tmp_path: Path) -> No
         with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{taken}"):
             async with ops_server(make_settings(tmp_path, metrics_port=taken), Metrics()):
                 pass
+
+
+async def until(read: Callable[[], Awaitable[float]], wanted: float, seconds: float = 15) -> float:
+    """Poll ``read`` until it gives ``wanted`` (or ``seconds`` pass); the last value read."""
+    for _ in range(int(seconds / 0.05)):
+        if (seen := await read()) == wanted:
+            return seen
+        await asyncio.sleep(0.05)
+    return await read()
+
+
+async def served(bot: Bot, task: asyncio.Task[None]) -> str:
+    """The URL ``bot``'s metrics are served at, once its process (``task``) listens."""
+    for _ in range(400):
+        if bot.metrics.served_at is not None:
+            return bot.metrics.served_at
+        assert not task.done(), task
+        await asyncio.sleep(0.05)
+    raise AssertionError("no metrics server within 20 s")
+
+
+async def test_a_receiver_and_a_worker_apart_each_serve_what_they_do(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer, postgres_db: str
+) -> None:
+    """``python -m botkit receive`` and ``work`` as two processes of one bot, each its port."""
+    from botkit.runtime.cluster import queue_for, serve_queued
+
+    await migrate(postgres_db)
+
+    def queued(name: str) -> Bot:
+        return make_bot(
+            claude,
+            tmp_path / name,
+            database_url=SecretStr(postgres_db),
+            telegram_bot_token=SecretStr(telegram.token),
+            telegram_api_base=telegram.base_url,
+            access="open",
+            poll_timeout=1,
+            metrics_port=0,
+        )
+
+    def serve(bot: Bot, stop: asyncio.Event, *, receive: bool) -> asyncio.Task[None]:
+        messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+        queue = queue_for(bot.settings, concurrency=2)
+        return asyncio.create_task(
+            serve_queued(
+                bot, stop, receive=receive, work=not receive, messenger=messenger, queue=queue
+            )
+        )
+
+    receiver, worker = queued("receiver"), queued("worker")
+    stop_receiving, stop_working = asyncio.Event(), asyncio.Event()
+    receiving = serve(receiver, stop_receiving, receive=True)
+    try:
+        at_receiver = await served(receiver, receiving)
+        telegram.send_text(ALICE, "hi")
+        queued_before_any_worker = await until(
+            lambda: gauge(at_receiver, "botkit_turns_waiting"), 1
+        )
+        claude.latency = 1.0  # long enough to see the turn running
+        working = serve(worker, stop_working, receive=False)
+        try:
+            at_worker = await served(worker, working)
+            running_mid_turn = await until(lambda: gauge(at_worker, "botkit_turns_running"), 1)
+            (reply,) = await telegram.wait_for_messages(ALICE, 1, timeout=20)
+            worked = await scrape(at_worker)
+            worker_ready = await get(f"{at_worker}/readyz")
+        finally:
+            stop_working.set()
+            await working
+        received = await scrape(at_receiver)
+        receiver_ready = await get(f"{at_receiver}/readyz")
+    finally:
+        stop_receiving.set()
+        await receiving
+
+    assert reply.text == "echo: hi"
+    assert queued_before_any_worker == 1, "the receiver shows the update waiting in the queue"
+    assert running_mid_turn == 1
+    assert value(worked, "botkit_turns_total", outcome="answered") == 1
+    assert value(worked, "botkit_turns_running") == 0
+    assert value(worked, "botkit_turns_waiting") == 0
+    assert value(worked, "botkit_llm_calls_total", model=worker.settings.model, outcome="ok") == 1
+    assert value(worked, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 1
+    assert value(worked, "botkit_telegram_requests_total", method="getUpdates", outcome="ok") == 0
+    assert value(received, "botkit_turns_total", outcome="answered") == 0
+    assert value(received, "botkit_telegram_requests_total", method="getUpdates", outcome="ok") >= 1
+    assert (
+        value(received, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 0
+    )
+    assert value(received, "botkit_turns_waiting") == 0, "the worker took it"
+    assert worker_ready == receiver_ready == (200, "ready\n")
+
+
+async def gauge(url: str, name: str) -> float:
+    return value(await scrape(url), name)

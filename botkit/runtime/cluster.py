@@ -12,12 +12,14 @@ import logging
 import re
 import signal
 from contextlib import AsyncExitStack, suppress
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
 
 from botkit.config import Settings
 from botkit.errors import ConfigError
+from botkit.metrics import Metrics
 from botkit.ops import ops_server
 from botkit.runtime.base import ServedBot
 from botkit.runtime.queue import QueueTimings, TurnQueue
@@ -104,6 +106,7 @@ async def serve_queued(
     )
     messenger.observe(bot.metrics)
     bot.metrics.watch_load(contexts=lambda: bot.resident_contexts)
+    bot.metrics.refresh_on_scrape(partial(_count_waiting, bot.metrics, queue))
     polling = receive and settings.webhook_url is None
     checks = [*readiness(bot, messenger, polling_too=polling), queue.check]
     async with AsyncExitStack() as stack:
@@ -118,6 +121,11 @@ async def serve_queued(
             await stack.enter_async_context(mcp_tools(bot))
             jobs.append(_work(bot, messenger, queue, stop, slots, grace_period))
         await _together(jobs, stop)
+
+
+async def _count_waiting(metrics: Metrics, queue: TurnQueue) -> None:
+    """The queue's depth as ``botkit_turns_waiting`` (the same figure in every process)."""
+    metrics.turns_waiting.set(await queue.waiting())
 
 
 async def _receive(

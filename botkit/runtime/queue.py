@@ -57,6 +57,9 @@ _ALBUM_PARTS = """
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND lock = %(lock)s
       AND status = 'todo' AND args->'update'->'message'->>'media_group_id' = %(group)s
     ORDER BY id"""
+_WAITING = """
+    SELECT count(*) AS waiting FROM procrastinate_jobs
+    WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
 _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('botkit_updates')
@@ -123,6 +126,13 @@ class TurnQueue:
         except Exception as e:
             return f"the job queue's database does not answer: {describe(e)}"
         return None
+
+    async def waiting(self) -> int:
+        """How many queued updates no worker has started yet (the queue's depth)."""
+        row = await self.app.connector.execute_query_one_async(
+            _WAITING, queue=QUEUE, task=TURN_TASK
+        )
+        return int(row["waiting"])
 
     def register(self, run: Callable[[int, dict[str, Any]], Awaitable[None]]) -> None:
         """Make ``run(job_id, update)`` the task that runs a turn in this process."""

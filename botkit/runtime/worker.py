@@ -49,6 +49,8 @@ class Worker:
         self.messenger = messenger
         self.queue = queue
         self.outage = Outage("worker")
+        self.running = 0
+        """Turns running in this process now (the ``botkit_turns_running`` gauge)."""
 
     async def run(self, job_id: int, update: dict[str, Any]) -> None:
         """The task of one job: claim the update, read it, run its turn."""
@@ -60,7 +62,11 @@ class Worker:
         if isinstance(message, Incoming):
             if message.media_group_id is not None:
                 message = await self._whole_album(message, job_id)
-            await self.bot.handle_safely(message, self.messenger)
+            self.running += 1
+            try:
+                await self.bot.handle_safely(message, self.messenger)
+            finally:
+                self.running -= 1
 
     async def _whole_album(self, first: Incoming, job_id: int) -> Incoming:
         """An album's first part with the parts queued behind it, claimed for this job (their
@@ -166,6 +172,7 @@ async def work(
     """Run turns from ``queue`` until ``stop`` is set, then let running ones finish."""
     bot.messenger = messenger
     worker = Worker(bot, messenger, queue)
+    bot.metrics.watch_load(running=lambda: worker.running)
     me = await messenger.start()
     messenger.known_commands = frozenset(bot.commands) | {"start"}
     await bot.on_start()
