@@ -28,6 +28,7 @@ from botkit.messengers.base import Incoming
 from botkit.pricing import estimate, price_for
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
+    Invite,
     ModelUsage,
     RevokeResult,
     StoredInvite,
@@ -41,6 +42,7 @@ __all__ = [
     "Admin",
     "AdminHost",
     "add_commands",
+    "cli_admin",
     "format_table",
     "register_admin_commands",
     "run_command",
@@ -85,6 +87,14 @@ class Admin:
         await self.store.upsert_user(user_id, role)
         self._audit("users.role", user_id, role=role, registered=True)
         return True
+
+    async def create_invite(self, role: str, uses: int, expires_at: datetime | None) -> Invite:
+        """Create an invite (made by the acting admin, when one acts in chat)."""
+        created_by = self.actor if isinstance(self.actor, int) else None
+        invite = await self.store.create_invite(role, uses, expires_at, created_by)
+        expires = expires_at.isoformat() if expires_at else None
+        self._audit("invites.create", invite.prefix, role=role, uses=uses, expires_at=expires)
+        return invite
 
     async def revoke(self, code: str) -> RevokeResult:
         """Revoke the invite with this code, or the only one whose prefix starts with it."""
@@ -232,7 +242,8 @@ async def _with_store(settings: Settings, body: Callable[[UserStore], Awaitable[
         await store.close()
 
 
-def _cli_admin(store: UserStore) -> Admin:
+def cli_admin(store: UserStore) -> Admin:
+    """An ``Admin`` acting from the command line (``actor="cli"`` and the login name)."""
     try:
         os_user: str | None = getpass.getuser()
     except (OSError, KeyError):  # no login name in this environment
@@ -285,7 +296,7 @@ async def _users_show(store: UserStore, settings: Settings, args: argparse.Names
 
 async def _users_block(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
     user_id: int = args.user_id
-    record = await _cli_admin(store).block(user_id)
+    record = await cli_admin(store).block(user_id)
     print(f"blocked {user_id} (role {record.role})")
     if user_id in settings.admins:
         _note(f"{user_id} is in BOTKIT_ADMINS, whom the default authorize always admits")
@@ -293,7 +304,7 @@ async def _users_block(store: UserStore, settings: Settings, args: argparse.Name
 
 
 async def _users_unblock(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
-    if not await _cli_admin(store).unblock(args.user_id):
+    if not await cli_admin(store).unblock(args.user_id):
         return _not_found(f"no user {args.user_id} in the user store")
     print(f"unblocked {args.user_id}")
     return 0
@@ -302,7 +313,7 @@ async def _users_unblock(store: UserStore, settings: Settings, args: argparse.Na
 async def _users_role(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
     user_id: int = args.user_id
     configured = _configured_as(settings, user_id) is not None
-    if not await _cli_admin(store).set_role(user_id, args.role, register=configured):
+    if not await cli_admin(store).set_role(user_id, args.role, register=configured):
         return _not_found(f"no user {user_id} in the user store")
     print(f"{user_id} now has role {args.role}")
     return 0
@@ -344,7 +355,7 @@ async def _invites_list(store: UserStore, settings: Settings, args: argparse.Nam
 
 async def _invites_revoke(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
     code: str = args.code
-    result = await _cli_admin(store).revoke(code)
+    result = await cli_admin(store).revoke(code)
     if result.ambiguous:
         return _not_found(f"{len(result.matches)} invites start with {code!r}: give the whole code")
     if result.revoked is None:

@@ -233,20 +233,25 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     import asyncio
     from datetime import UTC, datetime
 
+    from botkit.admin import cli_admin
     from botkit.bot import Bot
     from botkit.errors import ConfigError
     from botkit.invites import invite_link, parse_duration
+    from botkit.log import configure_logging
 
     lifetime = parse_duration(expires)
     if uses < 1:
         raise ConfigError(f"--uses must be at least 1, got {uses}")
-    bot = Bot(settings=load_settings())
+    settings = load_settings()
+    secrets = (settings.telegram_bot_token, settings.anthropic_api_key, settings.database_url)
+    configure_logging(settings.log_level, secrets=[s.get_secret_value() for s in secrets if s])
+    bot = Bot(settings=settings)
 
     async def create() -> str:
         try:
             username = bot_username or await _bot_username(bot)
-            store = await bot.user_store()
-            invite = await store.create_invite(role, uses, datetime.now(UTC) + lifetime, None)
+            admin = cli_admin(await bot.user_store())
+            invite = await admin.create_invite(role, uses, datetime.now(UTC) + lifetime)
             return invite_link(username, invite.code)
         finally:
             await bot.aclose()

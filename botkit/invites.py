@@ -67,8 +67,10 @@ def invite_tool(bot: InviteHost) -> Tool:
         if not username:
             raise ToolError("the bot's username is not known yet")
         expires_at = datetime.now(UTC) + timedelta(days=expires_in_days)
-        store = await bot.user_store()
-        invite = await store.create_invite(role, uses, expires_at, ctx.user_id)
+        from botkit.admin import Admin
+
+        admin = Admin(await bot.user_store(), ctx.user_id, via="chat")
+        invite = await admin.create_invite(role, uses, expires_at)
         return (
             f"{invite_link(username, invite.code)} (role {role}, {uses} use(s), "
             f"expires {expires_at:%Y-%m-%d %H:%M} UTC)"

@@ -10,6 +10,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from botkit import Bot, Incoming
 from botkit.stores.migrate import migrate
 from botkit.testing import (
@@ -192,12 +194,22 @@ async def test_admin_creates_an_invite_from_chat(
     claude.responder = model
     bot = make_bot(claude, tmp_path, admins=ADMINS, allowed_users=frozenset({OTHER}))
     async with running(bot, telegram):
-        link = (await ask(telegram, ADMIN, "invite a cleaner")).text
+        with capture_logs() as logs:
+            link = (await ask(telegram, ADMIN, "invite a cleaner")).text
         refused = (await ask(telegram, OTHER, "invite a cleaner")).text
         code = link.split("start=")[1].split()[0]
         assert (await ask(telegram, NEWCOMER, f"/start {code}")).text == bot.options.welcome_text
     assert link.startswith(f"https://t.me/{telegram.bot_username}?start=")
     assert refused == "no invite tool for you"
+    (audit,) = [e for e in logs if e["event"] == "admin.action"]
+    assert (audit["actor"], audit["action"], audit["via"], audit["role"], audit["uses"]) == (
+        ADMIN,
+        "invites.create",
+        "chat",
+        "cleaner",
+        3,
+    )
+    assert code.startswith(audit["target"]) and code not in str(logs), "the code is a secret"
 
 
 def test_cli_invite_errors_are_one_clear_line(tmp_path: Path) -> None:

@@ -262,6 +262,24 @@ async def test_invites_are_listed_and_revoked_by_code_or_prefix(
     assert cleaners.code not in by_code.stderr, "the audit trail names the prefix, not the secret"
 
 
+async def test_an_invite_made_from_the_cli_is_an_audit_line_naming_its_prefix(
+    backend: Backend, store: UserStore
+) -> None:
+    made = await backend.acli("invite", "--role", "cleaner", "--uses", "2", "--bot-username", "b")
+
+    assert made.returncode == 0, made.stderr
+    code = made.stdout.strip().split("start=")[1]
+    (invite,) = await store.list_invites()
+    (audit,) = audit_lines(made.stderr)
+    assert (audit["actor"], audit["action"], audit["target"]) == (
+        "cli",
+        "invites.create",
+        invite.prefix,
+    )
+    assert (audit["role"], audit["uses"]) == ("cleaner", 2) and audit["expires_at"]
+    assert code.startswith(invite.prefix) and code not in made.stderr
+
+
 # --- usage -------------------------------------------------------------------------------------
 
 
