@@ -12,14 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from botkit import Bot, ConfigError, StoreError, ToolError, tool
+from botkit import Bot, ConfigError, Incoming, StoreError, ToolError, tool
 from botkit.messengers.flood import FloodControl
-from botkit.metrics import Metrics
+from botkit.metrics import TURN_OUTCOMES, Metrics
 from botkit.ops import ops_server, stores_check
 from botkit.runtime.telegram import messenger_for
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeReply, ask, make_bot, make_settings, running
-from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
 
 ALICE, STRANGER = 42, 99
@@ -105,6 +105,99 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
     assert value(samples, "botkit_inbox_unfinished") == 0
     labels = {label for key in samples for label, _ in key[1]}
     assert labels <= {"outcome", "model", "kind", "tool", "method", "reason", "le"}
+
+
+async def test_every_turn_outcome_is_counted_as_it_happened(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bob, carol = 43, 44
+    started = asyncio.Event()
+
+    @tool
+    async def long_job() -> str:
+        """Takes forever."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    async def prompt(message: Incoming) -> str:
+        if message.user_id == carol:
+            raise RuntimeError("a bug in the bot's prompt")
+        return "Be brief."
+
+    def model(request: FakeRequest) -> FakeReply:
+        if request.last_user_text() == "work":
+            return FakeReply.tool_use("long_job", {}, text="Working on it.\n")
+        return FakeReply.text("fine")
+
+    claude.responder = model
+    sticker = {"file_id": "s", "file_unique_id": "u", "type": "regular", "width": 1, "height": 1}
+    sticker |= {"is_animated": False, "is_video": False}
+    bot = make_bot(
+        claude,
+        tmp_path,
+        allowed_users=frozenset({ALICE, bob, carol}),
+        daily_token_budget=1,
+        stream_replies=True,
+        metrics_port=0,
+        tools=[long_job],
+        build_prompt=prompt,
+    )
+    options = bot.options
+    async with running(bot, telegram):
+        assert "/help" in (await ask(telegram, ALICE, "/help")).text
+        telegram.inject_update(
+            {
+                "message": {
+                    "message_id": 1,
+                    "date": 0,
+                    "chat": {"id": ALICE, "type": "private", "first_name": "A"},
+                    "from": {"id": ALICE, "is_bot": False, "first_name": "A"},
+                    "sticker": sticker,
+                }
+            }
+        )
+        assert (await telegram.wait_for_messages(ALICE, 2))[-1].text == options.unsupported_text
+        claude.enqueue(FakeError.overloaded())
+        assert (await ask(telegram, ALICE, "hello")).text == options.overloaded_text
+        assert (await ask(telegram, ALICE, "hello again")).text == "fine"
+        assert (await ask(telegram, ALICE, "more")).text == options.budget_text
+        assert (await ask(telegram, STRANGER, "let me in")).text == options.rejection_text
+        assert (await ask(telegram, carol, "hi")).text == options.error_text
+        telegram.send_text(bob, "work")
+        await asyncio.wait_for(started.wait(), 10)
+        (draft,) = {d.params["draft_id"] for d in telegram.drafts(bob)}
+        chat = {"id": bob, "type": "private", "first_name": "B"}
+        telegram.inject_update({"stopped_message_generation": {"chat": chat, "draft_id": draft}})
+        await telegram.wait_for_messages(bob)
+        assert bot.metrics.served_at is not None
+        samples = await until_counted(bot.metrics.served_at, 9)
+
+    counted = {o: value(samples, "botkit_turns_total", outcome=o) for o in TURN_OUTCOMES}
+    assert counted == {
+        "answered": 1,
+        "rejected": 1,
+        "command": 1,
+        "unsupported": 1,
+        "budget": 1,
+        "error": 1,
+        "overloaded": 1,
+        "stopped": 1,
+        "cancelled": 0,
+    }
+    model_name = bot.settings.model
+    assert value(samples, "botkit_llm_calls_total", model=model_name, outcome="overloaded") == 1
+    assert value(samples, "botkit_llm_calls_total", model=model_name, outcome="ok") == 2
+
+
+async def until_counted(url: str, turns: int) -> Samples:
+    """A scrape once ``turns`` turns were counted (a stopped turn is counted after its reply)."""
+    for _ in range(200):
+        samples = await scrape(url)
+        if value(samples, "botkit_turn_seconds_count") >= turns:
+            return samples
+        await asyncio.sleep(0.05)
+    return samples
 
 
 async def test_readyz_turns_503_when_telegram_stops_answering(
