@@ -310,6 +310,33 @@ async def test_admin_commands_are_unknown_to_everyone_else(
     assert len(claude.requests) == 0
 
 
+async def test_a_user_whose_role_is_admin_administers_in_chat_too(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(claude, tmp_path, access="invite")
+    store = await bot.user_store()
+    await store.upsert_user(ADMIN, "admin")
+    await store.upsert_user(MEMBER, "user")
+    async with running(bot, telegram):
+        assert (await ask(telegram, MEMBER, "hi")).text == "echo: hi"
+        admin_help = (await ask(telegram, ADMIN, "/help")).text
+        with capture_logs() as logs:
+            blocked = (await ask(telegram, ADMIN, f"/block {MEMBER}")).text
+        turned_away = (await ask(telegram, MEMBER, "hi again")).text
+
+    assert "/block" in admin_help and "/users" in admin_help
+    assert blocked == f"Blocked {MEMBER} (role user)."
+    assert turned_away == bot.options.rejection_text
+    (audit,) = [e for e in logs if e["event"] == "admin.action"]
+    assert (audit["actor"], audit["action"], audit["target"], audit["via"]) == (
+        ADMIN,
+        "users.block",
+        MEMBER,
+        "chat",
+    )
+    assert len(claude.requests) == 1
+
+
 # --- the queued runtimes (receive and work) ------------------------------------------------------
 
 
