@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -393,17 +393,57 @@ async def test_a_block_from_the_cli_stops_a_running_bot_within_15_seconds(
         return (await ask(telegram, ALLOWED, text)).text
 
     async with running(bot, telegram):
-        assert await say("hi") == "echo: hi"  # the bot now holds their (absent) record
-        blocked = await backend.acli("users", "block", str(ALLOWED))
-        assert blocked.returncode == 0, blocked.stderr
-        since_block, answered = time.monotonic(), 1
-        while (reply := await say(f"still here? {answered}")) != rejection:
-            assert reply.startswith("echo: "), reply
-            answered += 1
-            assert time.monotonic() - since_block < 15, "the block was not seen within 15 s"
-            await asyncio.sleep(0.5)  # pace the messages while the cached record expires
-        took = time.monotonic() - since_block
-        assert await say("and now?") == rejection
+        answered = await block_and_count_answers(backend, say, rejection)
 
-    assert took < 15
+    assert len(claude.requests) == answered, "no request to the model once the block was seen"
+
+
+async def block_and_count_answers(
+    backend: Backend, say: Callable[[str], Awaitable[str]], rejection: str
+) -> int:
+    """Block ALLOWED with the CLI while they chat: the messages answered until the block held
+    (within 15 s), the first one included."""
+    assert await say("hi") == "echo: hi"  # the bot now holds their (absent) record
+    blocked = await backend.acli("users", "block", str(ALLOWED))
+    assert blocked.returncode == 0, blocked.stderr
+    since_block, answered = time.monotonic(), 1
+    while (reply := await say(f"still here? {answered}")) != rejection:
+        assert reply.startswith("echo: "), reply
+        answered += 1
+        assert time.monotonic() - since_block < 15, "the block was not seen within 15 s"
+        await asyncio.sleep(0.5)  # pace the messages while the cached record expires
+    assert time.monotonic() - since_block < 15
+    assert await say("and now?") == rejection
+    return answered
+
+
+async def test_a_block_from_the_cli_reaches_the_workers_of_a_queued_bot(
+    migrated_db: str, tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    from botkit.messengers.flood import FloodControl
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    backend = Backend(tmp_path, migrated_db)
+    settings = backend.settings(
+        access="allowlist",
+        telegram_bot_token=telegram.token,
+        telegram_api_base=telegram.base_url,
+        poll_timeout=1,
+    )
+    bot = Bot(settings=settings, llm=fake_llm(claude))
+    messenger = messenger_for(settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    queue = queue_for(settings, concurrency=2)
+    task = asyncio.create_task(serve_queued(bot, stop, messenger=messenger, queue=queue))
+
+    async def say(text: str) -> str:
+        return (await ask(telegram, ALLOWED, text, timeout=20)).text
+
+    try:
+        answered = await block_and_count_answers(backend, say, bot.options.rejection_text)
+    finally:
+        stop.set()
+        await task
+
     assert len(claude.requests) == answered, "no request to the model once the block was seen"
