@@ -202,3 +202,33 @@ async def test_cleaners_mark_only_their_own_rooms(example: ModuleType, postgres_
         assert status == "Room 7: clean, Maria (cleaner)"
     finally:
         await store.close()
+
+
+async def test_cleaners_message_managers_only_and_managers_anyone_on_the_team(
+    example: ModuleType, tmp_path: Path, postgres_db: str
+) -> None:
+    await migrate(postgres_db)
+    settings = Settings(
+        _env_file=None, database_url=postgres_db, sessions_dir=tmp_path / "sessions"
+    )
+    async with FakeAnthropicServer(responder=model) as claude:
+        bot: Bot = example.make_bot(settings, fake_llm(claude))
+        try:
+            store = await bot.user_store()
+            await store.upsert_user(ANNA, "manager", "Anna")
+            await store.upsert_user(MARIA, "cleaner", "Maria")
+            await store.upsert_user(BO, "cleaner", "Bo")
+            allowed = {
+                (sender, recipient): await bot.can_relay(sender, recipient)
+                for sender in (ANNA, MARIA, BO)
+                for recipient in (ANNA, MARIA, BO, EVE)
+                if sender != recipient
+            }
+        finally:
+            await bot.aclose()
+    assert {pair for pair, ok in allowed.items() if ok} == {
+        (ANNA, MARIA),
+        (ANNA, BO),
+        (MARIA, ANNA),
+        (BO, ANNA),
+    }, "cleaner to cleaner and anyone to a stranger are refused"
