@@ -298,6 +298,37 @@ async def test_scheduled_lists_what_is_pending_and_its_cancel_button_cancels(
     assert len(claude.requests) == 4, "listing and cancelling called no model"
 
 
+async def test_in_a_group_only_what_was_set_there_is_listed_never_a_private_reminder(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, timezone="Europe/Berlin", answer_groups="all")
+    bot.reminders.clock = FixedClock(T0)
+    in_group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "REMIND 1h|ask the doctor about the test results")
+        await telegram.wait_for_messages(ALICE, 1)
+        telegram.send_text(ALICE, "REMIND 2h|stand-up", **in_group)
+        await telegram.wait_for_messages(GROUP, 1)
+        telegram.send_text(ALICE, "/scheduled", **in_group)
+        listing = (await telegram.wait_for_messages(GROUP, 2))[1]
+        telegram.send_text(ALICE, "LIST", **in_group)
+        listed = (await telegram.wait_for_messages(GROUP, 3))[2]
+        telegram.press_button(ALICE, listing, "Cancel #2")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.send_text(ALICE, "/scheduled")
+        private = (await telegram.wait_for_messages(ALICE, 2))[1]
+    assert listing.plain_text == "Scheduled:\n#2 reminder, Tue 24 Nov 2026 11:00 CET: stand-up"
+    assert buttons_of(listing.params) == ["Cancel #2"]
+    assert listed.plain_text == "tool said: #2 reminder, Tue 24 Nov 2026 11:00 CET: stand-up"
+    (edited,) = telegram.edited_messages(GROUP)
+    assert edited.plain_text == "Nothing is scheduled.", "the private one stays out after a press"
+    group_calls = [str(r.messages) for r in claude.requests if "wrote:]" in str(r.messages)]
+    assert len(group_calls) == 4 and "doctor" not in str(group_calls)
+    assert private.plain_text == (
+        "Scheduled:\n#1 reminder, Tue 24 Nov 2026 10:00 CET: ask the doctor about the test results"
+    )
+
+
 # ---- a real process, killed and restarted ---------------------------------------------
 
 

@@ -36,9 +36,12 @@ class SchedulingCommandHost(Protocol):
         ...
 
 
-async def scheduled_reply(reminders: Reminders, user_id: int) -> Reply:
-    """The user's pending schedules, one a line, each with a cancel button under the list."""
+async def scheduled_reply(reminders: Reminders, user_id: int, chat_id: int | None = None) -> Reply:
+    """The user's pending schedules, one a line, each with a cancel button under the list;
+    asked in a group (``chat_id``), only those set in that group: never a private one there."""
     pending = await reminders.pending(user_id)
+    if chat_id is not None and chat_id != user_id:  # a private chat's id is its user's
+        pending = [s for s in pending if s.chat_id == chat_id]
     if not pending:
         return Reply("Nothing is scheduled.")
     zone = await reminders.zone(user_id)
@@ -67,7 +70,7 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
 
     @bot.command("scheduled", "your pending reminders and scheduled tasks")
     async def scheduled(message: Incoming, args: str) -> Reply:
-        return await scheduled_reply(reminders, message.user_id)
+        return await scheduled_reply(reminders, message.user_id, message.chat_id)
 
     async def press(press: ButtonPress, payload: str) -> PressAnswer:
         action, _, rest = payload.partition(":")
@@ -78,6 +81,6 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
             return PressAnswer("Only the one who scheduled it can cancel it.")
         cancelled = await reminders.cancel(press.user_id, int(number))
         notice = f"Cancelled #{number}." if cancelled else f"#{number} was no longer pending."
-        return PressAnswer(notice, await scheduled_reply(reminders, press.user_id))
+        return PressAnswer(notice, await scheduled_reply(reminders, press.user_id, press.chat_id))
 
     bot.buttons[BUTTON_PREFIX] = press

@@ -73,6 +73,8 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
     async def list_scheduled(ctx: ToolContext) -> str:
         """List the user's pending reminders and scheduled tasks, with their ids."""
         pending = await reminders.pending(ctx.user_id)
+        if ctx.chat_type != "private":  # in a group, never what the user set in private
+            pending = [s for s in pending if s.chat_id == ctx.chat_id]
         if not pending:
             return "Nothing is scheduled."
         zone = await reminders.zone(ctx.user_id)
