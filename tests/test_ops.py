@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
+import asyncpg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
@@ -220,6 +222,65 @@ async def test_readyz_turns_503_when_telegram_stops_answering(
         assert reason.startswith("polling Telegram fails:")
         assert reason.count("\n") == 1
         assert (await get(f"{url}/healthz"))[0] == 200
+
+
+async def test_readyz_turns_503_while_the_postgres_stores_do_not_answer(
+    tmp_path: Path,
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    postgres_db: str,
+    postgres_dsn: str,
+) -> None:
+    await migrate(postgres_db)
+    bot = make_bot(
+        claude,
+        tmp_path,
+        database_url=SecretStr(postgres_db),
+        allowed_users=frozenset({ALICE}),
+        metrics_port=0,
+    )
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, "hi")
+        url = bot.metrics.served_at
+        assert url is not None
+        before = await get(f"{url}/readyz")
+        await refuse_connections(postgres_db, postgres_dsn, refuse=True)
+        try:
+            during = await until_status(f"{url}/readyz", 503)
+            alive = await get(f"{url}/healthz")
+        finally:
+            await refuse_connections(postgres_db, postgres_dsn, refuse=False)
+        after = await until_status(f"{url}/readyz", 200)
+
+    assert before == (200, "ready\n")
+    assert during[0] == 503 and during[1].count("\n") == 1
+    assert during[1].startswith("a store does not answer:"), during
+    assert alive[0] == 200
+    assert after == (200, "ready\n")
+
+
+async def refuse_connections(db: str, admin_dsn: str, *, refuse: bool) -> None:
+    """Make ``db`` refuse connections and drop the open ones (an outage), or end that."""
+    name = urlsplit(db).path.lstrip("/")
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(not refuse).lower()}')
+        if refuse:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+    finally:
+        await admin.close()
+
+
+async def until_status(url: str, status: int) -> tuple[int, str]:
+    """GET ``url`` until it answers ``status`` (20 s at most); the last answer."""
+    for _ in range(200):
+        answer = await get(url)
+        if answer[0] == status:
+            return answer
+        await asyncio.sleep(0.1)
+    return answer
 
 
 async def test_no_server_without_a_metrics_port(
