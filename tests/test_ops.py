@@ -76,16 +76,18 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
         telegram.fail_next("sendMessage", error_code=429, retry_after=1)
         assert (await ask(telegram, ALICE, "weather?")).text == "Sorry, no weather."
         assert "private" in (await ask(telegram, STRANGER, "let me in")).text.lower()
+        telegram.fail_next("sendMessage", error_code=502)  # a proxy in front of the Bot API
+        assert (await ask(telegram, ALICE, "and?")).text == "echo: and?"
         assert bot.metrics.served_at is not None
         samples = await scrape(bot.metrics.served_at)
 
-    assert value(samples, "botkit_turns_total", outcome="answered") == 2
+    assert value(samples, "botkit_turns_total", outcome="answered") == 3
     assert value(samples, "botkit_turns_total", outcome="rejected") == 1
     assert value(samples, "botkit_turns_total", outcome="error") == 0
-    assert value(samples, "botkit_turn_seconds_count") == 3
+    assert value(samples, "botkit_turn_seconds_count") == 4
     model = bot.settings.model
-    assert value(samples, "botkit_llm_calls_total", model=model, outcome="ok") == 3
-    assert value(samples, "botkit_llm_seconds_count") == 3
+    assert value(samples, "botkit_llm_calls_total", model=model, outcome="ok") == 4
+    assert value(samples, "botkit_llm_seconds_count") == 4
     usage = bot.usage_by_model[model]
     assert value(samples, "botkit_llm_tokens_total", model=model, kind="input") == (
         usage.input_tokens
@@ -96,11 +98,16 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
     assert value(samples, "botkit_llm_cost_usd_total", model=model) > 0
     assert value(samples, "botkit_tool_calls_total", tool="broken", outcome="error") == 1
     assert value(samples, "botkit_tool_seconds_count") == 1
-    assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 3
+    assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 4
     assert (
         value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="flood") == 1
     )
+    assert (
+        value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="server")
+        == 1
+    )
     assert value(samples, "botkit_telegram_retries_total", reason="429") == 1
+    assert value(samples, "botkit_telegram_retries_total", reason="network") == 1
     assert value(samples, "botkit_telegram_flood_wait_seconds_total") == 1
     assert value(samples, "botkit_contexts_in_memory") == 1
     assert value(samples, "botkit_turns_running") == 0
