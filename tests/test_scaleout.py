@@ -348,6 +348,26 @@ def an_update(update_id: int, user: int, text: str) -> dict[str, Any]:
     return {"update_id": update_id, "message": {**message, "text": text}}
 
 
+async def raw_status(url: str, header: bytes) -> int:
+    """The status a POST of an empty update with this raw header line gets (bytes as sent)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    body = b'{"update_id": 902}'
+    writer.write(
+        b"POST " + parts.path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+        % len(body)
+        + b"Connection: close\r\n\r\n"
+        + body
+    )
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    return int(status_line.split()[1])
+
+
 async def test_webhook_refuses_forged_and_malformed_requests(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
 ) -> None:
@@ -370,8 +390,9 @@ async def test_webhook_refuses_forged_and_malformed_requests(
         huge = io.BytesIO(b'{"update_id": 901, "padding": "' + b"x" * 1024 * 1024 + b'"}')
         async with http.post(url, data=huge, headers=good) as response:
             statuses.append(response.status)
+        statuses.append(await raw_status(url, b"X-Telegram-Bot-Api-Secret-Token: \xff\xfe"))
         await asyncio.sleep(0.5)
-    assert statuses == [401, 401, 400, 400, 400, 400, 413]
+    assert statuses == [401, 401, 400, 400, 400, 400, 413, 401]
     assert telegram.sent_messages() == []
     assert claude.requests == []
     assert await fetchval(db, "SELECT count(*) FROM procrastinate_jobs") == 0

@@ -66,7 +66,8 @@ class WebhookServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         """One POST from Telegram: 200 once the update is queued (or journaled)."""
-        given = request.headers.get(SECRET_HEADER, "").encode()
+        # Bytes that are not UTF-8 (aiohttp keeps them as surrogates) are just a wrong secret.
+        given = request.headers.get(SECRET_HEADER, "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, self.secret):
             log.warning("webhook.bad_secret", remote=request.remote)
             return web.Response(status=401, text="wrong or missing secret token")
