@@ -26,6 +26,7 @@ from botkit.config import Settings
 from botkit.errors import ConfigError
 from botkit.messengers.base import Incoming
 from botkit.pricing import estimate, price_for
+from botkit.relay import escape_markdown
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
     Invite,
@@ -184,7 +185,8 @@ def _user_id(args: str) -> int | None:
 
 
 def _chat_line(user: UserRecord) -> str:
-    name = _name(user) or "-"
+    # A name is whatever the user typed in Telegram: shown as typed, never as a link.
+    name = escape_markdown(_name(user)) or "-"
     return f"{user.user_id} {user.role} {name}" + (" (blocked)" if user.blocked else "")
 
 

@@ -354,6 +354,18 @@ async def test_admins_list_block_and_unblock_users_in_chat_with_an_audit_line(
     ]
 
 
+async def test_a_name_listed_to_an_admin_is_shown_as_typed_never_as_a_link(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    bot = make_bot(claude, tmp_path, admins=frozenset({ADMIN}))
+    name = "[Open your payslip](https://evil.example/pay) *now*"
+    await (await bot.user_store()).upsert_user(MEMBER, "user", name)
+    async with running(bot, telegram):
+        listed = await ask(telegram, ADMIN, "/users")
+    assert "<a" not in listed.text and "<b>" not in listed.text and "<i>" not in listed.text
+    assert listed.plain_text.splitlines()[1] == f"{MEMBER} user {name}"
+
+
 async def test_admin_commands_are_unknown_to_everyone_else(
     tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
 ) -> None:
