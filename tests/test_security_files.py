@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import sqlite3
 import stat
@@ -15,6 +16,10 @@ from botkit.runtime.inbox import Inbox
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.stores import SqliteUserStore
 from botkit.testing import FakeAnthropicServer, make_bot
+from botkit.testing.telegram import TINY_PNG
+from botkit.types import ImageBlock, ImageSource
+
+TINY_PNG_B64 = base64.b64encode(TINY_PNG).decode()
 
 ANN = 1101
 
@@ -157,3 +162,18 @@ def test_the_inbox_journal_stays_private_across_restarts_and_compaction(tmp_path
     assert mode(path) == "0o600"
     assert not (folder / "inbox.tmp").exists()
     assert [item.update_id for item in Inbox(path).pending()] == [1, 2]
+
+
+async def test_a_media_folder_left_readable_is_made_private_by_the_next_picture(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "sessions"
+    (folder / "media").mkdir(parents=True, mode=0o755)
+    folder.chmod(0o755)
+    photo = ImageBlock(source=ImageSource(media_type="image/png", data=TINY_PNG_B64))
+    store = JsonlSessionStore(folder)
+    await store.append(SessionEntry.of(ANN, Message(role="user", content=[photo])))
+    await store.close()
+
+    [stored] = (folder / "media").iterdir()
+    assert modes(folder, folder / "media", stored) == ["0o700", "0o700", "0o600"]

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -98,6 +99,7 @@ class MediaFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._known: set[str] = set()
+        self._private = False
 
     def put(self, blobs: Blobs) -> None:
         """Write each blob not stored yet (whole, via a temporary file: never half a file)."""
@@ -125,6 +127,10 @@ class MediaFiles:
 
     def _write(self, path: Path, data: bytes) -> None:
         self.directory.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
+        if not self._private:  # once a run: a folder left readable by others is made private
+            if stat.S_IMODE(self.directory.stat().st_mode) & 0o077:
+                os.chmod(self.directory, _PRIVATE_DIR)
+            self._private = True
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PRIVATE_FILE)
         try:
