@@ -339,31 +339,15 @@ class TelegramMessenger:
         """
         if self.me is None:
             await self.start()
-        await self.flood.send(0, partial(self.api.delete_webhook, drop_pending_updates=False))
+        await self.delete_webhook()
         await self._replay_inbox(on_message)
         offset: int | None = None
         failures = _PollFailures(self.conflict_timeout)
         while not stop.is_set():
-            try:
-                batch = await self._get_updates(offset, stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.poll_failure = _describe_error(e)
-                await _sleep_unless(stop, failures.wait_after(e))
-                continue
-            failures.reset()
-            self.polled_at, self.poll_failure = time.monotonic(), None
-            for raw in batch:
-                update_id = _update_id(raw)
-                if update_id is None:
-                    log.warning("telegram.update_without_id", update=_preview(raw))
-                    continue
+            for update_id, raw in await self._poll_once(offset, stop, failures):
                 offset = max(offset or 0, update_id + 1)
                 await self._take_safely(update_id, raw, on_message, on_stop, on_press)
-        if offset is not None:  # confirm what was journaled, so a restart does not re-read it
-            with suppress(Exception):
-                await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
+        await self._confirm(offset)  # what was journaled, so a restart does not re-read it
 
     async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
         """Long-poll until ``stop`` is set, handing each raw update to ``take`` in order.
@@ -378,27 +362,41 @@ class TelegramMessenger:
         offset: int | None = None
         failures = _PollFailures(self.conflict_timeout)
         while not stop.is_set():
-            try:
-                batch = await self._get_updates(offset, stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.poll_failure = _describe_error(e)
-                await _sleep_unless(stop, failures.wait_after(e))
-                continue
-            failures.reset()
-            self.polled_at, self.poll_failure = time.monotonic(), None
-            for raw in batch:
-                update_id = _update_id(raw)
-                if update_id is None:
-                    log.warning("telegram.update_without_id", update=_preview(raw))
-                    continue
+            for update_id, raw in await self._poll_once(offset, stop, failures):
                 if not await take(update_id, raw):
                     break
                 offset = max(offset or 0, update_id + 1)
+        await self._confirm(offset)
+
+    async def _confirm(self, offset: int | None) -> None:
+        """Tell Telegram every update before ``offset`` was received (best effort, at exit)."""
         if offset is not None:
             with suppress(Exception):
                 await self.api(RawGetUpdates(offset=offset, timeout=0, limit=1))
+
+    async def _poll_once(
+        self, offset: int | None, stop: asyncio.Event, failures: _PollFailures
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """One ``getUpdates`` call's updates with their ids; a failure is recorded and waited
+        out with backoff (it reads as no updates), an update without an id logged and left."""
+        try:
+            batch = await self._get_updates(offset, stop)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.poll_failure = _describe_error(e)
+            await _sleep_unless(stop, failures.wait_after(e))
+            return []
+        failures.reset()
+        self.polled_at, self.poll_failure = time.monotonic(), None
+        updates = []
+        for raw in batch:
+            update_id = _update_id(raw)
+            if update_id is None:
+                log.warning("telegram.update_without_id", update=_preview(raw))
+            else:
+                updates.append((update_id, raw))
+        return updates
 
     async def delete_webhook(self) -> None:
         """Switch Telegram back to ``getUpdates`` (pending updates are kept)."""
