@@ -714,6 +714,32 @@ async def test_sqlite_reports_a_file_it_cannot_open(tmp_path: Path) -> None:
         await SqliteUserStore.connect(tmp_path / "no" / "such" / "dir.db")
 
 
+async def test_sqlite_reads_see_what_is_committed_and_never_wait_for_a_writer(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "users.db"
+    store = await SqliteUserStore.connect(path)
+    writer = await SqliteUserStore.connect(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        await store.upsert_user(1, "user", "Ann")
+        assert (await registered(store, 1)).display_name == "Ann"
+        holder.execute("BEGIN IMMEDIATE")  # a write under way in another process
+        holder.execute("UPDATE botkit_users SET display_name = 'Bea' WHERE user_id = 1")
+        user = await asyncio.wait_for(store.get_user(1), 1)  # not waiting for the writer
+        assert user is not None and user.display_name == "Ann"  # nor seeing its uncommitted work
+        holder.execute("COMMIT")
+        assert (await registered(store, 1)).display_name == "Bea"
+
+        await writer.upsert_user(2, "admin", "Cy")  # another store's write is seen at once
+        assert (await registered(store, 2)).role == "admin"
+        assert await store.get_user(3) is None
+    finally:
+        holder.close()
+        await store.close()
+        await writer.close()
+
+
 async def test_a_closed_sqlite_store_cannot_be_used(tmp_path: Path) -> None:
     store = await SqliteUserStore.connect(tmp_path / "users.db")
     await store.close()

@@ -7,7 +7,7 @@ atomic across every process sharing the file: two never deliver the same schedul
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -135,6 +135,10 @@ class SqliteSchedules:
 
         def _transaction(self, doing: str) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
 
+        async def _point_read(
+            self, sql: str, params: Sequence[object], doing: str
+        ) -> Iterable[Sequence[Any]]: ...
+
     async def add_schedule(self, schedule: NewSchedule, *, max_pending: int) -> Schedule | None:
         """Store ``schedule`` as pending; ``None`` if the user already has ``max_pending``."""
         s = schedule
@@ -191,8 +195,7 @@ class SqliteSchedules:
     async def get_timezone(self, user_id: int) -> str | None:
         """The IANA time zone the user chose, or ``None``."""
         sql = "SELECT timezone FROM botkit_timezones WHERE user_id = ?"
-        async with self._read("reading a time zone") as db:
-            row = next(iter(await db.execute_fetchall(sql, (user_id,))), None)
+        row = next(iter(await self._point_read(sql, (user_id,), "reading a time zone")), None)
         return None if row is None else str(row[0])
 
     async def set_timezone(self, user_id: int, timezone: str) -> None:

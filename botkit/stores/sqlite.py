@@ -207,6 +207,7 @@ class SqliteUserStore(SqliteSchedules):
         """The database file (or ``":memory:"``)."""
         self._busy_timeout = busy_timeout
         self._db: aiosqlite.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -224,17 +225,17 @@ class SqliteUserStore(SqliteSchedules):
         """Close the connection; the store cannot be used afterwards."""
         async with self._lock:
             self._closed = True
+            if self._reader is not None:
+                reader, self._reader = self._reader, None
+                reader.close()
             if self._db is not None:
                 db, self._db = self._db, None
                 await db.close()
 
     async def get_user(self, user_id: int) -> UserRecord | None:
         """The user, or ``None`` if they are not registered."""
-        async with self._read("reading a user") as db:
-            rows = await db.execute_fetchall(
-                f"SELECT {_USER} FROM botkit_users WHERE user_id = ?", (user_id,)
-            )
-        row = _first(rows)
+        sql = f"SELECT {_USER} FROM botkit_users WHERE user_id = ?"
+        row = _first(await self._point_read(sql, (user_id,), "reading a user"))
         return None if row is None else _user(row)
 
     async def upsert_user(
@@ -354,8 +355,7 @@ class SqliteUserStore(SqliteSchedules):
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
         sql = "SELECT tokens FROM botkit_usage WHERE user_id = ? AND day = ?"
-        async with self._read("reading token usage") as db:
-            row = _first(await db.execute_fetchall(sql, (user_id, day.isoformat())))
+        row = _first(await self._point_read(sql, (user_id, day.isoformat()), "reading token usage"))
         return 0 if row is None else int(row[0])
 
     async def usage_since(self, first_day: date) -> list[DailyUsage]:
@@ -391,6 +391,42 @@ class SqliteUserStore(SqliteSchedules):
         async with self._lock, self._converted(doing):
             yield await self._connection()
 
+    async def _point_read(
+        self, sql: str, params: Sequence[object], doing: str
+    ) -> Iterable[Sequence[Any]]:
+        """The rows of one small read by key, which every turn makes (the user's record, time
+        zone, usage).
+
+        Read on the event loop's own thread through a second connection: such a read takes a
+        few microseconds, the hop to aiosqlite's thread and back about twenty times that in
+        CPU. Committed writes are seen (each read is its own transaction). When that
+        connection cannot read at once (the file busy: SQLite waits for no one here), the read
+        goes through aiosqlite as every other statement does.
+        """
+        reader = await self._point_reader()
+        if reader is not None:
+            try:
+                return reader.execute(sql, params).fetchall()
+            except sqlite3.OperationalError:
+                pass  # busy or locked: wait for it on aiosqlite's thread instead
+            except sqlite3.Error as e:
+                raise self._store_error(doing, e) from e
+        async with self._read(doing) as db:
+            return await db.execute_fetchall(sql, params)
+
+    async def _point_reader(self) -> sqlite3.Connection | None:
+        """The connection for point reads, opened after the schema is made; ``None`` for an
+        in-memory database (a second connection would see another one)."""
+        if self._reader is not None or self.path in ("", ":memory:"):
+            return self._reader
+        async with self._lock, self._converted("opening the user store"):
+            await self._connection()
+            if self._reader is None:
+                self._reader = sqlite3.connect(
+                    self.path, timeout=0, isolation_level=None, check_same_thread=False
+                )
+        return self._reader
+
     @asynccontextmanager
     async def _transaction(self, doing: str) -> AsyncIterator[aiosqlite.Connection]:
         """The connection inside ``BEGIN IMMEDIATE``: committed if the block succeeds."""
@@ -411,9 +447,12 @@ class SqliteUserStore(SqliteSchedules):
         try:
             yield
         except sqlite3.Error as e:
-            raise StoreError(
-                f"the user store {self.path} failed while {doing}: {type(e).__name__}: {e}"
-            ) from e
+            raise self._store_error(doing, e) from e
+
+    def _store_error(self, doing: str, e: sqlite3.Error) -> StoreError:
+        return StoreError(
+            f"the user store {self.path} failed while {doing}: {type(e).__name__}: {e}"
+        )
 
     async def _connection(self) -> aiosqlite.Connection:
         """The open connection, opened and the schema made if need be; call under the lock."""
