@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from html import escape as escape_html
 from html.parser import HTMLParser
-from itertools import groupby
+from itertools import groupby, repeat
 from operator import itemgetter
 from urllib.parse import urlsplit
 
@@ -67,14 +67,21 @@ def render_chunks(markdown: str, limit: int = _TELEGRAM_LIMIT) -> list[str]:
         return [escape_html(text, quote=False)] if text else []
     chunks: list[_Styled] = []
     current: _Styled = []
+    current_width = 0
     for block in _blocks(markdown):
-        if current and _width(current) + len(_BLOCK_GAP) + _width(block) <= limit:
+        width = _width(block)
+        if current and current_width + len(_BLOCK_GAP) + width <= limit:
             current += _plain(_BLOCK_GAP) + block
+            current_width += len(_BLOCK_GAP) + width
             continue
         if current:
             chunks.append(current)
+        if width <= limit:
+            current, current_width = block, width
+            continue
         *whole, current = _split(block, limit)
         chunks.extend(whole)
+        current_width = _width(current)
     if current:
         chunks.append(current)
     return [_to_html(chunk) for chunk in chunks]
@@ -114,11 +121,11 @@ class _TextCollector(HTMLParser):
 
 
 def _plain(text: str, tags: _Tags = ()) -> _Styled:
-    return [(char, tags) for char in text]
+    return list(zip(text, repeat(tags, len(text)), strict=True))
 
 
 def _visible(styled: _Styled) -> str:
-    return "".join([char for char, _ in styled])
+    return "".join(map(_CHAR_OF, styled))
 
 
 def _join(parts: Iterable[_Styled], separator: str, tags: _Tags = ()) -> _Styled:
@@ -135,14 +142,18 @@ def _join(parts: Iterable[_Styled], separator: str, tags: _Tags = ()) -> _Styled
 def _indent(styled: _Styled, first: str, rest: str, tags: _Tags) -> _Styled:
     """Prefix the first line with ``first`` and other non-blank, non-code lines with ``rest``."""
     out = _plain(first, tags)
-    for index, (char, own_tags) in enumerate(styled):
-        out.append((char, own_tags))
-        following = styled[index + 1] if index + 1 < len(styled) else None
-        if char != "\n" or following is None or following[0] == "\n":
-            continue
-        next_tags = following[1]
-        if not any(tag.name == "pre" for tag in next_tags):
-            out += _plain(rest, _common(own_tags, next_tags))
+    text = _visible(styled)
+    start = 0
+    end = text.find("\n")
+    while end != -1:  # from line end to line end, not character by character
+        out += styled[start : end + 1]
+        start = end + 1
+        if start < len(text) and text[start] != "\n":
+            next_tags = styled[start][1]
+            if not any(tag.name == "pre" for tag in next_tags):
+                out += _plain(rest, _common(styled[end][1], next_tags))
+        end = text.find("\n", start)
+    out += styled[start:]
     return out
 
 
@@ -182,7 +193,13 @@ def _char_width(char: str) -> int:
 
 def _width(styled: _Styled) -> int:
     # UTF-16 code units, counted in C: a character outside the BMP encodes as two.
-    return len(_visible(styled).encode("utf-16-le", "surrogatepass")) // 2
+    return _text_units(_visible(styled))
+
+
+def _text_units(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 # --- splitting ---------------------------------------------------------------------------
@@ -285,7 +302,7 @@ def _blocks(markdown: str) -> list[_Styled]:
         else:
             frame.parts.append(_leaf(token, frame.tags))
     blocks = (_trim(_strip_line_ends(block)) for block in stack[0].parts)
-    return [block for block in blocks if _visible(block).strip()]
+    return [block for block in blocks if block]  # trimmed: a blank block is empty
 
 
 def _until_close(opening: Token, tokens: Iterator[Token]) -> list[Token]:
