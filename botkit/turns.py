@@ -264,7 +264,13 @@ class TurnPipeline:
 
     async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
         """A press of an inline button: its handler (by the data's prefix) answers, and may
-        edit the message; a failure is logged and the presser told."""
+        edit the message; a failure is logged and the presser told. A presser the gates
+        would not admit (blocked since, or never admitted) gets the rejection and no handler."""
+        rejection = await self.bot.authorize(press.as_incoming())
+        if rejection:
+            log.info("press.rejected", user_id=press.user_id, chat_id=press.chat_id)
+            await messenger.answer_press(press.press_id, rejection)
+            return
         prefix, _, payload = press.data.partition(":")
         handler = self.bot.buttons.get(prefix)
         answer = PressAnswer()

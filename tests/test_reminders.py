@@ -24,7 +24,7 @@ from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
 
-ALICE, BOB = 1001, 1002
+ALICE, BOB, STRANGER = 1001, 1002, 1666
 GROUP, TOPIC = -1001234, 7
 T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
@@ -281,13 +281,19 @@ async def test_scheduled_lists_what_is_pending_and_its_cancel_button_cancels(
         )
         assert buttons_of(listing.params) == ["Cancel #1", "Cancel #2"]
 
-        telegram.press_button(BOB, listing, "Cancel #1")
+        telegram.press_button(STRANGER, listing, "Cancel #1")  # e.g. forwarded, or blocked
         await telegram.wait_for_requests("answerCallbackQuery", 1)
-        telegram.press_button(ALICE, listing, "Cancel #1")
+        telegram.press_button(BOB, listing, "Cancel #1")
         await telegram.wait_for_requests("answerCallbackQuery", 2)
+        telegram.press_button(ALICE, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 3)
         (edited,) = telegram.edited_messages(ALICE)
     answers = [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
-    assert answers == ["Only the one who scheduled it can cancel it.", "Cancelled #1."]
+    assert answers == [
+        bot.options.rejection_text,
+        "Only the one who scheduled it can cancel it.",
+        "Cancelled #1.",
+    ]
     assert edited.message_id == listing.message_id
     assert edited.plain_text == (
         "Scheduled:\n#2 task, Tue 24 Nov 2026 11:00 CET, daily: sum up the day"

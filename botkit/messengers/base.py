@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botkit.types import ContentBlock
@@ -163,6 +163,21 @@ class ButtonPress:
     """The message the button is under."""
     data: str
     thread_id: int | None = None
+    chat_type: str = "private"
+    first_name: str | None = None
+
+    def as_incoming(self) -> Incoming:
+        """The press as a message from the presser, for the gates that admit messages."""
+        return Incoming(
+            update_id=0,
+            user_id=self.user_id,
+            chat_id=self.chat_id,
+            text="",
+            date=datetime.now(UTC),
+            chat_type=self.chat_type,
+            first_name=self.first_name,
+            thread_id=self.thread_id,
+        )
 
 
 class Draft(Protocol):

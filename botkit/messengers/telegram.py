@@ -69,6 +69,7 @@ log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_LENGTH = 4096
 MAX_CAPTION_LENGTH = 1024
+MAX_PRESS_NOTICE = 200  # answerCallbackQuery text
 GENERAL_TOPIC = 1
 """A forum's General topic: messages for it are sent without a ``message_thread_id``."""
 DRAFT_REFRESH = 20.0
@@ -242,7 +243,8 @@ class TelegramMessenger:
     async def answer_press(self, press_id: str, text: str | None = None) -> None:
         """Stop the button's spinner, showing ``text`` briefly if given (best effort)."""
         try:
-            await self.api.answer_callback_query(press_id, text=text)
+            notice = text[:MAX_PRESS_NOTICE] if text else text
+            await self.api.answer_callback_query(press_id, text=notice)
         except AiogramError as e:  # too old to answer, say: the press itself was handled
             log.debug("telegram.press_not_answered", error=_describe_error(e))
 
@@ -617,6 +619,8 @@ def _press(query: CallbackQuery) -> ButtonPress | None:
         message_id=message.message_id,
         data=query.data,
         thread_id=thread if isinstance(thread, int) else None,
+        chat_type=message.chat.type,
+        first_name=query.from_user.first_name,
     )
 
 
