@@ -332,6 +332,11 @@ class TurnPipeline:
         if draft is not None:
             await draft.start()
         first = context.appended
+        if draft is None:  # no stop button to press: the loop runs in this task
+            text, outcome = await self._run_loop(
+                context, system, tools, tool_context, task_id=task_id
+            )
+            return _all_text(context, first, text), outcome
         turn = asyncio.create_task(
             self._run_loop(context, system, tools, tool_context, emit=emit, task_id=task_id)
         )
@@ -511,19 +516,24 @@ class TurnPipeline:
         """Keep "typing…" visible in the chat (and topic) while the block runs."""
 
         async def keep_typing() -> None:
-            await asyncio.sleep(self.bot.options.typing_delay)
             while True:
                 with suppress(Exception):
                     await messenger.send_typing(message.chat_id, thread_id=message.thread_id)
                 await asyncio.sleep(self.bot.options.typing_interval)
 
-        task = asyncio.create_task(keep_typing())
+        tasks: list[asyncio.Task[None]] = []
+        # A timer, not a task: most turns end before "typing…" is due, and cost no task then.
+        due = asyncio.get_running_loop().call_later(
+            self.bot.options.typing_delay, lambda: tasks.append(asyncio.create_task(keep_typing()))
+        )
         try:
             yield
         finally:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+            due.cancel()
+            for task in tasks:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
 
 
 def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
