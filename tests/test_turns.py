@@ -296,3 +296,37 @@ async def test_an_answered_but_unconfirmed_update_is_resent_without_a_new_llm_ca
         replies = await telegram.wait_for_messages(user)
     assert [r.text for r in replies] == ["4"]
     assert claude.requests == []
+
+
+async def test_typing_shows_only_in_turns_slower_than_the_typing_delay(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    fast, slow = USERS[0], USERS[1]
+
+    async def model(request: FakeRequest) -> FakeReply:
+        if "slow" in request.last_user_text():
+            await asyncio.sleep(0.9)
+        return FakeReply.text("done")
+
+    claude.responder = model
+    bot = make_bot(
+        claude,
+        tmp_path,
+        allowed_users=ALLOWED,
+        stream_replies=False,
+        typing_delay=0.3,
+        typing_interval=0.25,
+    )
+    async with running(bot, telegram):
+        telegram.send_text(fast, "quick one")
+        await telegram.wait_for_messages(fast)
+        telegram.send_text(slow, "slow one")
+        await telegram.wait_for_messages(slow)
+        await asyncio.sleep(0.4)  # none after the reply
+    typing = telegram.requests_for("sendChatAction")
+    assert str(fast) not in [str(r.params.get("chat_id")) for r in typing]
+    assert len(typing) >= 2  # at 0.3 s, 0.55 s, 0.8 s… of the slow turn
+    [answer] = [
+        r for r in telegram.requests_for("sendMessage") if str(r.params["chat_id"]) == str(slow)
+    ]
+    assert all(r.at < answer.at for r in typing), "typing stops with the reply"
