@@ -1083,6 +1083,26 @@ async def test_a_claim_whose_lease_ran_out_is_taken_again_and_the_old_one_cannot
     assert await store.pending_schedules() == []
 
 
+async def test_a_queue_job_takes_over_its_occurrence_only_while_unrecorded(
+    store: UserStore,
+) -> None:
+    made = await store.add_schedule(reminder(kind="task", repeat="daily"), max_pending=5)
+    assert made is not None
+    assert await store.take_schedule(made.id, 0, until=T0 + LEASE) is None, "not claimed yet"
+    (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
+    held = T0 + timedelta(days=7)
+    taken = await store.take_schedule(made.id, 0, until=held)
+    assert taken is not None and taken.claim not in (None, claimed.claim)
+    assert await store.claim_due_schedules(T0 + LEASE * 2, lease=LEASE) == [], "held by the job"
+    assert not await store.finish_schedule(claimed, next_due=None, fired_at=T0, delivered=True)
+    tomorrow = T0 + timedelta(days=1)
+    assert await store.finish_schedule(taken, next_due=tomorrow, fired_at=T0, delivered=True)
+    assert await store.take_schedule(made.id, 0, until=held) is None, "a stale copy of the job"
+    (again,) = await store.claim_due_schedules(tomorrow, lease=LEASE)
+    await store.cancel_schedule(made.id)
+    assert await store.take_schedule(made.id, again.fired, until=held) is None, "cancelled"
+
+
 async def test_a_repeat_is_pending_again_at_its_next_occurrence(store: UserStore) -> None:
     assert await store.add_schedule(reminder(repeat="daily"), max_pending=5) is not None
     (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)

@@ -17,6 +17,7 @@ message marked scheduled, and its answer is sent like any other.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -35,6 +36,7 @@ __all__ = [
     "LATE_AFTER",
     "FiringHost",
     "FiringLoop",
+    "HandOff",
     "claim_due",
     "fire",
     "fire_due_schedules",
@@ -152,12 +154,23 @@ def _zone(schedule: Schedule) -> ZoneInfo:
         return ZoneInfo("UTC")
 
 
-class FiringLoop:
-    """Fires due schedules in the background until stopped; see the module docstring."""
+HandOff = Callable[[Schedule], Awaitable[None]]
+"""Takes over a claimed task instead of running its turn here (a queue job does)."""
 
-    def __init__(self, host: FiringHost, messenger: Messenger) -> None:
+
+class FiringLoop:
+    """Fires due schedules in the background until stopped; see the module docstring.
+
+    With ``hand_off``, claimed tasks are passed to it instead of run here: the queue's workers
+    defer them as jobs on the user's lock, so they take turns with the user's own messages.
+    """
+
+    def __init__(
+        self, host: FiringHost, messenger: Messenger, *, hand_off: HandOff | None = None
+    ) -> None:
         self.host = host
         self.messenger = messenger
+        self.hand_off = hand_off
         self._wake = asyncio.Event()
         self._firing: set[asyncio.Task[bool]] = set()
 
@@ -195,6 +208,9 @@ class FiringLoop:
 
     async def _fire(self, schedule: Schedule) -> bool:
         try:
+            if schedule.kind == "task" and self.hand_off is not None:
+                await self.hand_off(schedule)
+                return True
             return await fire(self.host, self.messenger, schedule)
         except Exception:
             log.exception("reminders.fire_crashed", id=schedule.id, user_id=schedule.user_id)

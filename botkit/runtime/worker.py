@@ -20,9 +20,10 @@ import structlog
 from procrastinate.exceptions import ConnectorException
 
 from botkit.errors import StoreError
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import ButtonPress, Incoming
 from botkit.runtime.base import ServedBot
 from botkit.runtime.queue import Outage, TurnQueue, lock_for
+from botkit.runtime.scheduled import QueuedSchedules
 from botkit.runtime.scheduler import ALBUM_WAIT, gather
 from botkit.runtime.setup import check_llm
 from botkit.runtime.telegram import tell_admins
@@ -67,6 +68,8 @@ class Worker:
                 await self.bot.handle_safely(message, self.messenger)
             finally:
                 self.running -= 1
+        elif isinstance(message, ButtonPress):
+            await self.bot.handle_press(message, self.messenger)
 
     async def _whole_album(self, first: Incoming, job_id: int) -> Incoming:
         """An album's first part with the parts queued behind it, claimed for this job (their
@@ -97,17 +100,22 @@ class Worker:
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         """Take jobs until ``stop`` is set; a worker broken by a lost database starts again."""
         self.queue.register(self.run)
+        schedules = QueuedSchedules(self.bot, self.messenger, self.queue)
+        schedules.register()
         chores = [
             asyncio.create_task(self._retry_stalled(stop)),
             asyncio.create_task(self._hear_stops(stop)),
+            asyncio.create_task(schedules.loop.run(stop)),  # reminders due, tasks into jobs
         ]
         try:
             while not stop.is_set():
                 await self._one_run(stop, concurrency=concurrency, grace=grace)
+            await schedules.loop.drain(grace)
         finally:
             for chore in chores:
                 chore.cancel()
             await asyncio.gather(*chores, return_exceptions=True)
+            await schedules.loop.drain(0)
 
     async def _one_run(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         timings = self.queue.timings

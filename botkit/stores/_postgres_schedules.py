@@ -53,6 +53,10 @@ _FINISH = """
         claim = NULL, claimed_until = NULL
     WHERE id = $1 AND claim = $2 AND status = 'firing'
     RETURNING id"""
+_TAKE = f"""
+    UPDATE botkit_schedules SET claim = $3, claimed_until = $4
+    WHERE id = $1 AND fired = $2 AND status = 'firing'
+    RETURNING {_COLUMNS}"""
 _NEXT_DUE = """
     SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
     FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -117,6 +121,15 @@ class PostgresSchedules:
         async with self._connection("recording a delivery") as conn:
             row = await conn.fetchrow(_FINISH, *values)
         return row is not None
+
+    async def take_schedule(
+        self, schedule_id: int, fired: int, *, until: datetime
+    ) -> Schedule | None:
+        """Take over a firing schedule at occurrence ``fired`` until ``until``; else ``None``."""
+        values = (schedule_id, fired, secrets.token_hex(8), until)
+        async with self._connection("taking over a schedule") as conn:
+            row = await conn.fetchrow(_TAKE, *values)
+        return None if row is None else _schedule(row)
 
     async def next_schedule_due(self) -> datetime | None:
         """When the next claim could take something (of unblocked users), or ``None``."""

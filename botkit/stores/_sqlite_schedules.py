@@ -84,6 +84,10 @@ _FINISH = """
         claim = NULL, claimed_until = NULL
     WHERE id = ?1 AND claim = ?2 AND status = 'firing'
     RETURNING id"""
+_TAKE = f"""
+    UPDATE botkit_schedules SET claim = ?3, claimed_until = ?4
+    WHERE id = ?1 AND fired = ?2 AND status = 'firing'
+    RETURNING {_COLUMNS}"""
 _NEXT_DUE = """
     SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
     FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -185,6 +189,16 @@ class SqliteSchedules:
         async with self._transaction("recording a delivery") as db:
             rows = await db.execute_fetchall(_FINISH, values)
         return next(iter(rows), None) is not None
+
+    async def take_schedule(
+        self, schedule_id: int, fired: int, *, until: datetime
+    ) -> Schedule | None:
+        """Take over a firing schedule at occurrence ``fired`` until ``until``; else ``None``."""
+        values = (schedule_id, fired, secrets.token_hex(8), _to_db(until))
+        async with self._transaction("taking over a schedule") as db:
+            rows = await db.execute_fetchall(_TAKE, values)
+        row = next(iter(rows), None)
+        return None if row is None else _schedule(row)
 
     async def next_schedule_due(self) -> datetime | None:
         """When the next claim could take something (of unblocked users), or ``None``."""

@@ -117,6 +117,18 @@ class ScheduleStore(Protocol):
         """
         ...
 
+    async def take_schedule(
+        self, schedule_id: int, fired: int, *, until: datetime
+    ) -> Schedule | None:
+        """Take over a ``firing`` schedule whose ``fired`` count is still ``fired`` (that
+        occurrence not yet recorded), with a fresh claim held until ``until``; else ``None``.
+
+        A queue job deferred for one occurrence calls this as it starts: a claimer whose lease
+        ran out hands over to it, and a copy of the job for an occurrence already recorded (or
+        a schedule cancelled meanwhile) gets ``None``.
+        """
+        ...
+
     async def next_schedule_due(self) -> datetime | None:
         """When the next claim could take something (of unblocked users), or ``None``."""
         ...
