@@ -412,9 +412,12 @@ class TelegramMessenger:
         async with _errors_mapped("setWebhook"):
             await self.flood.send(0, call)
 
-    async def read_update(self, raw: dict[str, Any]) -> Incoming | Update | str | None:
-        """One raw update read: the message for a turn; the ``Update`` when it is something
-        else (a stop press); why it could not be read; ``None`` when it is not for this bot."""
+    async def read_update(
+        self, raw: dict[str, Any]
+    ) -> Incoming | ButtonPress | Update | str | None:
+        """One raw update read: the message for a turn; a button press; the ``Update`` when it
+        is something else (a stop press); why it could not be read; ``None`` when it is not
+        for this bot."""
         parsed = parse_update(raw, self.api)
         if parsed.update is None:
             return parsed.error or "unparseable"
@@ -423,6 +426,8 @@ class TelegramMessenger:
             log.info("telegram.update_degraded", update_id=update_id, dropped=parsed.dropped)
         if parsed.update.stopped_message_generation is not None:
             return parsed.update
+        if parsed.update.callback_query is not None:
+            return _press(parsed.update.callback_query)
         return await self._incoming(parsed.update)
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:

@@ -18,7 +18,7 @@ import structlog
 
 from botkit.config import Settings
 from botkit.errors import StoreError
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import ButtonPress, Incoming
 from botkit.runtime.queue import Outage, TurnQueue, lock_for
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ class Receiver:
         elif isinstance(read, Incoming):
             lock = lock_for(read, self.settings.group_context)
             await self.queue.defer(self.bot_id, update_id, raw, lock)
+        elif isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
+            await self.queue.defer(self.bot_id, update_id, raw, f"user:{read.user_id}")
         elif read is not None:
             await self._stop_pressed(read)
 

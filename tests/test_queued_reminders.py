@@ -1,0 +1,124 @@
+"""Reminders and scheduled tasks in the scale-out runtimes: a receiver and several workers on
+a real PostgreSQL, the real aiogram and anthropic clients against the fakes (#13)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from test_reminders import buttons_of, scripted
+from test_scaleout import db, fetchval, queued, queued_bot
+
+from botkit.runtime.scheduled import QueuedSchedules
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
+from botkit.testing.anthropic import FakeRequest
+
+__all__ = ["db"]  # the fixture: a migrated database
+
+pytestmark = pytest.mark.usefixtures("db")
+
+
+@pytest.fixture
+def claude_scripted(claude: FakeAnthropicServer) -> FakeAnthropicServer:
+    claude.responder = scripted
+    return claude
+
+
+async def test_a_reminder_fires_once_whatever_the_number_of_workers(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    users = list(range(301, 311))
+    receiver = queued_bot(claude_scripted, telegram, tmp_path, db)
+    workers = [queued_bot(claude_scripted, telegram, tmp_path / f"w{n}", db) for n in range(2)]
+    async with (
+        queued(receiver, work=False),
+        queued(workers[0], receive=False),
+        queued(workers[1], receive=False),
+    ):
+        for user in users:
+            telegram.send_text(user, f"REMIND 2s|reminder of {user}")
+        for user in users:
+            _, reminder = await telegram.wait_for_messages(user, 2, timeout=30)
+            assert reminder.plain_text == f"reminder of {user}"
+        await asyncio.sleep(1.5)  # a second delivery would come now
+    for user in users:
+        assert len(telegram.sent_messages(user)) == 2, "the confirmation and the reminder, once"
+    assert len(claude_scripted.requests) == 2 * len(users), "no model call at delivery"
+    done = "SELECT count(*) FROM botkit_schedules WHERE status = 'done' AND fired = 1"
+    assert await fetchval(db, done) == len(users)
+
+
+async def test_a_scheduled_task_is_a_turn_on_a_worker_in_order_with_the_users_messages(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    async def slow_when_asked(request: FakeRequest) -> FakeReply:
+        if request.last_user_text().endswith("SLOW") and not request.tool_results():
+            await asyncio.sleep(3)  # the task falls due meanwhile
+            return FakeReply.text("slow answer")
+        return scripted(request)
+
+    claude.responder = slow_when_asked
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    workers = [queued_bot(claude, telegram, tmp_path / f"w{n}", db) for n in range(2)]
+    async with (
+        queued(receiver, work=False),
+        queued(workers[0], receive=False),
+        queued(workers[1], receive=False),
+    ):
+        telegram.send_text(7, "TASK 1s|Summarise my open tasks")
+        await telegram.wait_for_messages(7, 1, timeout=20)
+        telegram.send_text(7, "SLOW")
+        replies = await telegram.wait_for_messages(7, 3, timeout=30)
+        await asyncio.sleep(1.0)
+    assert [r.plain_text for r in replies[1:]] == ["slow answer", "done: Summarise my open tasks"]
+    assert len(telegram.sent_messages(7)) == 3
+    task_turn = claude.requests[-1]
+    assert task_turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user")
+    history = [m for m in task_turn.body["messages"] if m["role"] == "assistant"]
+    assert any("slow answer" in str(m["content"]) for m in history), "it waited its turn"
+    assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"
+
+
+async def test_a_task_job_for_an_occurrence_already_recorded_does_nothing(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude_scripted, telegram, tmp_path, db)
+    async with queued(bot) as queue:
+        telegram.send_text(7, "TASK 1s|once only|every 1h")
+        await telegram.wait_for_messages(7, 2, timeout=20)
+        fired = "SELECT fired FROM botkit_schedules WHERE id = 1 AND status = 'pending'"
+        await until_fetched(db, fired, 1)
+        # A late copy of the first occurrence's job (its claim had been taken again).
+        schedules = QueuedSchedules(bot, bot.messenger, queue)  # type: ignore[arg-type]
+        await schedules.run(0, 1, 0)
+        await asyncio.sleep(0.5)
+    assert len(telegram.sent_messages(7)) == 2
+    assert await fetchval(db, fired) == 1
+
+
+async def until_fetched(db: str, query: str, value: object) -> None:
+    """Wait until ``query`` answers ``value`` (polled), or fail."""
+    async with asyncio.timeout(20):
+        while await fetchval(db, query) != value:  # noqa: ASYNC110 (polling the database)
+            await asyncio.sleep(0.1)
+
+
+async def test_a_cancel_button_pressed_under_scheduled_cancels_through_the_queue(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_bot(claude_scripted, telegram, tmp_path, db)
+    worker = queued_bot(claude_scripted, telegram, tmp_path / "w", db)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        telegram.send_text(7, "REMIND 1h|call mum")
+        await telegram.wait_for_messages(7, 1, timeout=20)
+        telegram.send_text(7, "/scheduled")
+        listing = (await telegram.wait_for_messages(7, 2, timeout=20))[1]
+        assert buttons_of(listing.params) == ["Cancel #1"]
+        telegram.press_button(7, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 1, timeout=20)
+        (edited,) = telegram.edited_messages(7)
+    answers = [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
+    assert answers == ["Cancelled #1."]
+    assert edited.message_id == listing.message_id
+    assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "cancelled"
