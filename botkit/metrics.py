@@ -29,6 +29,7 @@ __all__ = [
     "LLM_OUTCOMES",
     "MAX_LABEL_VALUES",
     "REFRESH_TIMEOUT",
+    "SCHEDULE_OUTCOMES",
     "TURN_OUTCOMES",
     "Metrics",
     "TurnOutcome",
@@ -47,6 +48,9 @@ TurnOutcome = Literal[
 ]
 """How a turn ended; ``cancelled``: cut off when the process stopped."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
+
+SCHEDULE_OUTCOMES = ("delivered", "late", "failed")
+"""How a fired reminder or scheduled task ended."""
 
 LLM_OUTCOMES = ("ok", "overloaded", "auth", "too_long", "error")
 """How one LLM call ended."""
@@ -138,6 +142,16 @@ class Metrics:
         self.flood_wait = Counter(
             "botkit_telegram_flood_wait_seconds", "Seconds waited on Telegram's 429s", registry=r
         )
+        self.schedules_fired = Counter(
+            "botkit_schedules_fired",
+            "Reminders and scheduled tasks fired, by kind and outcome (a task's turn is also "
+            "counted in botkit_turns_total)",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        for kind in ("reminder", "task"):
+            for fired in SCHEDULE_OUTCOMES:
+                self.schedules_fired.labels(kind, fired)
         self.turns_running = Gauge("botkit_turns_running", "Turns running now", registry=r)
         self.turns_waiting = Gauge(
             "botkit_turns_waiting", "Messages accepted, their turn not started", registry=r
@@ -163,6 +177,11 @@ class Metrics:
         """Count a finished turn and how long it took."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
+
+    def schedule_fired(self, kind: str, outcome: str) -> None:
+        """Count one fired reminder or task: ``delivered``, ``late`` (delivered more than
+        five minutes after its time) or ``failed``."""
+        self.schedules_fired.labels(kind, outcome).inc()
 
     def llm_call(self, model: str, outcome: str, seconds: float, usage: Usage | None) -> None:
         """Count one LLM call, its duration and, when it answered, its tokens and cost."""

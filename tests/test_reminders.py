@@ -93,6 +93,12 @@ async def recorded(bot: Bot, fired: int) -> Schedule:
             await asyncio.sleep(0.02)
 
 
+def fired(bot: Bot, kind: str, outcome: str) -> float | None:
+    """``botkit_schedules_fired_total`` for ``kind`` and ``outcome``."""
+    labels = {"kind": kind, "outcome": outcome}
+    return bot.metrics.registry.get_sample_value("botkit_schedules_fired_total", labels)
+
+
 async def no_more_messages(telegram: FakeTelegramServer, chat_id: int, count: int) -> None:
     """Give the bot a second to send anything more, then check it sent exactly ``count``."""
     await asyncio.sleep(1.0)
@@ -113,6 +119,8 @@ async def test_a_reminder_arrives_verbatim_once_in_the_chat_it_was_asked_in(
         await no_more_messages(telegram, ALICE, 2)
     assert len(claude.requests) == 2, "delivery called no model"
     assert telegram.sent_messages(BOB) == []
+    assert fired(bot, "reminder", "delivered") == 1
+    assert fired(bot, "reminder", "late") == fired(bot, "reminder", "failed") == 0
 
 
 async def test_a_reminder_asked_in_a_forum_topic_arrives_in_that_topic(
@@ -163,6 +171,9 @@ async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
     recorded = [e for e in session if e["role"] == "user" and e.get("update_id", 0) < 0]
     assert len(recorded) == 1, "the scheduled turn is in the session, under its own update id"
     assert session[-1]["content"] == [{"type": "text", "text": answer.plain_text}]
+    assert fired(bot, "task", "delivered") == 1
+    answered = bot.metrics.registry.get_sample_value("botkit_turns_total", {"outcome": "answered"})
+    assert answered == 2, "the message that set it, and the scheduled turn"
 
 
 async def test_a_repeat_fires_on_its_grid_not_by_drift(
@@ -199,6 +210,63 @@ async def test_a_reminder_due_long_ago_says_it_is_late(
     assert replies[1].plain_text == (
         "water the plants\n\n(Late: this reminder was due Tue 24 Nov 2026 09:30 CET.)"
     )
+    assert fired(bot, "reminder", "late") == 1
+
+
+async def test_a_blocked_users_reminders_do_not_fire_until_unblocked(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    clock = bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALICE, "REMIND 10m|stretch")
+        await telegram.wait_for_messages(ALICE, 1)
+        store = await bot.user_store()
+        await store.block_user(ALICE)
+        clock.advance(timedelta(minutes=11))
+        look_now(bot)
+        await no_more_messages(telegram, ALICE, 1)
+        assert await store.set_blocked(ALICE, False)
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 2)
+    assert replies[1].plain_text == "stretch"
+
+
+async def until_turns(bot: Bot, count: int) -> None:
+    """Wait until ``count`` turns were answered (charged and recorded)."""
+    registry = bot.metrics.registry
+    async with asyncio.timeout(10):
+        answered = {"outcome": "answered"}
+        while registry.get_sample_value("botkit_turns_total", answered) != count:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+async def test_scheduled_turns_count_against_the_users_budget(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    budget = 1_000_000
+    bot = reminder_bot(claude, tmp_path, daily_token_budget=budget)
+    clock = bot.reminders.clock = FixedClock(T0)
+    today = datetime.now(UTC).date()
+    async with running(bot, telegram):
+        store = await bot.user_store()
+        telegram.send_text(ALICE, "TASK 10m|first")
+        await telegram.wait_for_messages(ALICE, 1)
+        await until_turns(bot, 1)
+        before = await store.usage_on(ALICE, today)
+        clock.advance(timedelta(minutes=10))
+        look_now(bot)
+        await telegram.wait_for_messages(ALICE, 2)
+        await until_turns(bot, 2)
+        assert await store.usage_on(ALICE, today) > before, "the scheduled turn was charged"
+
+        await store.add_usage(ALICE, today, budget)  # today's allowance is gone
+        await bot.reminders.add(Place(ALICE, ALICE), "task", "second", "10m")
+        clock.advance(timedelta(minutes=10))
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 3)
+    assert replies[2].plain_text == bot.options.budget_text
+    assert not any("second" in r.last_user_text() for r in claude.requests), "no model call"
 
 
 async def test_unreadable_when_and_repeat_are_tool_errors_the_model_can_correct(

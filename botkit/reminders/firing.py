@@ -28,6 +28,7 @@ import structlog
 from botkit.config import Settings
 from botkit.errors import BotkitError, MessengerError
 from botkit.messengers.base import Incoming, Messenger
+from botkit.metrics import Metrics
 from botkit.reminders.service import Reminders
 from botkit.reminders.times import format_local, parse_repeat, zone_named
 from botkit.stores.schedules import Schedule
@@ -57,6 +58,7 @@ class FiringHost(Protocol):
 
     settings: Settings
     reminders: Reminders
+    metrics: Metrics
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """Run one message through the turn pipeline; failures become a polite reply."""
@@ -95,6 +97,9 @@ async def fire(host: FiringHost, messenger: Messenger, schedule: Schedule) -> bo
             "reminders.not_delivered", id=schedule.id, user_id=schedule.user_id, error=str(e)
         )
         delivered = False
+    host.metrics.schedule_fired(
+        schedule.kind, ("late" if late else "delivered") if delivered else "failed"
+    )
     next_due = _next_due(schedule, zone, now)
     recorded = await (await reminders.store()).finish_schedule(
         schedule, next_due=next_due, fired_at=reminders.clock(), delivered=delivered
