@@ -18,7 +18,7 @@ occurrence already recorded, or for a schedule cancelled meanwhile, does nothing
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -34,7 +34,7 @@ from botkit.stores.schedules import Schedule
 if TYPE_CHECKING:
     from botkit.messengers.base import Messenger
 
-__all__ = ["HELD_BY_JOB", "SCHEDULED_TASK", "QueuedSchedules"]
+__all__ = ["HELD_BY_JOB", "SCHEDULED_TASK", "QueuedSchedules", "RunningTurns"]
 
 log = structlog.get_logger(__name__)
 
@@ -44,13 +44,27 @@ HELD_BY_JOB = timedelta(days=7)
 """How long a running job holds its schedule: no firing loop takes it back meanwhile."""
 
 
+class RunningTurns(Protocol):
+    """Counts the turns running in this process (a worker, for ``botkit_turns_running``)."""
+
+    running: int
+
+
 class QueuedSchedules:
     """A worker's share of firing: the firing loop, and the job that runs a task's turn."""
 
-    def __init__(self, bot: ServedBot, messenger: Messenger, queue: TurnQueue) -> None:
+    def __init__(
+        self,
+        bot: ServedBot,
+        messenger: Messenger,
+        queue: TurnQueue,
+        *,
+        turns: RunningTurns | None = None,
+    ) -> None:
         self.bot = bot
         self.messenger = messenger
         self.queue = queue
+        self.turns = turns
         self.loop = FiringLoop(bot, messenger, hand_off=self.defer)
 
     def register(self) -> None:
@@ -91,4 +105,10 @@ class QueuedSchedules:
         if taken is None:
             log.info("reminders.task_job_stale", id=schedule_id, fired=fired, job_id=job_id)
             return
-        await fire(self.bot, self.messenger, taken)
+        if self.turns is not None:
+            self.turns.running += 1
+        try:
+            await fire(self.bot, self.messenger, taken)
+        finally:
+            if self.turns is not None:
+                self.turns.running -= 1

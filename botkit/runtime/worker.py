@@ -100,7 +100,7 @@ class Worker:
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         """Take jobs until ``stop`` is set; a worker broken by a lost database starts again."""
         self.queue.register(self.run)
-        schedules = QueuedSchedules(self.bot, self.messenger, self.queue)
+        schedules = QueuedSchedules(self.bot, self.messenger, self.queue, turns=self)
         schedules.register()
         chores = [
             asyncio.create_task(self._retry_stalled(stop)),
