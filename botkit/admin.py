@@ -228,8 +228,7 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
     """Run a ``users``, ``invites`` or ``usage`` command with ``settings``; its exit status."""
     from botkit.log import configure_logging
 
-    url = settings.database_url
-    configure_logging(settings.log_level, secrets=[url.get_secret_value()] if url else [])
+    configure_logging(settings.log_level, secrets=settings.secret_values())
     handler = _HANDLERS[(args.command, getattr(args, "action", None))]
     return asyncio.run(_with_store(settings, lambda store: handler(store, settings, args)))
 

@@ -260,9 +260,15 @@ class Bot:
         return self.turns.stop_turn(chat_id, draft_id)
 
     def run(self) -> None:
-        """Run this bot on Telegram with long polling until interrupted."""
+        """Run this bot on Telegram with long polling until interrupted (logging as
+        ``python -m botkit`` sets it up, secrets redacted, unless the script configured it)."""
+        import structlog
+
+        from botkit.log import configure_logging
         from botkit.runtime.telegram import run_bot
 
+        if not structlog.is_configured():
+            configure_logging(self.settings.log_level, secrets=self.settings.secret_values())
         run_bot(self)
 
     async def aclose(self) -> None:

@@ -139,16 +139,14 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
 
     bot = load_bot(target)
     settings = bot.settings
-    token = settings.require_telegram_token()
+    settings.require_telegram_token()
     if queued != "receive":
         _check_local_config(bot)
     if concurrency is not None and concurrency < 1:
         from botkit.errors import ConfigError
 
         raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
-    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
-    configure_logging(settings.log_level, secrets=[s for s in (token, key, secret) if s])
+    configure_logging(settings.log_level, secrets=settings.secret_values())
     if queued is None and settings.database_url is None:
         # aiogram takes seconds to import: only once we will run
         from botkit.runtime.telegram import run_bot
@@ -180,8 +178,7 @@ def _console(target: str | None, user_id: int, *, plain: bool) -> int:
 
     bot = load_bot(target)
     _check_local_config(bot)
-    key = bot.settings.anthropic_api_key
-    configure_logging("WARNING", secrets=[key.get_secret_value()] if key else [])
+    configure_logging("WARNING", secrets=bot.settings.secret_values())
     # The person at the terminal is the operator: admitted, and an admin.
     bot.settings.admins = bot.settings.admins | {user_id}
     view: ConsoleView = PlainView(sys.stdout) if plain else RichView()
@@ -243,8 +240,7 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     if uses < 1:
         raise ConfigError(f"--uses must be at least 1, got {uses}")
     settings = load_settings()
-    secrets = (settings.telegram_bot_token, settings.anthropic_api_key, settings.database_url)
-    configure_logging(settings.log_level, secrets=[s.get_secret_value() for s in secrets if s])
+    configure_logging(settings.log_level, secrets=settings.secret_values())
     bot = Bot(settings=settings)
 
     async def create() -> str:

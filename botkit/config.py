@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -195,6 +196,16 @@ class Settings(BaseSettings):
     def send_rate(self) -> float:
         """Messages per second the limiter allows: over Telegram's free 30 only when paid."""
         return self.global_rate if self.paid_broadcast else min(self.global_rate, FREE_RATE)
+
+    def secret_values(self) -> list[str]:
+        """Every secret these settings hold, for logs to redact: the bot token, the API key,
+        the webhook secret, the database URL and its password (an error may show either)."""
+        held = [self.telegram_bot_token, self.anthropic_api_key, self.webhook_secret]
+        values = [secret.get_secret_value() for secret in held if secret is not None]
+        if self.database_url is not None:
+            url = self.database_url.get_secret_value()
+            values += [url, urlsplit(url).password or ""]
+        return [value for value in values if value]
 
     def require_telegram_token(self) -> str:
         """The bot token, or a ConfigError saying how to set it."""

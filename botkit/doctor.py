@@ -52,7 +52,7 @@ def doctor(target: str | None, out: TextIO | None = None) -> int:
     except ConfigError as e:
         out.write(CheckResult("configuration", False, str(e)).line() + "\n")
         return 1
-    secrets = _secrets(settings)
+    secrets = settings.secret_values()
     configure_logging("CRITICAL", secrets=secrets)
     results = asyncio.run(run_checks(target, settings))
     for result in results:
@@ -265,16 +265,6 @@ def _relative(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _secrets(settings: Settings) -> list[str]:
-    """What must never be printed: the token, the key, the database URL and its password."""
-    values = [settings.telegram_bot_token, settings.anthropic_api_key, settings.database_url]
-    secrets = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
-    if settings.database_url is not None:
-        password = urlsplit(settings.database_url.get_secret_value()).password
-        secrets += [password] if password else []
-    return secrets
 
 
 def _redacted(text: str, secrets: list[str]) -> str:

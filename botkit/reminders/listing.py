@@ -50,8 +50,7 @@ def list_scheduled(settings: Settings, user_id: int | None, *, as_json: bool) ->
     from botkit.access import open_user_store
     from botkit.log import configure_logging
 
-    url = settings.database_url
-    configure_logging(settings.log_level, secrets=[url.get_secret_value()] if url else [])
+    configure_logging(settings.log_level, secrets=settings.secret_values())
 
     async def pending() -> list[Schedule]:
         store = await open_user_store(settings)
