@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from botkit import Bot
+from botkit.reminders.firing import claim_due
 from botkit.reminders.service import Place
 from botkit.stores import Schedule
 from botkit.testing import make_bot, running
@@ -267,6 +268,32 @@ async def test_scheduled_turns_count_against_the_users_budget(
         replies = await telegram.wait_for_messages(ALICE, 3)
     assert replies[2].plain_text == bot.options.budget_text
     assert not any("second" in r.last_user_text() for r in claude.requests), "no model call"
+
+
+async def test_a_crash_between_delivery_and_record_redelivers_only_the_one_in_flight(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, schedule_lease=60)
+    clock = bot.reminders.clock = FixedClock(T0)
+    for text in ["delivered and recorded", "in flight at the crash", "not yet taken"]:
+        await bot.reminders.add(Place(ALICE, ALICE), "reminder", text, "1m")
+    clock.advance(timedelta(minutes=1))
+    # The process before the crash: it claimed two, recorded the first, died sending the second.
+    recorded_one, in_flight = await claim_due(bot, limit=2)
+    store = await bot.user_store()
+    assert await store.finish_schedule(
+        recorded_one, next_due=None, fired_at=clock(), delivered=True
+    )
+    async with running(bot, telegram):
+        (untaken,) = await telegram.wait_for_messages(ALICE, 1)
+        await no_more_messages(telegram, ALICE, 1)  # the one in flight is still leased
+        clock.advance(timedelta(seconds=61))
+        look_now(bot)
+        _, again = await telegram.wait_for_messages(ALICE, 2)
+        await no_more_messages(telegram, ALICE, 2)
+        assert await store.pending_schedules() == []
+    assert (untaken.plain_text, again.plain_text) == ("not yet taken", in_flight.text)
+    assert in_flight.text == "in flight at the crash"
 
 
 async def test_unreadable_when_and_repeat_are_tool_errors_the_model_can_correct(
