@@ -17,6 +17,7 @@ with ``message.answer`` (``create``, the one the target is set against), and the
 driver run in this process, each bot in its own.
 
     python bench/concurrency.py [--users 500] [--latency 1.0] [--rounds 3] [--chunk-delay 0.01]
+        [--profile] [--sample]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from _common import (
     BotUnderTest,
     Round,
     add_profile_arguments,
+    add_sample_argument,
     contenders,
     describe,
     load_line,
@@ -44,6 +46,8 @@ from _common import (
     paragraph_responder,
     profile_path,
     profile_summary,
+    sample_breakdown,
+    sample_path,
     user_ids,
 )
 
@@ -67,6 +71,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="give up a round after (s)")
     add_profile_arguments(parser)
+    add_sample_argument(parser)
     return parser.parse_args()
 
 
@@ -96,6 +101,10 @@ async def main(args: argparse.Namespace) -> int:
         profile_file = profile_path(args, work)
         if profile_file is not None:
             specs["botkit-prof"] = replace(botkit_spec, profile=str(profile_file))
+        samples = sample_path(args, work)
+        if samples is not None:  # botkit and the create bot, each once more, sampled by py-spy
+            specs["botkit-sampled"] = botkit_spec
+            specs["create-sampled"] = specs["create"]
         bots = [
             BotUnderTest(
                 name,
@@ -106,6 +115,9 @@ async def main(args: argparse.Namespace) -> int:
             )
             for name, spec in specs.items()
         ]
+        for bot in bots:
+            if samples is not None and bot.name.endswith("-sampled"):
+                bot.sample_to = samples.with_name(f"{samples.name}-{bot.name}")
 
         print(f"bench/concurrency.py: {users} users send one message each at the same moment;")
         print(f"  the fake Messages API answers every call after {args.latency:.1f} s")
@@ -124,10 +136,12 @@ async def main(args: argparse.Namespace) -> int:
             for number in range(rounds):
                 for bot in bots:
                     bot.profile(True)
+                    await bot.sample(True)
                     result = await bot.run_round(
                         greetings(FIRST_USER + number * users, users), timeout=args.timeout
                     )
                     bot.profile(False)
+                    await bot.sample(False)
                     results[bot.name].append(result)
                     print(
                         f"  round {number + 1} {bot.name:<16} {result.replies}/{result.expected} "
@@ -153,6 +167,17 @@ async def main(args: argparse.Namespace) -> int:
         if profile_file is not None:
             print(f"botkit under cProfile: {wall['botkit-prof']:.2f} s (slowed by profiling)")
             print(profile_summary(profile_file))
+        if samples is not None:
+            print(
+                "where the CPU goes: botkit and the create bot, each run once more and sampled "
+                "by py-spy (shares of samples scaled to that process's own median CPU per turn):"
+            )
+            columns = {
+                name.removesuffix("-sampled"): (bot.sample_files, cpu[name])
+                for bot in bots
+                if (name := bot.name).endswith("-sampled")
+            }
+            print(sample_breakdown(columns))
     verdict = "PASS" if ratio <= args.target else "MISS"
     print(load_line())
     print(

@@ -235,7 +235,9 @@ class TurnPipeline:
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
         context = await self.context_for(message)
         note = await self.bot.turn_note(message)
-        async with context.lock, self._typing(messenger, message):
+        draft = messenger.draft(message) if self.bot.settings.stream_replies else None
+        # A draft shows "Thinking…" at once; "typing…" is for chats without one.
+        async with context.lock, self._typing(messenger, message, wanted=draft is None):
             if not context.has_turn(message.update_id):
                 await context.flush_pending()  # notes relayed since the last turn, in order
                 await context.append(self._user_turn(message, note), **_turn_meta(message))
@@ -245,7 +247,7 @@ class TurnPipeline:
                 return "answered"
             tool_context = self._tool_context(message, extra, messenger)
             reply, outcome = await self._answer(
-                message, messenger, context, system, tools, tool_context
+                message, messenger, context, system, tools, tool_context, draft
             )
             await self._reply(messenger, message, reply)
             return outcome
@@ -324,9 +326,9 @@ class TurnPipeline:
         system: str,
         tools: ToolRegistry,
         tool_context: ToolContext,
+        draft: Draft | None,
     ) -> tuple[str, TurnOutcome]:
-        """Run the loop as its own task, streaming into a draft, so the user can stop it."""
-        draft = messenger.draft(message) if self.bot.settings.stream_replies else None
+        """Run the loop as its own task, streaming into ``draft``, so the user can stop it."""
         emit = _draft_sink(draft) if draft is not None else None
         task_id = f"{message.user_id}:{message.update_id}"
         if draft is not None:
@@ -512,8 +514,13 @@ class TurnPipeline:
         return await command.handler(message, message.command_args)
 
     @asynccontextmanager
-    async def _typing(self, messenger: Messenger, message: Incoming) -> AsyncIterator[None]:
-        """Keep "typing…" visible in the chat (and topic) while the block runs."""
+    async def _typing(
+        self, messenger: Messenger, message: Incoming, *, wanted: bool = True
+    ) -> AsyncIterator[None]:
+        """Keep "typing…" visible in the chat (and topic) while the block runs (if ``wanted``)."""
+        if not wanted:
+            yield
+            return
 
         async def keep_typing() -> None:
             while True:

@@ -330,3 +330,20 @@ async def test_typing_shows_only_in_turns_slower_than_the_typing_delay(
         r for r in telegram.requests_for("sendMessage") if str(r.params["chat_id"]) == str(slow)
     ]
     assert all(r.at < answer.at for r in typing), "typing stops with the reply"
+
+
+async def test_a_streamed_reply_shows_its_draft_instead_of_typing(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async def slow_model(request: FakeRequest) -> FakeReply:
+        await asyncio.sleep(0.8)
+        return FakeReply.text("done slowly")
+
+    claude.responder = slow_model
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True, typing_delay=0.2)
+    async with running(bot, telegram):
+        telegram.send_text(USERS[0], "slow one")
+        [reply] = await telegram.wait_for_messages(USERS[0])
+    assert "done slowly" in reply.plain_text
+    assert telegram.requests_for("sendMessageDraft"), "the draft showed the turn going on"
+    assert not telegram.requests_for("sendChatAction")
