@@ -4,12 +4,14 @@ a real PostgreSQL, the real aiogram and anthropic clients against the fakes (#13
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import pytest
 from test_reminders import buttons_of, scripted
-from test_scaleout import db, fetchval, queued, queued_bot
+from test_scaleout import db, fetchval, killed_at_end, queued, queued_bot, until, worker_process
 
+from botkit.reminders.service import Place
 from botkit.runtime.scheduled import QueuedSchedules
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
 from botkit.testing.anthropic import FakeRequest
@@ -122,3 +124,32 @@ async def test_a_cancel_button_pressed_under_scheduled_cancels_through_the_queue
     assert answers == ["Cancelled #1."]
     assert edited.message_id == listing.message_id
     assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "cancelled"
+
+
+async def test_a_task_whose_worker_is_killed_mid_turn_is_answered_once_by_another(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+
+    async def stuck_until_released(request: FakeRequest) -> FakeReply:
+        if "[Scheduled task" in request.last_user_text() and not release.is_set():
+            await release.wait()  # the doomed worker's turn hangs until it is dead
+        return scripted(request)
+
+    claude.responder = stuck_until_released
+    setter = queued_bot(claude, telegram, tmp_path, db)
+    await setter.reminders.add(Place(7, 7), "task", "sum up the day", "2s")
+    await setter.aclose()
+    doomed = worker_process(telegram, claude, tmp_path, db)
+    async with killed_at_end(doomed):
+        await until(lambda: len(claude.requests) == 1, timeout=60)
+        doomed.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(doomed.wait, 10)
+        release.set()
+        survivor = queued_bot(claude, telegram, tmp_path / "survivor", db)
+        async with queued(survivor, receive=False):
+            (answer,) = await telegram.wait_for_messages(7, 1, timeout=30)
+            await asyncio.sleep(1.0)
+    assert answer.plain_text == "done: sum up the day"
+    assert len(telegram.sent_messages(7)) == 1
+    assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"
