@@ -25,7 +25,9 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from botkit import Bot, Settings, tool
+from botkit.access import USER_CACHE_SECONDS
 from botkit.messengers.flood import FloodControl
+from botkit.metrics import TURN_OUTCOMES
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.queue import TurnQueue
 from botkit.runtime.telegram import messenger_for
@@ -562,6 +564,10 @@ async def test_an_outage_of_postgres_loses_no_update(
         async with queued(bot):
             telegram.send_text(11, "before")
             await telegram.wait_for_messages(11, 1, timeout=20)
+            # Its job done in the database too: a turn whose end the database never heard of
+            # runs again after the outage (its recorded answer is sent twice; nothing is lost).
+            while await fetchval(db, "SELECT count(*) FROM procrastinate_jobs"):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
             await cut_off(db, postgres_dsn, allow=False)
             for user in (11, 12, 13):
                 telegram.send_text(user, f"during {user}")
@@ -577,6 +583,10 @@ async def test_an_outage_of_postgres_loses_no_update(
     lost = [e for e in logs if e["event"] == "queue.database_lost" and e["what"] == "receiver"]
     assert len(lost) == 1, "one line per outage"
     assert lost[0]["error"] == "cannot queue update 2: couldn't get a connection after 5.00 sec"
+    worker_lost = [e for e in logs if e["event"] == "queue.database_lost" and e["what"] == "worker"]
+    assert len(worker_lost) == 1, "the worker too: one line per outage"
+    back = [e["what"] for e in logs if e["event"] == "queue.database_back"]
+    assert sorted(back) == ["receiver", "worker"]
 
 
 async def test_receivers_and_workers_serve_metrics_and_readiness(
@@ -643,3 +653,122 @@ async def test_the_stop_button_reaches_the_worker_running_the_turn(
         replies = await telegram.wait_for_messages(31, 2, timeout=20)
     assert stopped.text in ("Working on it.", worker.options.stopped_text)
     assert replies[1].text == "fresh answer"
+
+
+# --- staleness: what one process changes counts on every worker within seconds --------------
+
+
+def turns_run(bot: Bot) -> float:
+    """Turns ``bot`` (one worker) has run, whatever their outcome, from its own metrics."""
+    registry = bot.metrics.registry
+    return sum(
+        registry.get_sample_value("botkit_turns_total", {"outcome": outcome}) or 0.0
+        for outcome in TURN_OUTCOMES
+    )
+
+
+async def on_every_worker(
+    telegram: FakeTelegramServer, workers: list[Bot], user: int, text: str
+) -> list[str]:
+    """``user`` writes one message at a time until each worker has run one of them (so each
+    has read the user's record); the replies, in order."""
+    before = [turns_run(worker) for worker in workers]
+    replies: list[str] = []
+    for n in range(40):
+        if all(turns_run(w) > b for w, b in zip(workers, before, strict=True)):
+            return replies
+        count = len(telegram.sent_messages(user))
+        telegram.send_text(user, f"{text} {n}")
+        replies += [m.text for m in (await telegram.wait_for_messages(user, count + 1))[count:]]
+    raise AssertionError("40 messages in a row ran on the same worker")
+
+
+async def test_a_redeemed_invite_and_a_block_count_on_every_worker_within_seconds(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db, access="invite")
+    workers = [
+        queued_bot(claude, telegram, tmp_path / f"w{n}", db, access="invite") for n in (1, 2)
+    ]
+    refused = receiver.options.rejection_text
+    async with (
+        queued(receiver, work=False),
+        queued(workers[0], receive=False),
+        queued(workers[1], receive=False),
+    ):
+        store = await receiver.user_store()  # as the admin CLI, or another worker, would
+        assert set(await on_every_worker(telegram, workers, 41, "hello?")) == {refused}
+        invite = await store.create_invite("user")
+        telegram.send_text(41, f"/start {invite.code}")
+        await until(lambda: telegram.sent_messages(41)[-1].text == receiver.options.welcome_text)
+        await asyncio.sleep(USER_CACHE_SECONDS)  # every worker read the stranger before this
+        admitted = await on_every_worker(telegram, workers, 41, "now?")
+        await store.set_blocked(41, True)
+        await asyncio.sleep(USER_CACHE_SECONDS)  # every worker read the member before this
+        blocked = await on_every_worker(telegram, workers, 41, "still?")
+    assert admitted == [f"echo: now? {n}" for n in range(len(admitted))]
+    assert set(blocked) == {refused}
+
+
+async def test_a_used_up_budget_counts_on_every_worker_at_once(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    workers = [
+        queued_bot(claude, telegram, tmp_path / f"w{n}", db, daily_token_budget=10) for n in (1, 2)
+    ]
+    async with (
+        queued(receiver, work=False),
+        queued(workers[0], receive=False),
+        queued(workers[1], receive=False),
+    ):
+        telegram.send_text(42, "the whole allowance")
+        [answer] = await telegram.wait_for_messages(42, 1, timeout=20)
+        after = await on_every_worker(telegram, workers, 42, "more?")
+    assert answer.text == "echo: the whole allowance"
+    assert set(after) == {receiver.options.budget_text}
+    assert len(claude.requests) == 1
+
+
+# --- a worker stopped with SIGTERM, a receiver polling after a webhook ----------------------
+
+
+async def test_sigterm_lets_a_workers_running_turn_finish(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: FakeRequest) -> FakeReply:
+        await release.wait()
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+    claude.responder = slow
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    worker = worker_process(telegram, claude, tmp_path, db)
+    async with queued(receiver, work=False), killed_at_end(worker):
+        telegram.send_text(401, "take your time")
+        await until(lambda: len(claude.requests) == 1, timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.sleep(1.0)
+        still_running = worker.poll() is None
+        release.set()
+        [reply] = await telegram.wait_for_messages(401, 1, timeout=20)
+        await until(lambda: worker.poll() is not None, timeout=30)
+    assert still_running, "the worker waited for its running turn"
+    assert worker.returncode == 0
+    assert reply.text == "echo: take your time"
+    assert len(claude.requests) == 1
+    assert await fetchval(db, "SELECT count(*) FROM procrastinate_jobs") == 0
+
+
+async def test_a_polling_receiver_takes_over_from_a_webhook(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    telegram.webhook = {"url": "https://old.example.com/hook"}  # left by a webhook deployment
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    async with queued(bot):
+        telegram.send_text(402, "polling again")
+        [reply] = await telegram.wait_for_messages(402, 1, timeout=20)
+    assert reply.text == "echo: polling again"
+    assert telegram.webhook is None
+    assert telegram.requests_for("deleteWebhook")
