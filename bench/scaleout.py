@@ -3,13 +3,24 @@
 600 messages from 200 users (3 each, sent at once), fake LLM latency 1 s. Each contender runs as
 real ``python -m botkit`` processes (``receive``, ``work --concurrency 32``; ``run`` without a
 database for the single process) against the fakes in this process, on a fresh database each.
+Before each round is timed, one message from each of as many new users as there are turn slots
+is answered (a warm-up: every process has run turns, as a long-running one has).
 
-- ``workers=N``: wall time from the first injected update to the 600th reply.
+- ``workers=N``: wall time from the first injected update until every message was answered.
 - ``single``: ``python -m botkit run`` (no database: JSONL + SQLite, one process) with
-  BOTKIT_MAX_CONCURRENT_TURNS = 32 and = 96 (the total of one and of three workers).
-- ``kill``: 3 workers; once a sixth of the replies arrived, the busiest worker (most turns in
-  flight) is SIGKILLed; the time from the kill to the last reply, and that every message got
-  exactly one reply.
+  BOTKIT_MAX_CONCURRENT_TURNS = 32 and = 96 (the total of one and of three workers). ``run``
+  answers the messages a user sent during their running turn together, in one turn (one LLM
+  call, one reply echoing each): it may make fewer calls than there are messages.
+- ``kill``: 3 workers (started one at a time, so procrastinate's worker ids map to them);
+  once a sixth of the messages were answered, the worker with the most jobs running is
+  SIGKILLed; the time from the kill to the last reply, and that every message was answered,
+  in order (replies sent twice are counted: a turn whose answer was recorded before the kill
+  is re-sent).
+
+Each round prints the CPU seconds used while it was timed: botkit's processes, PostgreSQL's
+(the throwaway cluster's processes), this process (the fakes and the driver), and what the
+rest of the machine used meanwhile (from /proc/stat): on a shared machine that decides how much
+of the CPU the round could have.
 
 Settings are ``python -m botkit`` defaults except: BOTKIT_ACCESS=open (any user);
 BOTKIT_GLOBAL_RATE=1000 with BOTKIT_PAID_BROADCAST=true (Telegram's paid broadcast rate: the
@@ -17,7 +28,8 @@ free 30 messages/s would measure Telegram's limit, 20 s for 600 replies, not bot
 BOTKIT_LOG_LEVEL=WARNING. PostgreSQL is a throwaway cluster (fsync off) started here, or
 ``--dsn`` (a URL whose user may create databases).
 
-    python bench/scaleout.py            # about 3 minutes
+    python bench/scaleout.py            # about 5 minutes
+    python bench/scaleout.py --workers 3 --parts '' --timeline   # one round, per second
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ import argparse
 import asyncio
 import os
 import pwd
+import re
+import resource
 import secrets
 import shutil
 import signal
@@ -35,6 +49,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -103,6 +118,9 @@ async def fresh_database(admin_dsn: str) -> str:
 
 # ---------------------------------------------------------------------------- processes
 
+TICKS = os.sysconf("SC_CLK_TCK")
+CPUS = os.cpu_count() or 1
+
 
 def environment(telegram: FakeTelegramServer, claude: FakeAnthropicServer, work: Path) -> dict:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
@@ -117,20 +135,26 @@ def environment(telegram: FakeTelegramServer, claude: FakeAnthropicServer, work:
         "BOTKIT_ACCESS": "open",
         "BOTKIT_GLOBAL_RATE": "1000",
         "BOTKIT_PAID_BROADCAST": "true",
-        "BOTKIT_LOG_LEVEL": "WARNING",
+        "BOTKIT_LOG_LEVEL": LOG_LEVEL,
         "BOTKIT_SESSIONS_DIR": str(work / "sessions"),
     }
 
 
+LOG_LEVEL = "WARNING"
+TIMELINE = False
+PROFILE = False
+
+
 def start(args: list[str], env: dict, work: Path, name: str) -> subprocess.Popen[bytes]:
     log = (work / f"{name}.log").open("wb")
+    profile = ["-m", "cProfile", "-o", str(work / f"{name}.prof")] if PROFILE else []
     return subprocess.Popen(
-        [sys.executable, "-m", "botkit", *args], cwd=work, env=env, stdout=log, stderr=log
+        [sys.executable, *profile, "-m", "botkit", *args], cwd=work, env=env, stdout=log, stderr=log
     )
 
 
 @asynccontextmanager
-async def processes(*procs: subprocess.Popen[bytes]) -> AsyncIterator[None]:
+async def processes(procs: list[subprocess.Popen[bytes]]) -> AsyncIterator[None]:
     try:
         yield
     finally:
@@ -145,10 +169,106 @@ async def processes(*procs: subprocess.Popen[bytes]) -> AsyncIterator[None]:
                 proc.wait()
 
 
+def cpu_of(pid: int) -> float:
+    """CPU seconds process ``pid`` used so far, with its children it waited for."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / TICKS  # utime stime cutime cstime
+
+
+def postgres_cpu(cluster: Cluster | None) -> float | None:
+    """CPU seconds of the throwaway cluster's processes (None with ``--dsn``)."""
+    if cluster is None:
+        return None
+    postmaster = int((cluster.root / "data" / "postmaster.pid").read_text().split()[0])
+    total = cpu_of(postmaster)  # its own, and the backends that ended
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+    return total
+
+
+def machine_busy() -> float:
+    """CPU seconds all cores of the machine spent busy so far (from /proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / TICKS  # all but idle and iowait
+
+
+class CpuMeter:
+    """CPU seconds used between ``start`` and ``stop`` by botkit's processes, PostgreSQL, and
+    this process (the fakes and the driver)."""
+
+    def __init__(self, cluster: Cluster | None) -> None:
+        self.cluster = cluster
+        self.last: dict[int, float] = {}  # a killed process keeps what it had used
+
+    def read(self, procs: list[subprocess.Popen[bytes]]) -> dict[str, float | None]:
+        for proc in procs:
+            if proc.poll() is None:
+                self.last[proc.pid] = cpu_of(proc.pid)
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "botkit": sum(self.last.get(proc.pid, 0.0) for proc in procs),
+            "postgres": postgres_cpu(self.cluster),
+            "fakes": own.ru_utime + own.ru_stime,
+            "machine": machine_busy(),
+        }
+
+    def start(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        self.before = self.read(procs)
+
+    def stop(self, procs: list[subprocess.Popen[bytes]]) -> dict[str, float | None]:
+        after = self.read(procs)
+        used: dict[str, float | None] = {}
+        for key, value in after.items():
+            earlier = self.before[key]
+            used[key] = None if value is None or earlier is None else value - earlier
+        ours = sum(v or 0.0 for k, v in used.items() if k != "machine")
+        used["others"] = (used["machine"] or 0.0) - ours
+        return used
+
+
 async def workers_alive(dsn: str) -> int:
     conn = await asyncpg.connect(dsn)
     try:
         return int(await conn.fetchval("SELECT count(*) FROM procrastinate_workers"))
+    finally:
+        await conn.close()
+
+
+async def turns_in_flight(dsn: str) -> dict[int, int]:
+    """Jobs running now, by procrastinate worker id."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT worker_id, count(*) AS n FROM procrastinate_jobs "
+            "WHERE status = 'doing' GROUP BY worker_id"
+        )
+        return {int(r["worker_id"]): int(r["n"]) for r in rows if r["worker_id"] is not None}
+    finally:
+        await conn.close()
+
+
+async def watch_jobs(dsn: str) -> list[int]:
+    """Jobs running, sampled every 0.25 s until cancelled (for --timeline)."""
+    conn = await asyncpg.connect(dsn)
+    seen: list[int] = []
+    try:
+        while True:
+            seen.append(
+                await conn.fetchval(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+                )
+            )
+            await asyncio.sleep(0.25)
+    except asyncio.CancelledError:
+        return seen  # the round is over
     finally:
         await conn.close()
 
@@ -166,29 +286,67 @@ async def wait_until(predicate, seconds: float, what: str) -> None:  # type: ign
 
 async def inject_and_time(
     telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
     users: range,
     per_user: int,
     *,
     kill=None,  # type: ignore[no-untyped-def]
 ) -> tuple[float, float | None]:
-    """Send ``per_user`` messages from each user at once; the wall time until every reply
-    arrived, and (with ``kill``) the seconds from the kill to the last reply."""
+    """Send ``per_user`` messages from each user at once; the wall time until every message
+    was answered, and (with ``kill``) the seconds from the kill to the last reply."""
     total = len(users) * per_user
     started = time.monotonic()
     for n in range(per_user):
         for user in users:
             telegram.send_text(user, f"m{n} from {user}")
     killed_at: float | None = None
-    while len(telegram.sent_messages()) < total:
-        if kill is not None and killed_at is None and len(telegram.sent_messages()) >= total // 6:
-            kill()
+    while (got := answered(telegram)) < total:
+        if kill is not None and killed_at is None and got >= total // 6:
+            await kill()
             killed_at = time.monotonic()
         if time.monotonic() - started > 120:
-            got = len(telegram.sent_messages())
-            raise SystemExit(f"bench: only {got}/{total} replies after 120 s")
-        await asyncio.sleep(0.01)
+            raise SystemExit(f"bench: only {got}/{total} messages answered after 120 s")
+        await asyncio.sleep(0.02)
     last = max(r.at for r in telegram.requests_for("sendMessage"))
+    if TIMELINE:
+        print("    seconds since the first message: LLM calls started / replies sent")
+        calls = [int(r.at - started) for r in claude.requests if r.at >= started]
+        sent = [
+            int(r.at - started) for r in telegram.requests_for("sendMessage") if r.at >= started
+        ]
+        for second in range(int(last - started) + 1):
+            print(f"    {second:3d}: {calls.count(second):4d} {sent.count(second):4d}")
     return last - started, (last - killed_at if killed_at is not None else None)
+
+
+def answered_in(texts: list[str]) -> list[str]:
+    """The messages a user's replies answer, in order: the fake LLM echoes what it read, and
+    ``run`` answers messages sent during a turn together (one reply echoing each line)."""
+    lines: list[str] = []
+    for text in texts:
+        lines += [line for line in text.removeprefix("echo: ").splitlines() if line]
+    return lines
+
+
+def answered(telegram: FakeTelegramServer) -> int:
+    """How many of the round's messages have been answered so far (over all users)."""
+    texts = [m.plain_text or m.text for m in telegram.sent_messages()]
+    return sum(1 for line in answered_in(texts) if ROUND_MESSAGE.fullmatch(line))
+
+
+ROUND_MESSAGE = re.compile(r"m\d+ from \d+")
+WARM_USERS = 500_000
+"""Warm-up messages come from users numbered from here."""
+
+
+async def warm_up(telegram: FakeTelegramServer, slots: int) -> None:
+    """One message from each of ``slots`` new users, all answered: every process has run
+    turns (imports, first requests and models built lazily) before the round is timed."""
+    users = range(WARM_USERS, WARM_USERS + slots)
+    for user in users:
+        telegram.send_text(user, "warm-up")
+    for user in users:
+        await telegram.wait_for_messages(user, 1, timeout=90)
 
 
 def check_replies(telegram: FakeTelegramServer, users: range, per_user: int) -> int:
@@ -199,53 +357,119 @@ def check_replies(telegram: FakeTelegramServer, users: range, per_user: int) -> 
         texts = [m.plain_text or m.text for m in telegram.sent_messages(user)]
         once = [t for i, t in enumerate(texts) if i == 0 or t != texts[i - 1]]
         again += len(texts) - len(once)
-        wanted = [f"echo: m{n} from {user}" for n in range(per_user)]
-        if once != wanted:
+        wanted = [f"m{n} from {user}" for n in range(per_user)]
+        if answered_in(once) != wanted:
             raise SystemExit(f"bench: user {user} got {texts}, wanted {wanted}")
     return again
 
 
-async def scaled(admin: str, workers: int, args: argparse.Namespace, *, kill: bool = False):  # type: ignore[no-untyped-def]
+@dataclass
+class Round:
+    """What one round measured."""
+
+    wall: float
+    llm_calls: int
+    replies: int
+    cpu: dict[str, float | None]
+    after_kill: float | None = None
+    resent: int = 0
+    killed: str = ""
+
+    def describe(self, total: int) -> str:
+        cpu = self.cpu
+        pg = "n/a" if cpu["postgres"] is None else f"{cpu['postgres']:.1f}"
+        per_turn = 1000 * (cpu["botkit"] or 0.0) / self.llm_calls
+        return (
+            f"{self.wall:6.2f} s ({total / self.wall:5.1f} msg/s; {self.llm_calls} LLM calls, "
+            f"{self.replies} replies); CPU s: botkit {cpu['botkit']:.1f} "
+            f"({per_turn:.1f} ms/turn), PostgreSQL {pg}, fakes+driver {cpu['fakes']:.1f}, "
+            f"other work on the machine {cpu['others']:.1f} (of {CPUS * self.wall:.0f} available)"
+        )
+
+
+async def scaled(
+    admin: str, cluster: Cluster | None, workers: int, args: argparse.Namespace, *, kill: bool
+) -> Round:
+    """One receiver and ``workers`` workers on a fresh database; with ``kill``, the busiest
+    worker is SIGKILLed once a sixth of the messages were answered."""
     dsn = await fresh_database(admin)
     work = Path(tempfile.mkdtemp(prefix="botkit-bench-"))
     users = range(1_000, 1_000 + args.users)
+    meter = CpuMeter(cluster)
     async with (
         FakeTelegramServer() as telegram,
         FakeAnthropicServer(latency=args.latency) as claude,
     ):
         env = {**environment(telegram, claude, work), "BOTKIT_DATABASE_URL": dsn}
-        receiver = start(["receive"], env, work, "receiver")
-        pool = [
-            start(["work", "--concurrency", str(args.concurrency)], env, work, f"worker{n}")
-            for n in range(workers)
-        ]
-        async with processes(receiver, *pool):
+        procs = [start(["receive"], env, work, "receiver")]
+        pool: list[subprocess.Popen[bytes]] = []
+        async with processes(procs):
+            for n in range(workers):  # one at a time: the n-th worker id is pool[n]'s
+                pool.append(
+                    start(["work", "--concurrency", str(args.concurrency)], env, work, f"worker{n}")
+                )
+                procs.append(pool[-1])
 
-            async def ready() -> bool:
-                polled = bool(telegram.requests_for("getUpdates"))
-                return polled and await workers_alive(dsn) == workers
+                async def registered(n: int = n) -> bool:
+                    return await workers_alive(dsn) == n + 1
 
-            await wait_until(ready, 90, "receiver and workers up")
+                await wait_until(registered, 90, f"worker {n} up")
 
-            def kill_busiest() -> None:
-                busiest = pool[0]  # all take jobs evenly; the first is as busy as any
-                busiest.send_signal(signal.SIGKILL)
+            async def polled() -> bool:
+                return bool(telegram.requests_for("getUpdates"))
 
+            await wait_until(polled, 90, "receiver up")
+            conn = await asyncpg.connect(dsn)
+            ids = [
+                r["id"]
+                for r in await conn.fetch("SELECT id FROM procrastinate_workers ORDER BY id")
+            ]
+            await conn.close()
+            killed = ""
+            await warm_up(telegram, workers * args.concurrency)
+            calls_before, sent_before = len(claude.requests), len(telegram.sent_messages())
+
+            async def kill_busiest() -> None:
+                nonlocal killed
+                flight = await turns_in_flight(dsn)
+                busiest = max(range(workers), key=lambda n: flight.get(ids[n], 0))
+                meter.read(procs)
+                pool[busiest].send_signal(signal.SIGKILL)
+                counts = "/".join(str(flight.get(i, 0)) for i in ids)
+                killed = f"worker {busiest} (turns in flight per worker: {counts})"
+
+            meter.start(procs)
+            watch = asyncio.create_task(watch_jobs(dsn)) if TIMELINE else None
             wall, after_kill = await inject_and_time(
-                telegram, users, args.per_user, kill=kill_busiest if kill else None
+                telegram, claude, users, args.per_user, kill=kill_busiest if kill else None
             )
+            cpu = meter.stop(procs)
+            if watch is not None:
+                watch.cancel()
+                running = " ".join(map(str, await watch))
+                print(f"    jobs running, every 0.25 s: {running}")
             await asyncio.sleep(1.0)  # a reply sent twice would show now
             resent = check_replies(telegram, users, args.per_user)
             if resent and not kill:
                 raise SystemExit(f"bench: {resent} replies sent twice without a kill")
-            llm_calls = len(claude.requests)
-    shutil.rmtree(work, ignore_errors=True)
-    return wall, after_kill, llm_calls, resent
+            result = Round(
+                wall,
+                len(claude.requests) - calls_before,
+                len(telegram.sent_messages()) - sent_before,
+                cpu,
+                after_kill,
+                resent,
+                killed,
+            )
+    keep(work, f"workers{workers}{'-kill' if kill else ''}", args)
+    return result
 
 
-async def single(concurrency: int, args: argparse.Namespace) -> float:
+async def single(cluster: Cluster | None, concurrency: int, args: argparse.Namespace) -> Round:
+    """``python -m botkit run`` without a database, ``concurrency`` turns at once."""
     work = Path(tempfile.mkdtemp(prefix="botkit-bench-"))
     users = range(1_000, 1_000 + args.users)
+    meter = CpuMeter(None)
     async with (
         FakeTelegramServer() as telegram,
         FakeAnthropicServer(latency=args.latency) as claude,
@@ -254,25 +478,42 @@ async def single(concurrency: int, args: argparse.Namespace) -> float:
             **environment(telegram, claude, work),
             "BOTKIT_MAX_CONCURRENT_TURNS": str(concurrency),
         }
-        proc = start(["run"], env, work, "single")
-        async with processes(proc):
+        procs = [start(["run"], env, work, "single")]
+        async with processes(procs):
 
             async def polled() -> bool:
                 return bool(telegram.requests_for("getUpdates"))
 
             await wait_until(polled, 90, "run up")
-            wall, _ = await inject_and_time(telegram, users, args.per_user)
+            await warm_up(telegram, concurrency)
+            calls_before, sent_before = len(claude.requests), len(telegram.sent_messages())
+            meter.start(procs)
+            wall, _ = await inject_and_time(telegram, claude, users, args.per_user)
+            cpu = meter.stop(procs)
             await asyncio.sleep(1.0)
             if check_replies(telegram, users, args.per_user):
                 raise SystemExit("bench: the single process sent a reply twice")
+            calls = len(claude.requests) - calls_before
+            result = Round(wall, calls, len(telegram.sent_messages()) - sent_before, cpu)
+    keep(work, f"single{concurrency}", args)
+    return result
+
+
+def keep(work: Path, name: str, args: argparse.Namespace) -> None:
+    """Keep the round's logs under ``--keep`` (else remove them)."""
+    if args.keep is not None:
+        target = Path(args.keep) / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(work, target, ignore=shutil.ignore_patterns("sessions", "*.jsonl"))
     shutil.rmtree(work, ignore_errors=True)
-    return wall
 
 
 # ---------------------------------------------------------------------------- main
 
 
 async def main(args: argparse.Namespace) -> int:
+    global LOG_LEVEL, TIMELINE, PROFILE
+    LOG_LEVEL, TIMELINE, PROFILE = args.log_level, args.timeline, args.profile
     cluster = None
     admin = args.dsn
     if admin is None:
@@ -280,42 +521,59 @@ async def main(args: argparse.Namespace) -> int:
         cluster.start()
         admin = cluster.dsn
     try:
-        total = args.users * args.per_user
-        print(
-            f"scaleout: {total} messages from {args.users} users, LLM latency {args.latency} s, "
-            f"--concurrency {args.concurrency} per worker; {os.cpu_count()} CPUs, "
-            f"load {os.getloadavg()[0]:.1f}"
-        )
-        walls: dict[int, float] = {}
-        for workers in (1, 2, 3):
-            wall, _, calls, _ = await scaled(admin, workers, args)
-            walls[workers] = wall
-            rate = total / wall
-            print(f"  workers={workers}: {wall:6.2f} s ({rate:5.1f} turns/s, {calls} LLM calls)")
-        singles: dict[int, float] = {}
-        for slots in (args.concurrency, 3 * args.concurrency):
-            singles[slots] = await single(slots, args)
-            print(f"  single run, {slots} concurrent turns: {singles[slots]:6.2f} s")
-        wall, after_kill, calls, resent = await scaled(admin, 3, args, kill=True)
-        assert after_kill is not None
-        print(
-            f"  3 workers, one SIGKILLed after a sixth of the replies: {wall:6.2f} s in all, "
-            f"last reply {after_kill:.2f} s after the kill; every message answered, in order; "
-            f"{resent} answers re-sent; {calls} LLM calls for {total} messages"
-        )
-        speedup = walls[1] / walls[3]
-        vs_single = singles[3 * args.concurrency] / walls[3]
-        ok = speedup >= 2.5 and after_kill <= 15
-        print(
-            f"RESULT scaleout 1w={walls[1]:.2f}s 2w={walls[2]:.2f}s 3w={walls[3]:.2f}s "
-            f"speedup3={speedup:.2f} (target>=2.5) single{3 * args.concurrency}="
-            f"{singles[3 * args.concurrency]:.2f}s ratio_single/3w={vs_single:.2f} "
-            f"kill_to_last={after_kill:.2f}s (target<=15) {'PASS' if ok else 'MISS'}"
-        )
-        return 0
+        return await measure(admin, cluster, args)
     finally:
         if cluster is not None:
             cluster.stop()
+
+
+async def measure(admin: str, cluster: Cluster | None, args: argparse.Namespace) -> int:
+    total = args.users * args.per_user
+    print(
+        f"scaleout: {total} messages from {args.users} users ({args.per_user} each, all sent "
+        f"at once), LLM latency {args.latency} s, --concurrency {args.concurrency} per worker; "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    walls: dict[int, float] = {}
+    for workers in args.workers:
+        r = await scaled(admin, cluster, workers, args, kill=False)
+        walls[workers] = r.wall
+        print(f"  workers={workers}: {r.describe(total)}", flush=True)
+    singles: dict[int, float] = {}
+    if "single" in args.parts:
+        for slots in sorted({args.concurrency, max(args.workers) * args.concurrency}):
+            r = await single(cluster, slots, args)
+            singles[slots] = r.wall
+            print(f"  single run, {slots} turns at once: {r.describe(total)}", flush=True)
+    after_kill = None
+    if "kill" in args.parts:
+        r = await scaled(admin, cluster, 3, args, kill=True)
+        after_kill = r.after_kill
+        assert after_kill is not None
+        print(
+            f"  3 workers, {r.killed} SIGKILLed after a sixth of the messages were answered: "
+            f"last reply {after_kill:.2f} s after the kill; every message answered, in order; "
+            f"{r.resent} replies re-sent; {r.describe(total)}",
+            flush=True,
+        )
+    print(f"  load after: {os.getloadavg()[0]:.1f}")
+    if 1 in walls and 3 in walls:
+        speedup = walls[1] / walls[3]
+        most = 3 * args.concurrency
+        vs = (
+            f" single{most}={singles[most]:.2f}s 3w/single={walls[3] / singles[most]:.2f}"
+            if most in singles
+            else ""
+        )
+        kill = f" kill_to_last={after_kill:.2f}s (target<=15)" if after_kill is not None else ""
+        ok = speedup >= 2.5 and (after_kill is None or after_kill <= 15)
+        rounds = " ".join(f"{n}w={wall:.2f}s" for n, wall in sorted(walls.items()))
+        print(
+            f"RESULT scaleout {rounds} speedup3={speedup:.2f} (target>=2.5){vs}{kill} "
+            f"{'PASS' if ok else 'MISS'}"
+        )
+    return 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -324,7 +582,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-user", type=int, default=3)
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--workers", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 3]
+    )
+    parser.add_argument(
+        "--parts",
+        type=lambda s: set(s.split(",")),
+        default={"single", "kill"},
+        help="besides the worker rounds: single,kill (default both; '' for none)",
+    )
     parser.add_argument("--dsn", help="a PostgreSQL URL that may create databases")
+    parser.add_argument("--keep", help="copy each round's process logs into this folder")
+    parser.add_argument("--timeline", action="store_true", help="LLM calls and replies per second")
+    parser.add_argument(
+        "--profile", action="store_true", help="bots under cProfile (<name>.prof; with --keep)"
+    )
+    parser.add_argument("--log-level", default="WARNING", help="BOTKIT_LOG_LEVEL of the bots")
     return parser.parse_args(argv)
 
 
