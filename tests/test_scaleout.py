@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from procrastinate.jobs import Status
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
@@ -587,6 +588,32 @@ async def test_an_outage_of_postgres_loses_no_update(
     assert len(worker_lost) == 1, "the worker too: one line per outage"
     back = [e["what"] for e in logs if e["event"] == "queue.database_back"]
     assert sorted(back) == ["receiver", "worker"]
+
+
+async def test_a_jobs_end_written_while_postgres_is_away_is_written_once_it_is_back(
+    db: str, postgres_dsn: str
+) -> None:
+    """Else the job stays "doing" under a live worker: never retried as stalled, its lock
+    holding the user's later turns for as long as that worker runs."""
+    queue = TurnQueue(db)
+    await queue.open()
+    try:
+        await queue.defer(1, 5, {"update_id": 5}, "user:5")
+        manager = queue.app.job_manager
+        job = await manager.fetch_job(queues=None, worker_id=await manager.register_worker())
+        assert job is not None
+        await cut_off(db, postgres_dsn, allow=False)
+        ending = asyncio.create_task(manager.finish_job(job, Status.SUCCEEDED, delete_job=True))
+        await asyncio.sleep(6)  # past the pool's 5 s wait for a connection
+        assert not ending.done(), "still trying while the database is away"
+        await cut_off(db, postgres_dsn, allow=True)
+        await asyncio.wait_for(ending, 30)
+        left = await queue.app.connector.execute_query_all_async(
+            "SELECT id FROM procrastinate_jobs"
+        )
+    finally:
+        await queue.close()
+    assert left == [], "the job ended (and was deleted, as a successful job is)"
 
 
 async def test_receivers_and_workers_serve_metrics_and_readiness(

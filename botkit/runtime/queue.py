@@ -17,9 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import structlog
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
+from procrastinate.jobs import Job, Status
+from procrastinate.manager import JobManager
 
 from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
@@ -29,6 +32,7 @@ __all__ = [
     "QUEUE",
     "TURN_TASK",
     "Outage",
+    "PatientJobManager",
     "QueueTimings",
     "TurnQueue",
     "describe",
@@ -43,6 +47,8 @@ QUEUE = "botkit"
 """The procrastinate queue botkit's jobs go to."""
 UPDATES_KEPT_DAYS = 2
 """Days an update's claim is kept: Telegram re-delivers an update for at most 24 hours."""
+JOB_END_PATIENCE = 60.0
+"""Seconds a worker keeps trying to record that a job ended while PostgreSQL is away."""
 
 _CLAIM = """
     INSERT INTO botkit_updates (bot_id, update_id, job_id)
@@ -96,6 +102,7 @@ class TurnQueue:
             connector=PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size, timeout=5),
             worker_defaults={"queues": [QUEUE]},
         )
+        self.app.job_manager = PatientJobManager(self.app.connector)  # before any task
 
     async def open(self) -> None:
         """Connect and check the schema; ``ConfigError`` (one sentence) if either fails."""
@@ -221,6 +228,33 @@ class TurnQueue:
     async def prune(self) -> None:
         """Forget claims older than Telegram keeps updates."""
         await self.app.connector.execute_query_async(_PRUNE, days=UPDATES_KEPT_DAYS)
+
+
+class PatientJobManager(JobManager):
+    """procrastinate's job manager, writing a job's end again while PostgreSQL is away.
+
+    procrastinate gives up on the first failure: the job then stays "doing" under a worker
+    that is alive and beating, so it is never retried as stalled, and its lock holds the
+    conversation's later turns until that worker stops. Here the write is retried for
+    ``JOB_END_PATIENCE`` seconds (a worker that stops meanwhile leaves it to the stalled-job
+    retry, as a crash does).
+    """
+
+    async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
+        """Set a job to its final state, retrying while the database cannot be reached."""
+        outage = Outage(f"worker (ending job {job.id})")
+        deadline = asyncio.get_running_loop().time() + JOB_END_PATIENCE
+        while True:
+            try:
+                await super().finish_job(job, status, delete_job)
+            except ConnectorException as e:
+                lost = isinstance(e.__cause__, psycopg.OperationalError)
+                if not lost or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(outage.failed(e))
+                continue
+            outage.ok()
+            return
 
 
 async def _check_reachable(dsn: str) -> None:
