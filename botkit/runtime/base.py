@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Protocol
+
+import structlog
 
 from botkit.agent.events import Hooks
 from botkit.commands import Command
@@ -16,7 +22,9 @@ from botkit.sessions import SessionStore
 from botkit.stores.base import UserStore
 from botkit.tools import ToolRegistry
 
-__all__ = ["ServedBot"]
+__all__ = ["ServedBot", "until_signalled"]
+
+log = structlog.get_logger(__name__)
 
 
 class ServedBot(Protocol):
@@ -69,3 +77,22 @@ class ServedBot(Protocol):
     async def aclose(self) -> None:
         """Release what the bot opened."""
         ...
+
+
+async def until_signalled(serve: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run ``serve(stop)``: SIGINT or SIGTERM sets ``stop`` (a graceful end), a second one
+    cancels it at once."""
+    stop = asyncio.Event()
+    main = asyncio.current_task()
+
+    def on_signal() -> None:
+        if stop.is_set() and main is not None:
+            log.warning("bot.stopping_now")
+            main.cancel()  # second signal: no more waiting
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    with suppress(asyncio.CancelledError):
+        await serve(stop)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import signal
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,7 @@ from botkit.config import Settings
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
-from botkit.runtime.base import ServedBot
+from botkit.runtime.base import ServedBot, until_signalled
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
 
@@ -178,21 +177,5 @@ def run_queued(
     bot: ServedBot, *, receive: bool = True, work: bool = True, concurrency: int | None = None
 ) -> None:
     """Run until SIGINT or SIGTERM (running turns finish first); a second signal stops now."""
-    asyncio.run(_main(bot, receive=receive, work=work, concurrency=concurrency))
-
-
-async def _main(bot: ServedBot, *, receive: bool, work: bool, concurrency: int | None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-
-    def on_signal() -> None:
-        if stop.is_set() and main is not None:
-            log.warning("bot.stopping_now")
-            main.cancel()
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    with suppress(asyncio.CancelledError):
-        await serve_queued(bot, stop, receive=receive, work=work, concurrency=concurrency)
+    served = partial(serve_queued, bot, receive=receive, work=work, concurrency=concurrency)
+    asyncio.run(until_signalled(served))

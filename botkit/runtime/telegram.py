@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import signal
 import time
-from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -17,7 +15,7 @@ from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import ButtonPress, Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
-from botkit.runtime.base import ServedBot
+from botkit.runtime.base import ServedBot, until_signalled
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
@@ -208,21 +206,4 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
 
 def run_bot(bot: ServedBot) -> None:
     """Run ``bot`` until SIGINT or SIGTERM; a second signal stops at once."""
-    asyncio.run(_main(bot))
-
-
-async def _main(bot: ServedBot) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-
-    def on_signal() -> None:
-        if stop.is_set() and main is not None:
-            log.warning("bot.stopping_now")
-            main.cancel()  # second signal: no more waiting
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    with suppress(asyncio.CancelledError):
-        await serve(bot, stop, freeze_startup=True)
+    asyncio.run(until_signalled(partial(serve, bot, freeze_startup=True)))
