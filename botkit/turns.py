@@ -33,6 +33,7 @@ from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
 from botkit.config import Settings
 from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
 from botkit.files import FileLimits, FileReader
+from botkit.images import image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
@@ -548,7 +549,7 @@ def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
     huge)."""
     content: list[ContentBlock] = list(message.content)
     content += [
-        ImageBlock(source=ImageSource(media_type=_image_type(data), data=_b64(data)))
+        ImageBlock(source=ImageSource(media_type=image_type(data) or "image/jpeg", data=_b64(data)))
         for data in message.images
     ]
     text = message.text
@@ -562,16 +563,6 @@ def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def _image_type(data: bytes) -> str:
-    if data.startswith(b"\x89PNG"):
-        return "image/png"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "image/jpeg"
 
 
 def as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:

@@ -31,6 +31,7 @@ __all__ = [
     "is_invite_prefix",
     "new_invite",
     "new_invite_code",
+    "token_kinds",
     "utc",
 ]
 
@@ -212,6 +213,17 @@ def check_tokens(tokens: int) -> int:
     if tokens < 0:
         raise ValueError(f"token usage cannot be negative, got {tokens}")
     return tokens
+
+
+def token_kinds(usage: Usage) -> tuple[int, int, int, int]:
+    """Input, output, cache-read and cache-write tokens, each checked: the columns stores
+    keep per model."""
+    return (
+        check_tokens(usage.input_tokens),
+        check_tokens(usage.output_tokens),
+        check_tokens(usage.cache_read_input_tokens),
+        check_tokens(usage.cache_creation_input_tokens),
+    )
 
 
 class RedeemFailure(StrEnum):

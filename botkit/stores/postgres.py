@@ -24,6 +24,7 @@ from botkit.stores.base import (
     hash_invite_code,
     is_invite_prefix,
     new_invite,
+    token_kinds,
 )
 from botkit.stores.migrate import pending_migrations
 from botkit.stores.migrate import without_password as _without_password
@@ -95,16 +96,6 @@ _MODEL_USAGE_SINCE = """
 
 class _RegisteredMeanwhile(Exception):
     """Another transaction registered the user first: undo the use taken of the invite."""
-
-
-def _kinds(usage: Usage) -> tuple[int, int, int, int]:
-    """Input, output, cache-read and cache-write tokens, each checked."""
-    return (
-        check_tokens(usage.input_tokens),
-        check_tokens(usage.output_tokens),
-        check_tokens(usage.cache_read_input_tokens),
-        check_tokens(usage.cache_creation_input_tokens),
-    )
 
 
 def _user(row: Any) -> UserRecord:
@@ -310,7 +301,7 @@ class PostgresUserStore(PostgresSchedules):
 
     async def add_model_usage(self, entries: Sequence[ModelUsage]) -> None:
         """Add each entry's tokens to its user, day and model (all in one transaction)."""
-        rows = [(e.user_id, e.day, e.model, *_kinds(e.usage)) for e in entries]
+        rows = [(e.user_id, e.day, e.model, *token_kinds(e.usage)) for e in entries]
         if not rows:
             return
         # In key order, so two processes adding the same keys never deadlock.

@@ -30,6 +30,7 @@ from botkit.stores.base import (
     hash_invite_code,
     is_invite_prefix,
     new_invite,
+    token_kinds,
     utc,
 )
 from botkit.types import Usage
@@ -134,16 +135,6 @@ _ADD_MODEL_USAGE = """
 _MODEL_USAGE_SINCE = """
     SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
         cache_creation_tokens FROM botkit_model_usage WHERE day >= ? ORDER BY day, user_id, model"""
-
-
-def _kinds(usage: Usage) -> tuple[int, int, int, int]:
-    """Input, output, cache-read and cache-write tokens, each checked."""
-    return (
-        check_tokens(usage.input_tokens),
-        check_tokens(usage.output_tokens),
-        check_tokens(usage.cache_read_input_tokens),
-        check_tokens(usage.cache_creation_input_tokens),
-    )
 
 
 def _model_usage(user_id: int, day: date, model: str, *tokens: int) -> ModelUsage:
@@ -367,7 +358,7 @@ class SqliteUserStore(SqliteSchedules):
 
     async def add_model_usage(self, entries: Sequence[ModelUsage]) -> None:
         """Add each entry's tokens to its user, day and model (all in one transaction)."""
-        rows = [(e.user_id, e.day.isoformat(), e.model, *_kinds(e.usage)) for e in entries]
+        rows = [(e.user_id, e.day.isoformat(), e.model, *token_kinds(e.usage)) for e in entries]
         if not rows:
             return
         async with self._transaction("adding token usage per model") as db:
