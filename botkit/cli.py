@@ -88,9 +88,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _code_kept_positional(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--`` before an invite code that starts with a dash (``invites revoke -F9W``).
+
+    Invite codes are URL-safe Base64, so an old one may start with ``-``, which argparse would
+    take for an unknown option.
+    """
+    args = list(argv)
+    if args[:2] == ["invites", "revoke"] and len(args) == 3 and args[2] not in ("-h", "--help"):
+        return [*args[:2], "--", args[2]]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
     from botkit.errors import BotkitError, ConfigError
 
     try:

@@ -212,6 +212,7 @@ async def test_unknown_ids_and_codes_are_one_line_and_exit_1(
         backend.acli("users", "role", str(STRANGER), "manager"),
         backend.acli("invites", "revoke", "no-such-code-at-all"),
         backend.acli("invites", "revoke", "!"),
+        backend.acli("invites", "revoke", "-F9W"),  # a code may start with a dash
     )
 
     for result in results:

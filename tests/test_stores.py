@@ -320,6 +320,7 @@ async def test_invite_codes_are_unique_and_fit_a_start_link(store: UserStore) ->
     fresh = {new_invite_code() for _ in range(10_000)}
     assert len(fresh) == 10_000
     assert all(CODE.match(code) and len(code) == 22 for code in fresh)
+    assert not any(code.startswith("-") for code in [*fresh, *codes]), "reads as a CLI option"
     assert INVITE_CODE_PATTERN.fullmatch(new_invite_code())
 
 

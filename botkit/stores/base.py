@@ -40,8 +40,13 @@ INVITE_CODE_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def new_invite_code() -> str:
-    """A fresh, unguessable invite code: 22 URL-safe characters (128 random bits)."""
-    return secrets.token_urlsafe(16)
+    """A fresh, unguessable invite code: 22 URL-safe characters, never starting with ``-``.
+
+    A leading dash would read as an option on a command line (``invites revoke -F9W``).
+    """
+    while (code := secrets.token_urlsafe(16)).startswith("-"):
+        pass
+    return code
 
 
 INVITE_PREFIX_LENGTH = 4
