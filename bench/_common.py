@@ -190,6 +190,8 @@ class Round:
     """When the first and the last LLM call of the round reached the fake (from ``started``)."""
     replies_at: tuple[float, float] = (math.nan, math.nan)
     """When the first and the last reply reached the fake (from ``started``)."""
+    drafts: int = 0
+    """``sendMessageDraft`` requests the fake answered during the round."""
 
     @property
     def complete(self) -> bool:
@@ -204,7 +206,8 @@ class Round:
     def timeline(self) -> str:
         """When the LLM calls and the replies happened, relative to the first injection."""
         (c0, c1), (r0, r1) = self.llm_calls, self.replies_at
-        return f"LLM calls at +{c0:.2f}..+{c1:.2f} s, replies at +{r0:.2f}..+{r1:.2f} s"
+        drafts = f", {self.drafts / self.expected:.1f} drafts a turn" if self.drafts else ""
+        return f"LLM calls at +{c0:.2f}..+{c1:.2f} s, replies at +{r0:.2f}..+{r1:.2f} s{drafts}"
 
     def cpu_note(self) -> str:
         """Where the CPU went, as shares of the wall time."""
@@ -371,6 +374,11 @@ class BotUnderTest:
             for request in telegram.requests[first_request:]
             if request.method.lower() == "sendmessage" and request.error_code is None
         ]
+        drafts = [
+            request
+            for request in telegram.requests[first_request:]
+            if request.method.lower() == "sendmessagedraft" and request.error_code is None
+        ]
         finished = max((request.at for request in sends), default=noticed)
         calls = [request.at - started for request in self.claude.requests[first_call:]]
         sent = [request.at - started for request in sends]
@@ -384,6 +392,7 @@ class BotUnderTest:
             missing=self._unanswered(messages),
             llm_calls=(min(calls), max(calls)) if calls else (math.nan, math.nan),
             replies_at=(min(sent), max(sent)) if sent else (math.nan, math.nan),
+            drafts=len(drafts),
         )
 
     def _unanswered(self, messages: Iterable[tuple[int, str]]) -> list[str]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_left
 from pathlib import Path
 
 from botkit import Message, tool
 from botkit.messengers.flood import FloodControl, FloodLimits
+from botkit.messengers.telegram import DRAFTS_IN_FLIGHT
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.testing import (
     FakeAnthropicServer,
@@ -99,6 +101,34 @@ async def test_drafts_stream_then_exactly_one_final_message(
         r.method for r in telegram.requests if r.method in ("sendMessageDraft", "sendMessage")
     ]
     assert methods[-1] == "sendMessage", "no draft after the final message"
+
+
+async def test_drafts_of_many_turns_share_a_few_requests_and_every_reply_comes(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    users = list(range(801, 801 + 2 * DRAFTS_IN_FLIGHT + 8))
+    answer = "\n".join(f"Line {n} of a long answer, streamed slowly." for n in range(8))
+    claude.responder = lambda request: FakeReply.text(f"{request.last_user_text()}: {answer}")
+    claude.chunk_delay = 0.02
+    telegram.latency = 0.05  # every request takes a while: drafts pile up without a lane
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset(users), stream_replies=True)
+    async with running(bot, telegram):
+        for user in users:
+            telegram.send_text(user, f"question {user}")
+        for user in users:
+            await telegram.wait_for_messages(user)
+        await asyncio.sleep(0.3)  # a late draft would show up here
+
+    drafts = sorted(r.at for r in telegram.requests if r.method == "sendMessageDraft")
+    # A draft goes out only after another came back, so no latency-long window holds more.
+    busiest = max(bisect_left(drafts, at + telegram.latency) - i for i, at in enumerate(drafts))
+    assert busiest <= DRAFTS_IN_FLIGHT
+    for user in users:
+        (reply,) = telegram.sent_messages(user)
+        assert reply.text.startswith(f"question {user}: Line 0") and "Line 7" in reply.text
+        assert telegram.drafts(user), "each turn showed its draft (the stop button)"
+        (sent,) = [r for r in telegram.requests_for("sendMessage") if r.params["chat_id"] == user]
+        assert max(d.at for d in telegram.drafts(user)) < sent.at, "no draft after the reply"
 
 
 async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(

@@ -76,6 +76,9 @@ DRAFT_REFRESH = 20.0
 """Seconds after which a draft is re-sent: Telegram drops one after about 30 s."""
 DRAFT_TAIL = 3_000
 """Characters of a long answer's end a draft shows once the whole would not fit."""
+DRAFTS_IN_FLIGHT = 16
+"""``sendMessageDraft`` requests one messenger has open at once; further drafts wait their
+turn (each then shows the newest text), so drafts never crowd out LLM calls and replies."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
 ALLOWED_UPDATES = ["message", "stopped_message_generation", "callback_query"]
@@ -120,6 +123,7 @@ class TelegramMessenger:
         inbox: UpdateJournal | None = None,
         answer_groups: str = "mention",
         draft_interval: float = 0.3,
+        drafts_in_flight: int = DRAFTS_IN_FLIGHT,
         conflict_timeout: float = 60.0,
         paid_broadcast: bool = False,
         known_commands: frozenset[str] = frozenset(),
@@ -133,6 +137,7 @@ class TelegramMessenger:
         self.answer_groups = answer_groups
         """``mention``: in groups, answer only when mentioned or replied to; ``all``: always."""
         self.draft_interval = draft_interval
+        self._draft_lane = asyncio.Semaphore(drafts_in_flight)
         self.conflict_timeout = conflict_timeout
         """How long another instance may hold the poll (409) before this one gives up."""
         self.paid_broadcast = paid_broadcast
@@ -303,7 +308,11 @@ class TelegramMessenger:
         if message.chat_type != "private":
             return None
         return TelegramDraft(
-            self.api, message.chat_id, interval=self.draft_interval, thread_id=message.thread_id
+            self.api,
+            message.chat_id,
+            interval=self.draft_interval,
+            thread_id=message.thread_id,
+            lane=self._draft_lane,
         )
 
     async def sync_commands(
@@ -771,6 +780,8 @@ class TelegramDraft:
 
     ``start`` shows a "Thinking…" draft with a stop button at once, so a turn that only calls
     tools can be stopped too; the draft is re-sent before Telegram lets it expire (~30 s).
+    Drafts of one messenger share a ``lane`` of a few requests at once: under load a draft
+    waits its turn and then shows the newest text, so updates coalesce instead of queueing.
     """
 
     def __init__(
@@ -781,8 +792,10 @@ class TelegramDraft:
         interval: float = 0.3,
         thread_id: int | None = None,
         refresh: float = DRAFT_REFRESH,
+        lane: asyncio.Semaphore | None = None,
     ) -> None:
         self.api = api
+        self.lane = lane or asyncio.Semaphore(1)
         self.chat_id = chat_id
         self.draft_id = next(_draft_ids)
         self.interval = interval
@@ -808,7 +821,10 @@ class TelegramDraft:
         self._keeper = asyncio.create_task(self._keep_alive())
 
     async def _placeholder(self) -> None:
-        await self._send("")
+        async with self.lane:
+            if self._finished:
+                return
+            await self._send(draft_html(self.text))  # "" (Thinking…) unless text came meanwhile
         if self.text and not self._finished:
             await self._show_soon()
 
@@ -835,10 +851,12 @@ class TelegramDraft:
         delay = self._last_sent + self.interval - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        html = draft_html(self.text)
-        if self._finished or not html or html == self._shown:
-            return
-        await self._send(html)
+        async with self.lane:
+            if self._finished:
+                return
+            html = draft_html(self.text)  # rendered once it can go: the newest text
+            if html and html != self._shown:
+                await self._send(html)
 
     async def _keep_alive(self) -> None:
         """Re-send what is shown before it expires, however long a tool call takes."""
@@ -846,7 +864,9 @@ class TelegramDraft:
             await asyncio.sleep(max(self._last_sent + self.refresh - time.monotonic(), 0.05))
             stale = time.monotonic() - self._last_sent >= self.refresh
             if stale and not self._sending and not self._finished:
-                await self._send(self._shown)
+                async with self.lane:
+                    if not self._finished:
+                        await self._send(self._shown)
 
     async def _send(self, html: str) -> None:
         self._sending = True
