@@ -1,8 +1,8 @@
-"""AnthropicLLM reads answers itself (orjson, no per-event models): it must agree with the SDK.
+"""AnthropicLLM posts and reads answers itself (aiohttp, orjson): it must agree with the SDK.
 
-The SDK still sends every request (auth, retries, its exceptions, ``request-id``); these tests
-hold what botkit parses itself against what the SDK makes of the same bytes from the fake
-Messages API, and the errors against the SDK's own exceptions for the same answers.
+The SDK still decides the headers (auth), the retries, the exceptions and ``request-id``;
+these tests hold what botkit sends and parses against what the SDK sends and makes of the same
+bytes from the fake Messages API, and the errors against the SDK's own exceptions.
 """
 
 from __future__ import annotations
@@ -119,8 +119,14 @@ async def test_the_request_body_is_the_one_the_sdk_would_send(
     mine, sdks = claude.requests
     assert mine.body == sdks.body
     assert mine.api_key == sdks.api_key == "k"
-    assert mine.headers["anthropic-version"] == sdks.headers["anthropic-version"]
     assert mine.headers["content-type"] == "application/json"
+    # Set by the HTTP client; telemetry of the SDK's stream helper (botkit does not use it);
+    # the timeout, which the SDK's create() sends as "NOT_GIVEN" (botkit: the real 600).
+    unlike = {"content-length", "connection", "host", "accept-encoding"}
+    unlike |= {"x-stainless-helper-method", "x-stainless-stream-helper", "x-stainless-timeout"}
+    assert {k: v for k, v in mine.headers.items() if k not in unlike} == {
+        k: v for k, v in sdks.headers.items() if k not in unlike
+    }, "every header the SDK sends (auth, version, retry count, platform) and no other"
 
 
 ERRORS = {
@@ -179,6 +185,77 @@ async def test_the_sdk_still_retries_overloads_and_rate_limits(
     assert retries == ["0", "1", "2"]
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_a_retry_waits_as_long_as_the_api_asks(
+    claude: FakeAnthropicServer, stream: bool
+) -> None:
+    llm = AnthropicLLM(api_key="k", model=MODEL, base_url=claude.base_url, max_retries=1)
+    try:
+        claude.enqueue(FakeError.rate_limited(retry_after=1.0), FakeReply.text("ok now"))
+        response, _ = await ours(llm, stream=stream)
+    finally:
+        await llm.close()
+    assert response.message.text == "ok now"
+    first, second = claude.requests
+    assert second.at - first.at >= 1.0, "retry-after-ms is honoured, as the SDK honours it"
+
+
+async def test_an_answer_the_api_says_not_to_retry_is_not_retried(
+    claude: FakeAnthropicServer,
+) -> None:
+    def broken(request: object) -> FakeReply:
+        raise RuntimeError("a bug in the responder")  # the fake answers 500, x-should-retry: false
+
+    claude.responder = broken
+    llm = AnthropicLLM(api_key="k", model=MODEL, base_url=claude.base_url, max_retries=2)
+    try:
+        with pytest.raises(LLMError) as caught:
+            await ours(llm, stream=True)
+    finally:
+        await llm.close()
+    assert len(claude.requests) == 1
+    assert isinstance(caught.value.__cause__, anthropic.InternalServerError)
+
+
+async def test_an_unreachable_api_is_the_sdks_connection_error_after_its_retries(
+    unused_tcp_port: int,
+) -> None:
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    sdk = anthropic.AsyncAnthropic(api_key="k", base_url=url, max_retries=1)
+    llm = AnthropicLLM(api_key="k", model=MODEL, base_url=url, max_retries=1)
+    try:
+        with pytest.raises(anthropic.APIConnectionError) as sdk_caught:
+            await sdk.messages.create(**sdk_params())
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(LLMError, match="could not reach the Messages API") as caught:
+            await ours(llm, stream=True)
+        waited = asyncio.get_running_loop().time() - started
+    finally:
+        await llm.close()
+        await sdk.close()
+    assert type(caught.value.__cause__) is type(sdk_caught.value)
+    assert waited >= 0.3, "one retry, after the SDK's back-off (0.5 s less jitter)"
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_a_call_slower_than_the_timeout_is_the_sdks_timeout_error(
+    claude: FakeAnthropicServer, stream: bool
+) -> None:
+    claude.latency = 1.0
+    sdk = anthropic.AsyncAnthropic(
+        api_key="k", base_url=claude.base_url, max_retries=0, timeout=0.2
+    )
+    llm = AnthropicLLM(model=MODEL, client=sdk)
+    try:
+        with pytest.raises(anthropic.APITimeoutError):
+            await theirs(sdk, stream=stream)
+        with pytest.raises(LLMError) as caught:
+            await ours(llm, stream=stream)
+    finally:
+        await llm.close()
+    assert isinstance(caught.value.__cause__, anthropic.APITimeoutError)
+
+
 async def test_a_stream_cut_mid_answer_is_an_llm_error(
     claude: FakeAnthropicServer, llm: AnthropicLLM
 ) -> None:
@@ -215,3 +292,21 @@ async def test_a_cancelled_stream_reports_the_usage_seen_so_far(
     assert meter.model == MODEL
     assert meter.usage.input_tokens >= len("a long question " * 10) // 4
     assert meter.usage.output_tokens >= 1
+
+
+async def test_calls_go_through_the_proxy_the_environment_names(
+    claude: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake stands in for the proxy: a proxied request names the real host in its
+    # request line, which the fake's router reads like any other path.
+    monkeypatch.setenv("HTTP_PROXY", claude.base_url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    llm = AnthropicLLM(api_key="k", model=MODEL, base_url="http://api.example.invalid")
+    try:
+        claude.enqueue(FakeReply.text("through the proxy"))
+        response, _ = await ours(llm, stream=True)
+    finally:
+        await llm.close()
+    assert response.message.text == "through the proxy"
+    assert claude.requests[0].headers["host"] == "api.example.invalid"

@@ -1,10 +1,10 @@
-"""``AnthropicLLM``: the Messages API through the official SDK, streamed.
+"""``AnthropicLLM``: the Messages API with the official SDK's rules, streamed.
 
-The SDK sends each request (auth headers, retries with back-off, timeouts, its exception
-classes and ``request-id``); the answer is read here. Its bytes are parsed with orjson into
-botkit's own types, once: the SDK's per-event pydantic models and its snapshot of the whole
-message rebuilt on every delta cost more CPU than the rest of a turn together. The request
-body is serialized once, with orjson, and handed to the SDK as bytes.
+Each request is posted by ``MessagesTransport`` (aiohttp, with the SDK's headers, retries,
+timeouts, exception classes and ``request-id``); the answer is read here. Its bytes are parsed
+with orjson into botkit's own types, once: the SDK's per-event pydantic models and its snapshot
+of the whole message rebuilt on every delta cost more CPU than the rest of a turn together.
+The request body is serialized once, with orjson.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, get_args
 
+import aiohttp
 import anthropic
-import httpx2
 import orjson
 import structlog
 
@@ -27,18 +27,15 @@ from botkit.errors import (
     PromptTooLongError,
 )
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
+from botkit.llm.transport import MessagesTransport
 from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage
 
 __all__ = ["AnthropicLLM", "AuthFailureHandler"]
 
 log = structlog.get_logger(__name__)
 
-CALLS_PER_CLIENT = 64
-"""Calls in flight per HTTP client before another client is used."""
-
 _KNOWN_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 _FIRST_BACKOFF = 0.5
-_MESSAGES = "/v1/messages"
 _UNREACHABLE = (
     anthropic.APIConnectionError,
     anthropic.InternalServerError,
@@ -64,7 +61,6 @@ class AnthropicLLM:
         max_concurrency: int | None = 64,
         prompt_caching: bool = True,
         client: anthropic.AsyncAnthropic | None = None,
-        calls_per_client: int = CALLS_PER_CLIENT,
         on_auth_failure: AuthFailureHandler | None = None,
     ) -> None:
         self.model = model
@@ -73,25 +69,11 @@ class AnthropicLLM:
         self._auth_reported = False
         self.max_tokens = max_tokens
         self.prompt_caching = prompt_caching
-        # The HTTP pool's bookkeeping grows with (open connections x waiting requests), so
-        # hundreds of calls in flight are spread over several clients of ~64 calls each.
-        shards = 1 if client or not max_concurrency else -(-max_concurrency // calls_per_client)
-        self.clients = (
-            [client]
-            if client
-            else [
-                anthropic.AsyncAnthropic(
-                    api_key=api_key,
-                    base_url=base_url,
-                    max_retries=max_retries,
-                    # aiohttp (already here for aiogram) moves the bytes with far less CPU per
-                    # call than the SDK's default transport.
-                    http_client=anthropic.DefaultAioHttpClient(),
-                )
-                for _ in range(shards)
-            ]
+        self.client = client or anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=max_retries
         )
-        self._in_flight = [0] * len(self.clients)
+        """Holds the configuration (key, URL, timeouts, retries) and answers the start-up check."""
+        self.transport = MessagesTransport(self.client)
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
@@ -101,11 +83,11 @@ class AnthropicLLM:
             params["stream"] = True
         body = orjson.dumps(params)
         try:
-            async with self._slot(), self._least_busy() as client, _mapped_errors():
+            async with self._slot(), _mapped_errors():
                 if on_text is None:
-                    raw = await _create(client, body)
+                    raw = await _create(self.transport, body)
                 else:
-                    raw = await _stream(client, body, on_text)
+                    raw = await _stream(self.transport, body, on_text)
         except LLMAuthError as e:
             await self._report_auth_failure(e)
             raise
@@ -135,7 +117,7 @@ class AnthropicLLM:
     async def _probe(self) -> None:
         """Count the tokens of a one-word message with the default model: free, and it
         fails the way a real call would on a wrong key or an unknown model."""
-        client = self.clients[0].with_options(max_retries=0)
+        client = self.client.with_options(max_retries=0)
         try:
             await client.messages.count_tokens(
                 model=self.model, messages=[{"role": "user", "content": "hi"}]
@@ -170,18 +152,9 @@ class AnthropicLLM:
             log.exception("llm.auth_failure_handler_failed")
 
     async def close(self) -> None:
-        """Close the HTTP clients."""
-        for client in self.clients:
-            await client.close()
-
-    @asynccontextmanager
-    async def _least_busy(self) -> AsyncIterator[anthropic.AsyncAnthropic]:
-        index = min(range(len(self.clients)), key=self._in_flight.__getitem__)
-        self._in_flight[index] += 1
-        try:
-            yield self.clients[index]
-        finally:
-            self._in_flight[index] -= 1
+        """Close the HTTP connections."""
+        await self.transport.close()
+        await self.client.close()
 
     def _params(self, request: LLMRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -215,7 +188,7 @@ async def _mapped_errors() -> AsyncIterator[None]:
         error = _mapped(e)
         error.request_id = getattr(e, "request_id", None)
         raise error from e
-    except httpx2.TransportError as e:  # a stream cut mid-answer is not wrapped by the SDK
+    except (aiohttp.ClientError, TimeoutError) as e:  # a stream cut (or stalled) mid-answer
         raise LLMError(f"the connection to the Messages API broke: {e!r}") from e
 
 
@@ -280,28 +253,26 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
         last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
-async def _create(client: anthropic.AsyncAnthropic, body: bytes) -> dict[str, Any]:
-    """One non-streamed call: the SDK sends it (retrying, raising its errors), orjson reads it."""
-    response = await client.post(_MESSAGES, cast_to=httpx2.Response, content=body)
-    message = orjson.loads(response.content)
+async def _create(transport: MessagesTransport, body: bytes) -> dict[str, Any]:
+    """One non-streamed call: the transport sends it (retrying, raising the SDK's errors),
+    orjson reads it."""
+    async with transport.post(body) as response:
+        message = orjson.loads(await response.read())
     if not isinstance(message, dict) or message.get("type") != "message":
         raise LLMError(f"the Messages API answered something else than a message: {message!r:.200}")
     report_usage(message.get("model") or "", _usage(message.get("usage")))
     return message
 
 
-async def _stream(client: anthropic.AsyncAnthropic, body: bytes, on_text: TextSink) -> Any:
+async def _stream(transport: MessagesTransport, body: bytes, on_text: TextSink) -> Any:
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
-    response = await client.post(_MESSAGES, cast_to=httpx2.Response, content=body, stream=True)
-    try:
-        message = _Accumulator(client, response)
-        async for data in _sse_data(response.aiter_bytes()):
+    async with transport.post(body) as response:
+        message = _Accumulator(transport, response)
+        async for data in _sse_data(response.content.iter_any()):
             text = message.add(orjson.loads(data))
             if text:
                 await on_text(text)
         return message.finish()
-    finally:
-        await response.aclose()
 
 
 async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -339,8 +310,8 @@ def _data_of(event: bytes) -> bytes:
 class _Accumulator:
     """The message a stream builds, event by event, as plain dicts (the wire shape)."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, response: httpx2.Response) -> None:
-        self.client = client
+    def __init__(self, transport: MessagesTransport, response: aiohttp.ClientResponse) -> None:
+        self.transport = transport
         self.response = response
         self.message: dict[str, Any] | None = None
         self.usage: dict[str, Any] = {}
@@ -413,7 +384,8 @@ class _Accumulator:
 
     def _error(self, event: dict[str, Any]) -> anthropic.APIStatusError:
         """An error event in a 200 stream, as the SDK's exception for it."""
-        return self.client._make_status_error(f"{event}", body=event, response=self.response)
+        response = self.transport.as_httpx(self.response)
+        return self.transport.client._make_status_error(f"{event}", body=event, response=response)
 
     def finish(self) -> dict[str, Any]:
         """The whole message, once the stream ended with ``message_stop``."""

@@ -1,0 +1,162 @@
+"""``MessagesTransport``: posts Messages API requests with aiohttp, the SDK deciding the rest.
+
+The SDK's own path for one request (options, an ``httpx2.Request``, header layers, its
+aiohttp adapter, an ``httpx2.Response``) costs ~0.4 ms of CPU, more than the rest of a short
+turn's LLM work together. This posts the body with aiohttp directly, and leaves to the SDK
+what it is best at: the headers (auth, version, retry count) come from the client's own
+``_build_headers``, whether and how long to wait before a retry from its ``_should_retry`` and
+``_calculate_retry_timeout``, and a failed answer becomes the SDK's exception for it (with
+``request_id``) through ``_make_status_error_from_response``. Connection failures and
+timeouts are the SDK's ``APIConnectionError`` and ``APITimeoutError``, retried as it retries
+them. tests/test_anthropic_llm.py holds all of this against the SDK sending the same calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import anthropic
+import httpx2
+from aiohttp.helpers import get_env_proxy_for_url
+from anthropic._models import FinalRequestOptions
+from yarl import URL
+
+__all__ = ["MessagesTransport"]
+
+MESSAGES = "/v1/messages"
+MAX_CONNECTIONS = 1000
+"""Connections open at once to the API (the SDK's own default limit)."""
+
+
+class MessagesTransport:
+    """Sends ``POST /v1/messages`` for one SDK client: its URL, headers, timeouts, retries."""
+
+    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
+        self.client = client
+        self.url = str(client._prepare_url(MESSAGES))
+        self._options = FinalRequestOptions.construct(
+            method="post", url=MESSAGES, timeout=client.timeout
+        )
+        self._timeout = _aiohttp_timeout(client.timeout)
+        self._headers: dict[int, dict[str, str]] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._proxy: tuple[URL, aiohttp.BasicAuth | None] | None = None
+
+    @asynccontextmanager
+    async def post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The API's successful answer to ``body``, its content still to read; failed answers
+        and connection failures are retried and raised as the SDK would."""
+        max_retries = self.client.max_retries
+        for retries_taken in range(max_retries + 1):
+            remaining = max_retries - retries_taken
+            try:
+                response = await self._send(body, retries_taken)
+            except anthropic.APIConnectionError:
+                if remaining <= 0:
+                    raise
+                await self._wait_before_retry(remaining, None)
+                continue
+            if response.status < 300:
+                try:
+                    yield response
+                finally:
+                    response.release()
+                return
+            failed = self.as_httpx(response, content=await _read_failed(response))
+            if remaining > 0 and self.client._should_retry(failed):
+                await self._wait_before_retry(remaining, failed.headers)
+                continue
+            raise self.client._make_status_error_from_response(failed)
+
+    def as_httpx(
+        self, response: aiohttp.ClientResponse, *, content: bytes = b""
+    ) -> httpx2.Response:
+        """``response`` as the SDK's exceptions expect it (status, headers, content)."""
+        return httpx2.Response(
+            response.status,
+            headers=list(response.raw_headers),
+            content=content,
+            request=self._request(),
+        )
+
+    async def close(self) -> None:
+        """Close the connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _send(self, body: bytes, retries_taken: int) -> aiohttp.ClientResponse:
+        session = self._session or self._open()
+        try:
+            return await session.post(
+                self.url,
+                data=body,
+                headers=self._headers_for(retries_taken),
+                timeout=self._timeout,
+                allow_redirects=False,
+                proxy=self._proxy[0] if self._proxy else None,
+                proxy_auth=self._proxy[1] if self._proxy else None,
+            )
+        except TimeoutError as e:
+            raise anthropic.APITimeoutError(request=self._request()) from e
+        except (aiohttp.ClientError, OSError) as e:
+            raise anthropic.APIConnectionError(request=self._request()) from e
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The HTTP session, made on first use (it needs the running loop).
+
+        A proxy from the environment (``HTTPS_PROXY``, ``NO_PROXY``...) is looked up here,
+        once: aiohttp's ``trust_env`` would look it up, and netrc, in a thread on every call.
+        """
+        connector = aiohttp.TCPConnector(
+            limit=MAX_CONNECTIONS, ssl=httpx2.create_ssl_context(trust_env=True)
+        )
+        self._proxy = _env_proxy(self.url)
+        self._session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+        )
+        return self._session
+
+    def _headers_for(self, retries_taken: int) -> dict[str, str]:
+        """The SDK's headers for an attempt (they differ only in the retry count)."""
+        headers = self._headers.get(retries_taken)
+        if headers is None:
+            built = self.client._build_headers(self._options, retries_taken=retries_taken)
+            headers = self._headers[retries_taken] = dict(built)
+        return headers
+
+    async def _wait_before_retry(self, remaining: int, headers: httpx2.Headers | None) -> None:
+        await asyncio.sleep(self.client._calculate_retry_timeout(remaining, self._options, headers))
+
+    def _request(self) -> httpx2.Request:
+        return httpx2.Request("POST", self.url)
+
+
+async def _read_failed(response: aiohttp.ClientResponse) -> bytes:
+    """The body of a failed answer (empty if the connection broke while reading it)."""
+    try:
+        return await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        return b""
+    finally:
+        response.release()
+
+
+def _env_proxy(url: str) -> tuple[URL, aiohttp.BasicAuth | None] | None:
+    """The proxy (and its credentials) the environment names for ``url``, if any."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None
+
+
+def _aiohttp_timeout(timeout: float | httpx2.Timeout | None) -> aiohttp.ClientTimeout:
+    """The SDK's timeout as aiohttp's, mapped as the SDK's own aiohttp transport maps it."""
+    if not isinstance(timeout, httpx2.Timeout):
+        return aiohttp.ClientTimeout(sock_connect=timeout, sock_read=timeout)
+    return aiohttp.ClientTimeout(
+        sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
+    )
