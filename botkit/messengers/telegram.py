@@ -25,9 +25,7 @@ from aiogram.exceptions import (
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
-    TelegramNetworkError,
     TelegramRetryAfter,
-    TelegramServerError,
     TelegramUnauthorizedError,
 )
 from aiogram.methods import TelegramMethod
@@ -39,13 +37,13 @@ from aiogram.types import (
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
-    ReplyParameters,
     Update,
     User,
 )
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
+from botkit.messengers._send import JsonSender, request_outcome
 from botkit.messengers.base import (
     Attachment,
     Button,
@@ -130,7 +128,10 @@ class TelegramMessenger:
         download_timeout: int = 30,
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
-        self.api = AiogramBot(token, session=_Session(api=server))
+        session = _Session(api=server)
+        self.api = AiogramBot(token, session=session)
+        self.sender = JsonSender(self.api, session)
+        """The hot sends (messages, drafts, typing), posted as JSON past aiogram's models."""
         self.poll_timeout = poll_timeout
         self.flood = flood or FloodControl()
         self.inbox = inbox
@@ -157,6 +158,7 @@ class TelegramMessenger:
     def observe(self, metrics: Metrics) -> None:
         """Count every Bot API request, retry and flood wait in ``metrics``."""
         self.flood.metrics = metrics
+        self.sender.metrics = metrics
         self.api.session.middleware(_RequestCounter(metrics))
 
     async def start(self) -> User:
@@ -196,22 +198,24 @@ class TelegramMessenger:
         if thread_id is not None and thread_id != GENERAL_TOPIC:
             placement["message_thread_id"] = thread_id
         if reply_to is not None:
-            placement["reply_parameters"] = ReplyParameters(
-                message_id=reply_to, allow_sending_without_reply=True
-            )
+            placement["reply_parameters"] = {
+                "message_id": reply_to,
+                "allow_sending_without_reply": True,
+            }
         if self.paid_broadcast:
             placement["allow_paid_broadcast"] = True
         return placement
 
     async def _send_chunk(self, chat_id: int, chunk: str, placement: dict[str, Any]) -> None:
-        send = partial(self.api.send_message, chat_id, **placement)
+        """Send one message's HTML; as plain text if Telegram cannot parse the HTML."""
+        send = partial(self.sender.send_message, chat_id=chat_id, **placement)
         try:
-            await self.flood.send(chat_id, partial(send, chunk, parse_mode="HTML"))
+            await self.flood.send(chat_id, partial(send, text=chunk, parse_mode="HTML"))
         except MessengerError as e:
             if not _is_entity_error(e):
                 raise
             log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
-            await self.flood.send(chat_id, partial(send, html_to_plain(chunk)))
+            await self.flood.send(chat_id, partial(send, text=html_to_plain(chunk)))
 
     async def send_reply(
         self,
@@ -228,7 +232,8 @@ class TelegramMessenger:
             reply_to = None
         placement = self._placement(thread_id, reply_to)
         if reply.buttons:
-            placement["reply_markup"] = _keyboard(reply.buttons)
+            keyboard = _keyboard(reply.buttons)
+            placement["reply_markup"] = keyboard.model_dump(mode="json", exclude_none=True)
         await self._send_chunk(chat_id, chunks[-1], placement)
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
@@ -257,7 +262,9 @@ class TelegramMessenger:
         """Show "typing…" in the chat (best effort, never retried)."""
         topic = thread_id if thread_id != GENERAL_TOPIC else None
         async with _errors_mapped("sendChatAction"):
-            await self.api.send_chat_action(chat_id, "typing", message_thread_id=topic)
+            await self.sender.send_chat_action(
+                chat_id=chat_id, action="typing", message_thread_id=topic
+            )
 
     async def send_file(
         self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
@@ -308,7 +315,7 @@ class TelegramMessenger:
         if message.chat_type != "private":
             return None
         return TelegramDraft(
-            self.api,
+            self.sender,
             message.chat_id,
             interval=self.draft_interval,
             thread_id=message.thread_id,
@@ -686,21 +693,10 @@ class _RequestCounter(BaseRequestMiddleware):
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            self.metrics.telegram_request(name, _request_outcome(e))
+            self.metrics.telegram_request(name, request_outcome(e))
             raise
         self.metrics.telegram_request(name, "ok")
         return response
-
-
-def _request_outcome(error: Exception) -> str:
-    """The ``outcome`` label of a failed Bot API request."""
-    if isinstance(error, TelegramRetryAfter):
-        return "flood"
-    if isinstance(error, TelegramServerError):
-        return "server"
-    if isinstance(error, TelegramAPIError) and not isinstance(error, TelegramNetworkError):
-        return "refused"
-    return "network"
 
 
 class _PollFailures:
@@ -786,7 +782,7 @@ class TelegramDraft:
 
     def __init__(
         self,
-        api: AiogramBot,
+        api: JsonSender,
         chat_id: int,
         *,
         interval: float = 0.3,
@@ -873,8 +869,8 @@ class TelegramDraft:
         self._last_sent = time.monotonic()
         try:
             await self.api.send_message_draft(
-                self.chat_id,
-                self.draft_id,
+                chat_id=self.chat_id,
+                draft_id=self.draft_id,
                 text=html,
                 parse_mode="HTML",
                 message_thread_id=self.thread_id,
