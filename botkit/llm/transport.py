@@ -29,6 +29,8 @@ __all__ = ["MessagesTransport"]
 MESSAGES = "/v1/messages"
 MAX_CONNECTIONS = 1000
 """Connections open at once to the API (the SDK's own default limit)."""
+KEEPALIVE_SECONDS = 5.0
+"""How long an idle connection is kept for the next call (the SDK's default too)."""
 
 
 class MessagesTransport:
@@ -112,7 +114,9 @@ class MessagesTransport:
         once: aiohttp's ``trust_env`` would look it up, and netrc, in a thread on every call.
         """
         connector = aiohttp.TCPConnector(
-            limit=MAX_CONNECTIONS, ssl=httpx2.create_ssl_context(trust_env=True)
+            limit=MAX_CONNECTIONS,
+            keepalive_timeout=KEEPALIVE_SECONDS,
+            ssl=httpx2.create_ssl_context(trust_env=True),
         )
         self._proxy = _env_proxy(self.url)
         self._session = aiohttp.ClientSession(

@@ -10,6 +10,10 @@ from aiohttp import web
 
 __all__ = ["LoopbackServer", "serve_on_loopback"]
 
+BACKLOG = 4096
+"""Connections waiting to be accepted. aiohttp's default (128) drops the connects of a burst
+of users (the client retries a dropped one only after a second), which real services do not."""
+
 
 class LoopbackServer:
     """``async with`` support for a fake server with ``start`` and ``stop``."""
@@ -45,7 +49,7 @@ async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
-        await web.SockSite(runner, sock).start()
+        await web.SockSite(runner, sock, backlog=BACKLOG).start()
     except BaseException:
         sock.close()
         await runner.cleanup()
