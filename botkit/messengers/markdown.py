@@ -1,9 +1,9 @@
 """The model's Markdown as Telegram HTML, split into messages Telegram accepts.
 
 Markdown is parsed with markdown-it-py and its token stream rendered into a *styled text*:
-one ``(character, tags)`` pair per visible character. Splitting works on visible
-characters, and each chunk is serialized on its own, so every tag open at a cut is closed
-before it and reopened after it.
+a list of ``(text, tags)`` runs. Splitting works on visible characters (a block to split is
+first cut into one run per character), and each chunk is serialized on its own, so every tag
+open at a cut is closed before it and reopened after it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from html import escape as escape_html
 from html.parser import HTMLParser
-from itertools import groupby, repeat
+from itertools import groupby
 from operator import itemgetter
 from urllib.parse import urlsplit
 
@@ -121,7 +121,12 @@ class _TextCollector(HTMLParser):
 
 
 def _plain(text: str, tags: _Tags = ()) -> _Styled:
-    return list(zip(text, repeat(tags, len(text)), strict=True))
+    return [(text, tags)] if text else []
+
+
+def _chars(styled: _Styled) -> _Styled:
+    """One run per character, for the work that counts and cuts characters."""
+    return [(char, tags) for text, tags in styled for char in text]
 
 
 def _visible(styled: _Styled) -> str:
@@ -142,18 +147,21 @@ def _join(parts: Iterable[_Styled], separator: str, tags: _Tags = ()) -> _Styled
 def _indent(styled: _Styled, first: str, rest: str, tags: _Tags) -> _Styled:
     """Prefix the first line with ``first`` and other non-blank, non-code lines with ``rest``."""
     out = _plain(first, tags)
-    text = _visible(styled)
-    start = 0
-    end = text.find("\n")
-    while end != -1:  # from line end to line end, not character by character
-        out += styled[start : end + 1]
-        start = end + 1
-        if start < len(text) and text[start] != "\n":
-            next_tags = styled[start][1]
-            if not any(tag.name == "pre" for tag in next_tags):
-                out += _plain(rest, _common(styled[end][1], next_tags))
-        end = text.find("\n", start)
-    out += styled[start:]
+    line_end: _Tags | None = None  # the tags of a line end just copied, until the next line
+    for text, run_tags in styled:
+        start = 0
+        while start < len(text):
+            if line_end is not None:
+                if text[start] != "\n" and not any(tag.name == "pre" for tag in run_tags):
+                    out += _plain(rest, _common(line_end, run_tags))
+                line_end = None
+            end = text.find("\n", start)
+            if end == -1:
+                out.append((text[start:], run_tags))
+                break
+            out.append((text[start : end + 1], run_tags))
+            line_end = run_tags
+            start = end + 1
     return out
 
 
@@ -177,7 +185,7 @@ def _strip_line_ends(styled: _Styled) -> _Styled:
         return styled  # the usual case: nothing to drop
     kept: _Styled = []
     at_line_end = True
-    for char, tags in reversed(styled):
+    for char, tags in reversed(_chars(styled)):
         if at_line_end and char in " \t" and not any(tag.name == "pre" for tag in tags):
             continue
         kept.append((char, tags))
@@ -208,7 +216,7 @@ def _text_units(text: str) -> int:
 def _split(block: _Styled, limit: int) -> list[_Styled]:
     """Cut a block into pieces of at most ``limit`` width; drops whitespace at the cuts."""
     pieces: list[_Styled] = []
-    rest = block
+    rest = _chars(block)
     while _width(rest) > limit:
         end, resume = _cut_point(rest, limit)
         piece = _trim(rest[:end])
@@ -244,13 +252,16 @@ def _fitting(styled: _Styled, limit: int) -> int:
 
 def _trim(styled: _Styled) -> _Styled:
     """Drop leading newlines and trailing whitespace, which Telegram would strip anyway."""
-    start = 0
-    while start < len(styled) and styled[start][0] == "\n":
-        start += 1
-    end = len(styled)
-    while end > start and styled[end - 1][0].isspace():
-        end -= 1
-    return styled[start:end]
+    runs = list(styled)
+    while runs and not (kept := runs[0][0].lstrip("\n")):
+        runs.pop(0)
+    if runs:
+        runs[0] = (kept, runs[0][1])
+    while runs and not (kept := runs[-1][0].rstrip()):
+        runs.pop()
+    if runs:
+        runs[-1] = (kept, runs[-1][1])
+    return runs
 
 
 # --- serialization -----------------------------------------------------------------------
