@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+import orjson
 from aiohttp import web
 
 from botkit.testing._loopback import LoopbackServer, serve_on_loopback
@@ -692,7 +693,7 @@ def _stream_plan(
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {_dumps(data)}\n\n".encode()
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -941,50 +942,53 @@ class FakeAnthropicServer(LoopbackServer):
     ) -> web.StreamResponse:
         response = await self._start_stream(request)
         try:
-            message = self._message(recorded, usage, reply, final=False)
-            await response.write(
-                _sse("message_start", {"type": "message_start", "message": message})
-            )
-            await response.write(_sse("ping", {"type": "ping"}))
             first = True
-            for index, (start, deltas) in enumerate(_stream_plan(reply.content)):
-                await response.write(
-                    _sse(
-                        "content_block_start",
-                        {"type": "content_block_start", "index": index, "content_block": start},
-                    )
-                )
-                for delta in deltas:
+            for data, delta in self._reply_events(recorded, usage, reply):
+                if delta is not None:
                     if not first and self.chunk_delay > 0:
                         await asyncio.sleep(self.chunk_delay)
                     first = False
-                    await response.write(
-                        _sse(
-                            "content_block_delta",
-                            {"type": "content_block_delta", "index": index, "delta": delta},
-                        )
-                    )
-                    if delta["type"] == "text_delta":
-                        self.first_delta_at.setdefault(request_index, time.monotonic())
-                await response.write(
-                    _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-                )
-            output_tokens = max(1, _tokens(reply.output_chars()))
-            await response.write(
-                _sse(
-                    "message_delta",
-                    {
-                        "type": "message_delta",
-                        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-                        "usage": {"output_tokens": output_tokens},
-                    },
-                )
-            )
-            await response.write(_sse("message_stop", {"type": "message_stop"}))
+                await response.write(data)
+                if delta == "text_delta":
+                    self.first_delta_at.setdefault(request_index, time.monotonic())
             await response.write_eof()
         except ConnectionResetError:
             pass  # the client went away mid-stream
         return response
+
+    def _reply_events(
+        self, recorded: FakeRequest, usage: _Usage, reply: FakeReply
+    ) -> list[tuple[bytes, str | None]]:
+        """Every event of a streamed answer, encoded once before the first is sent (so hundreds
+        of streams at once cost the fake little), each with the type of delta it carries."""
+        message = self._message(recorded, usage, reply, final=False)
+        events: list[tuple[bytes, str | None]] = [
+            (_sse("message_start", {"type": "message_start", "message": message}), None),
+            (_sse("ping", {"type": "ping"}), None),
+        ]
+        for index, (start, deltas) in enumerate(_stream_plan(reply.content)):
+            block_start = {"type": "content_block_start", "index": index, "content_block": start}
+            events.append((_sse("content_block_start", block_start), None))
+            events += [
+                (
+                    _sse(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                    ),
+                    str(delta["type"]),
+                )
+                for delta in deltas
+            ]
+            block_stop = {"type": "content_block_stop", "index": index}
+            events.append((_sse("content_block_stop", block_stop), None))
+        message_delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": max(1, _tokens(reply.output_chars()))},
+        }
+        events.append((_sse("message_delta", message_delta), None))
+        events.append((_sse("message_stop", {"type": "message_stop"}), None))
+        return events
 
     async def _stream_error(
         self, request: web.Request, recorded: FakeRequest, usage: _Usage, error: FakeError
