@@ -192,6 +192,9 @@ class Round:
     """When the first and the last reply reached the fake (from ``started``)."""
     drafts: int = 0
     """``sendMessageDraft`` requests the fake answered during the round."""
+    fakes_lag: float = 0.0
+    """The longest the fakes' event loop was late during the round (s): when the fakes fall
+    behind, streams arrive slower than a real service would send them."""
 
     @property
     def complete(self) -> bool:
@@ -213,7 +216,8 @@ class Round:
         """Where the CPU went, as shares of the wall time."""
         return (
             f"bot CPU {self.bot_cpu:.2f} s ({self.bot_cpu / self.seconds:.0%} of a core), "
-            f"fakes CPU {self.fakes_cpu:.2f} s ({self.fakes_cpu / self.seconds:.0%})"
+            f"fakes CPU {self.fakes_cpu:.2f} s ({self.fakes_cpu / self.seconds:.0%}, "
+            f"their loop at most {self.fakes_lag * 1000:.0f} ms late)"
         )
 
 
@@ -364,9 +368,12 @@ class BotUnderTest:
         for user_id, text in messages:
             telegram.send_text(user_id, text)
         deadline = started + timeout
+        lag = 0.0
         while len(telegram.sent_messages()) < target and time.monotonic() < deadline:
             self._check_alive()
+            asked = time.monotonic()
             await asyncio.sleep(0.002)
+            lag = max(lag, time.monotonic() - asked - 0.002)
         noticed = time.monotonic()
         bot_cpu, fakes_cpu = self.cpu_seconds() - bot_cpu, time.process_time() - fakes_cpu
         sends = [
@@ -389,6 +396,7 @@ class BotUnderTest:
             seconds=finished - started,
             bot_cpu=bot_cpu,
             fakes_cpu=fakes_cpu,
+            fakes_lag=lag,
             missing=self._unanswered(messages),
             llm_calls=(min(calls), max(calls)) if calls else (math.nan, math.nan),
             replies_at=(min(sent), max(sent)) if sent else (math.nan, math.nan),
