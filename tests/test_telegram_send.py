@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -263,7 +264,14 @@ async def test_an_answer_slower_than_the_session_timeout_is_a_network_error(
     assert isinstance(raised.value.__cause__, TelegramNetworkError)
 
 
-async def test_a_network_error_quoting_the_url_does_not_show_the_token() -> None:
+SENDS: dict[str, Callable[[TelegramMessenger], Awaitable[object]]] = {
+    "sendMessage": lambda messenger: messenger.send_text(CHAT, "hello"),  # posted as JSON
+    "editMessageText": lambda messenger: messenger.edit_reply(CHAT, 1, Reply("hi")),  # aiogram
+}
+
+
+@pytest.mark.parametrize("method", list(SENDS))
+async def test_a_network_error_quoting_the_url_does_not_show_the_token(method: str) -> None:
     async def loop_forever(request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(request.path)  # until aiohttp gives up
 
@@ -273,13 +281,14 @@ async def test_a_network_error_quoting_the_url_does_not_show_the_token() -> None
     messenger = open_messenger(base_url, SECRET_TOKEN, attempts=1)
     try:
         with pytest.raises(MessengerError, match="TooManyRedirects") as raised:
-            await messenger.send_text(CHAT, "hello")
+            await SENDS[method](messenger)
     finally:
         await messenger.close()
         await runner.cleanup()
     assert isinstance(raised.value.__cause__, TelegramNetworkError)
-    assert "bot***/sendMessage" in str(raised.value.__cause__)
-    assert SECRET_TOKEN not in str(raised.value)
+    assert f"bot***/{method}" in str(raised.value.__cause__)
+    shown = "".join(traceback.format_exception(raised.value))  # what a log would print
+    assert SECRET_TOKEN not in shown
 
 
 # --- metrics -------------------------------------------------------------------------------

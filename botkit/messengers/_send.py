@@ -83,8 +83,11 @@ class JsonSender:
         except TimeoutError as e:
             raise TelegramNetworkError(method(**sent), "Request timeout error") from e
         except ClientError as e:  # its text may hold the URL, and so the token
-            message = f"{type(e).__name__}: {e}".replace(token, "***")
-            raise TelegramNetworkError(method(**sent), message) from e
+            message = f"{type(e).__name__}: {e}"
+            if token not in message:
+                raise TelegramNetworkError(method(**sent), message) from e
+            redacted = message.replace(token, "***")
+            raise TelegramNetworkError(method(**sent), redacted) from None
         answer = _loads(body)
         if 200 <= status <= 226 and isinstance(answer, dict) and answer.get("ok") is True:
             return answer.get("result")

@@ -25,6 +25,7 @@ from aiogram.exceptions import (
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
+    TelegramNetworkError,
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
@@ -673,6 +674,21 @@ class _Session(AiohttpSession):
         if returning not in self._kept:
             self._kept[returning] = Response[returning]  # type: ignore[valid-type]
         return super().check_response(bot, method, status_code, content)
+
+    async def make_request(
+        self,
+        bot: AiogramBot,
+        method: TelegramMethod[TelegramType],
+        timeout: int | None = None,  # noqa: ASYNC109 (aiogram's signature)
+    ) -> TelegramType:
+        """aiogram's request; a network error never quotes the bot token (aiohttp's errors
+        quote the URL, and the token is part of it)."""
+        try:
+            return await super().make_request(bot, method, timeout)
+        except TelegramNetworkError as e:
+            if bot.token not in e.message:
+                raise
+            raise TelegramNetworkError(method, e.message.replace(bot.token, "***")) from None
 
 
 class _RequestCounter(BaseRequestMiddleware):
