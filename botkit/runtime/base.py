@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -96,3 +97,12 @@ async def until_signalled(serve: Callable[[asyncio.Event], Awaitable[None]]) -> 
         loop.add_signal_handler(sig, on_signal)
     with suppress(asyncio.CancelledError):
         await serve(stop)
+
+
+def freeze_startup_objects() -> None:
+    """Leave what start-up made (modules, classes, clients: some 350,000 objects) out of the
+    garbage collector's full passes, which otherwise walk all of it again every few hundred
+    turns (a quarter of a second of CPU each, on a small machine). Only for a process that
+    serves and nothing else."""
+    gc.collect()
+    gc.freeze()

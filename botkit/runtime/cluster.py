@@ -20,7 +20,7 @@ from botkit.config import Settings
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
-from botkit.runtime.base import ServedBot, until_signalled
+from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
 
@@ -87,8 +87,13 @@ async def serve_queued(
     messenger: TelegramMessenger | None = None,
     queue: TurnQueue | None = None,
     grace_period: float | None = None,
+    freeze_startup: bool = False,
 ) -> None:
-    """Receive into the queue, work from it, or both, until ``stop`` is set."""
+    """Receive into the queue, work from it, or both, until ``stop`` is set.
+
+    ``freeze_startup`` (what ``run_queued`` does, owning its process) leaves the objects
+    start-up made out of the garbage collector's full passes from then on.
+    """
     from botkit.runtime.telegram import messenger_for, readiness
 
     settings = bot.settings
@@ -119,6 +124,8 @@ async def serve_queued(
         if work:
             await stack.enter_async_context(mcp_tools(bot))
             jobs.append(_work(bot, messenger, queue, stop, slots, grace_period))
+        if freeze_startup:
+            freeze_startup_objects()
         await _together(jobs, stop)
 
 
@@ -177,5 +184,12 @@ def run_queued(
     bot: ServedBot, *, receive: bool = True, work: bool = True, concurrency: int | None = None
 ) -> None:
     """Run until SIGINT or SIGTERM (running turns finish first); a second signal stops now."""
-    served = partial(serve_queued, bot, receive=receive, work=work, concurrency=concurrency)
+    served = partial(
+        serve_queued,
+        bot,
+        receive=receive,
+        work=work,
+        concurrency=concurrency,
+        freeze_startup=True,
+    )
     asyncio.run(until_signalled(served))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from functools import partial
 from typing import TYPE_CHECKING
@@ -15,7 +14,7 @@ from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import ButtonPress, Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
-from botkit.runtime.base import ServedBot, until_signalled
+from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
@@ -122,7 +121,7 @@ async def serve(
             messenger.known_commands = frozenset(bot.commands) | {"start"}
             firing_task = asyncio.create_task(firing.run(stop), name="firing")
             if freeze_startup:
-                _freeze_startup_objects()
+                freeze_startup_objects()
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop, on_press=on_press)
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period
@@ -141,14 +140,6 @@ async def serve(
         if inbox is not None:
             inbox.close()
         await bot.aclose()
-
-
-def _freeze_startup_objects() -> None:
-    """Leave what start-up made (modules, classes, clients: some 350,000 objects) out of the
-    garbage collector's full passes, which otherwise walk all of it again every few hundred
-    turns (a quarter of a second of CPU each, on a small machine)."""
-    gc.collect()
-    gc.freeze()
 
 
 def readiness(
