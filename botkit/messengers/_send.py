@@ -82,17 +82,24 @@ class JsonSender:
                 status, body = response.status, await response.read()
         except TimeoutError as e:
             raise TelegramNetworkError(method(**sent), "Request timeout error") from e
-        except ClientError as e:  # its text may hold the URL, and so the token
-            message = f"{type(e).__name__}: {e}"
-            if token not in message:
-                raise TelegramNetworkError(method(**sent), message) from e
-            redacted = message.replace(token, "***")
-            raise TelegramNetworkError(method(**sent), redacted) from None
+        except ClientError as e:
+            error = TelegramNetworkError(method(**sent), f"{type(e).__name__}: {e}")
+            if (masked := without_token(error, token)) is not None:
+                raise masked from None
+            raise error from e
         answer = _loads(body)
         if 200 <= status <= 226 and isinstance(answer, dict) and answer.get("ok") is True:
             return answer.get("result")
         text = body.decode(errors="replace")
         return session.check_response(self.bot, method(**sent), status, text).result
+
+
+def without_token(error: TelegramNetworkError, token: str) -> TelegramNetworkError | None:
+    """``error`` remade with the bot token masked if its text quotes it (aiohttp's errors
+    quote the URL, and the token is part of it); ``None`` if it does not."""
+    if token not in error.message:
+        return None
+    return TelegramNetworkError(error.method, error.message.replace(token, "***"))
 
 
 def _loads(body: bytes) -> Any:

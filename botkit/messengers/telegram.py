@@ -44,7 +44,7 @@ from aiogram.types import (
 from aiogram.types import Message as TgMessage
 
 from botkit.errors import ConfigError, MessengerError
-from botkit.messengers._send import JsonSender, request_outcome
+from botkit.messengers._send import JsonSender, request_outcome, without_token
 from botkit.messengers.base import (
     Attachment,
     Button,
@@ -681,14 +681,13 @@ class _Session(AiohttpSession):
         method: TelegramMethod[TelegramType],
         timeout: int | None = None,  # noqa: ASYNC109 (aiogram's signature)
     ) -> TelegramType:
-        """aiogram's request; a network error never quotes the bot token (aiohttp's errors
-        quote the URL, and the token is part of it)."""
+        """aiogram's request; a network error never quotes the bot token."""
         try:
             return await super().make_request(bot, method, timeout)
         except TelegramNetworkError as e:
-            if bot.token not in e.message:
-                raise
-            raise TelegramNetworkError(method, e.message.replace(bot.token, "***")) from None
+            if (masked := without_token(e, bot.token)) is not None:
+                raise masked from None  # the cause quotes the token too
+            raise
 
 
 class _RequestCounter(BaseRequestMiddleware):
