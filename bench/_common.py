@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import io
 import itertools
 import json
@@ -29,7 +30,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -363,19 +364,20 @@ class BotUnderTest:
         first_request = len(telegram.requests)
         first_call = len(self.claude.requests)
         target = already + len(messages)
-        bot_cpu, fakes_cpu = self.cpu_seconds(), time.process_time()
-        started = time.monotonic()
-        for user_id, text in messages:
-            telegram.send_text(user_id, text)
-        deadline = started + timeout
-        lag = 0.0
-        while len(telegram.sent_messages()) < target and time.monotonic() < deadline:
-            self._check_alive()
-            asked = time.monotonic()
-            await asyncio.sleep(0.002)
-            lag = max(lag, time.monotonic() - asked - 0.002)
-        noticed = time.monotonic()
-        bot_cpu, fakes_cpu = self.cpu_seconds() - bot_cpu, time.process_time() - fakes_cpu
+        with fakes_without_gc_pauses():
+            bot_cpu, fakes_cpu = self.cpu_seconds(), time.process_time()
+            started = time.monotonic()
+            for user_id, text in messages:
+                telegram.send_text(user_id, text)
+            deadline = started + timeout
+            lag = 0.0
+            while len(telegram.sent_messages()) < target and time.monotonic() < deadline:
+                self._check_alive()
+                asked = time.monotonic()
+                await asyncio.sleep(0.002)
+                lag = max(lag, time.monotonic() - asked - 0.002)
+            noticed = time.monotonic()
+            bot_cpu, fakes_cpu = self.cpu_seconds() - bot_cpu, time.process_time() - fakes_cpu
         sends = [
             request
             for request in telegram.requests[first_request:]
@@ -486,6 +488,22 @@ def sample_path(args: argparse.Namespace, workdir: Path) -> Path | None:
     if args.sample_file is not None:
         return Path(args.sample_file).resolve()
     return workdir / "py-spy" if args.sample else None
+
+
+@contextlib.contextmanager
+def fakes_without_gc_pauses() -> Iterator[None]:
+    """Keep this process's garbage collector (the fakes', the driver's) out of a round.
+
+    The fakes keep a record of every request; a full collection over those records took
+    250-600 ms and, landing mid-round, held back every stream and answer of whichever
+    contender was being measured, which the real services never do. Collected between rounds.
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def py_spy_command(pid: int, out: Path) -> list[str]:
