@@ -256,6 +256,45 @@ async def test_a_call_slower_than_the_timeout_is_the_sdks_timeout_error(
     assert isinstance(caught.value.__cause__, anthropic.APITimeoutError)
 
 
+async def test_a_stream_stalled_longer_than_the_read_timeout_fails_soon_after(
+    claude: FakeAnthropicServer,
+) -> None:
+    claude.chunk_delay = 5.0  # the first delta comes, then nothing for 5 s
+    claude.enqueue(FakeReply.text("many words " * 50))
+    sdk = anthropic.AsyncAnthropic(api_key="k", base_url=claude.base_url, timeout=0.3)
+    llm = AnthropicLLM(model=MODEL, client=sdk)
+    try:
+        deltas: list[str] = []
+
+        async def collect(delta: str) -> None:
+            deltas.append(delta)
+
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(LLMError, match="broke") as caught:
+            await asyncio.wait_for(llm.complete(request(), collect), 4)
+        waited = asyncio.get_running_loop().time() - started
+    finally:
+        await llm.close()
+    assert deltas, "the stall came after the answer had started"
+    assert isinstance(caught.value.__cause__, TimeoutError)
+    assert 0.3 <= waited < 1.5, waited
+
+
+async def test_a_slow_stream_is_not_cut_by_the_read_timeout(claude: FakeAnthropicServer) -> None:
+    claude.chunk_delay = 0.1  # each pause under the 0.3 s timeout, the whole answer ~1 s
+    claude.enqueue(FakeReply.text("many words " * 30))
+    sdk = anthropic.AsyncAnthropic(api_key="k", base_url=claude.base_url, timeout=0.3)
+    llm = AnthropicLLM(model=MODEL, client=sdk)
+    try:
+        started = asyncio.get_running_loop().time()
+        answer, deltas = await ours(llm, stream=True)
+        took = asyncio.get_running_loop().time() - started
+    finally:
+        await llm.close()
+    assert took > 0.6, "the answer took longer than the timeout in all"
+    assert "".join(deltas) == answer.message.text == "many words " * 30
+
+
 async def test_a_stream_cut_mid_answer_is_an_llm_error(
     claude: FakeAnthropicServer, llm: AnthropicLLM
 ) -> None:

@@ -268,7 +268,7 @@ async def _stream(transport: MessagesTransport, body: bytes, on_text: TextSink) 
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
     async with transport.post(body) as response:
         message = _Accumulator(transport, response)
-        async for data in _sse_data(response.content.iter_any()):
+        async for data in _sse_data(transport.chunks(response)):
             text = message.add(orjson.loads(data))
             if text:
                 await on_text(text)
