@@ -25,7 +25,7 @@ import structlog
 from botkit.access import Access
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
-from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks, TextDelta
+from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
@@ -330,7 +330,6 @@ class TurnPipeline:
         draft: Draft | None,
     ) -> tuple[str, TurnOutcome]:
         """Run the loop as its own task, streaming into ``draft``, so the user can stop it."""
-        emit = _draft_sink(draft) if draft is not None else None
         task_id = f"{message.user_id}:{message.update_id}"
         if draft is not None:
             await draft.start()
@@ -341,7 +340,9 @@ class TurnPipeline:
             )
             return _all_text(context, first, text), outcome
         turn = asyncio.create_task(
-            self._run_loop(context, system, tools, tool_context, emit=emit, task_id=task_id)
+            self._run_loop(
+                context, system, tools, tool_context, on_text=draft.update, task_id=task_id
+            )
         )
         stop_key = (message.chat_id, draft.draft_id) if draft is not None else None
         if stop_key is not None:
@@ -384,10 +385,12 @@ class TurnPipeline:
         tools: ToolRegistry,
         tool_context: ToolContext,
         *,
+        on_text: TextSink | None = None,
         emit: EventSink | None = None,
         task_id: str | None = None,
     ) -> tuple[str, TurnOutcome]:
-        """The loop's reply, or a polite text when the model could not be reached."""
+        """The loop's reply, or a polite text when the model could not be reached; the
+        answer's text streams to ``on_text``, the loop's events to ``emit``."""
         charge = partial(self._charge, tool_context.user_id)
         model = self.bot.model_override or self.bot.settings.model
         llm = ChargedLLM(self.bot.llm, charge, self.metrics, model)
@@ -406,6 +409,7 @@ class TurnPipeline:
                 system=system,
                 tools=tools,
                 tool_context=tool_context,
+                on_text=on_text,
                 emit=emit,
                 task_id=task_id,
             )
@@ -572,16 +576,6 @@ def as_registry(tools: ToolRegistry | Sequence[Tool]) -> ToolRegistry:
     for item in tools:
         registry.register_tool(item)
     return registry
-
-
-def _draft_sink(draft: Draft) -> EventSink:
-    """Streams the text deltas of a turn into a messenger's draft."""
-
-    async def sink(event: Event) -> None:
-        if isinstance(event, TextDelta):
-            await draft.update(event.text)
-
-    return sink
 
 
 def _all_text(context: ContextManager, first: int, reply: str) -> str:

@@ -18,7 +18,7 @@ from botkit import (
     ToolRegistry,
     tool,
 )
-from botkit.agent.events import HOOK_FAILED_REASON, Hooks, ToolStart
+from botkit.agent.events import HOOK_FAILED_REASON, Hooks, TextDelta, ToolStart
 from botkit.agent.loop import LoopTexts
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.testing import fake_llm
@@ -221,6 +221,32 @@ async def test_streamed_text_arrives_in_pieces(
     assert result.text == answer
     assert len(deltas) > 1 and "".join(deltas) == answer
     assert claude.requests[0].stream is True
+
+
+async def test_text_delta_hooks_see_the_stream_beside_its_text_sink(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    answer = "A fairly long answer that the fake server splits into several text deltas."
+    claude.enqueue(FakeReply.text(answer))
+    hooks = Hooks()
+    seen: list[TextDelta] = []
+    shown: list[str] = []
+
+    @hooks.on("text_delta")
+    async def watch(event: TextDelta) -> None:
+        seen.append(event)
+
+    async def sink(delta: str) -> None:
+        shown.append(delta)
+
+    loop = AgentLoop(llm, hooks=hooks)
+    context = await asked(ContextManager(7), "talk")
+    await loop.run(
+        context, system="s", tools=ToolRegistry(), tool_context=tool_context(), on_text=sink
+    )
+    assert len(seen) > 1 and [event.text for event in seen] == shown
+    assert "".join(shown) == answer
+    assert {event.context_id for event in seen} == {7}
 
 
 async def test_usage_is_summed_over_the_turn(

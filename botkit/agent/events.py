@@ -185,6 +185,10 @@ class Hooks:
 
         return register if hook is None else register(hook)
 
+    def handles(self, kind: str) -> bool:
+        """Whether a hook is registered for events of ``kind``."""
+        return bool(self._hooks.get(kind))
+
     async def run(self, event: Event) -> None:
         """Call every hook registered for the event's kind."""
         for hook in self._hooks.get(event.kind, ()):

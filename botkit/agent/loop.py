@@ -175,7 +175,8 @@ class _Turn:
         """A streamed piece of text: to ``on_text`` and as an event."""
         if self.on_text is not None:
             await self.on_text(delta)
-        await self.notify(TextDelta(text=delta, **self.stamp))
+        if self.emit is not None or self.loop.hooks.handles("text_delta"):
+            await self.notify(TextDelta(text=delta, **self.stamp))
 
     async def run(self, system: str) -> TurnResult:
         listening = self.on_text is not None or self.emit is not None
