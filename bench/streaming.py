@@ -1,7 +1,9 @@
 """How soon does a streamed answer show up in the chat?
 
 Measures the time from the first text delta leaving the fake Messages API to the first
-``sendMessageDraft`` reaching the fake Bot API, over ``--turns`` private-chat turns (one
+``sendMessageDraft`` showing text reaching the fake Bot API (botkit's "Thinking…" draft, sent
+with the LLM call before any text exists, does not count there; it does in "message in ->
+first draft"), over ``--turns`` private-chat turns (one
 after the other) whose answer streams in deltas ``--chunk-delay`` apart. Both fakes run in
 this process, so both stamps come from the same ``time.monotonic`` clock: the fake Messages
 API records when it wrote the first text delta of each answer (``first_delta_at``), the fake
@@ -69,14 +71,17 @@ class Turn:
     injected: float
     first_delta: float | None
     first_draft: float | None
+    """The first draft of any kind (botkit's "Thinking…" goes out with the LLM call)."""
+    first_text_draft: float | None
+    """The first draft showing some of the answer."""
     drafts: int
 
     @property
     def delay_ms(self) -> float | None:
-        """First text delta out of the Messages API → first draft into the Bot API."""
-        if self.first_delta is None or self.first_draft is None:
+        """First text delta out of the Messages API → first draft showing text into the Bot API."""
+        if self.first_delta is None or self.first_text_draft is None:
             return None
-        return (self.first_draft - self.first_delta) * 1000
+        return (self.first_text_draft - self.first_delta) * 1000
 
 
 async def one_turn(bot: BotUnderTest, user_id: int, number: int) -> Turn:
@@ -99,6 +104,7 @@ async def one_turn(bot: BotUnderTest, user_id: int, number: int) -> Turn:
         injected=result.started,
         first_delta=first_delta,
         first_draft=drafts[0].at if drafts else None,
+        first_text_draft=next((d.at for d in drafts if d.params.get("text")), None),
         drafts=len(drafts),
     )
 
@@ -144,13 +150,13 @@ async def main(args: argparse.Namespace) -> int:
         shown = [(t.first_draft - t.injected) * 1000 for t in measured if t.first_draft is not None]
         drafts = sum(t.drafts for t in measured) / len(measured)
         if len(delays) < len(measured):
-            print(f"{name}: {len(measured) - len(delays)} turn(s) without any draft")
+            print(f"{name}: {len(measured) - len(delays)} turn(s) without a draft showing text")
         if not delays:
             print(f"RESULT streaming {name} sent no drafts FAIL")
             return 1
         figures[name] = (median(delays), percentile(delays, 0.9))
         print(
-            f"{name:<9} first delta -> first draft: median {figures[name][0]:.1f} ms, "
+            f"{name:<9} first delta -> first draft with text: median {figures[name][0]:.1f} ms, "
             f"p90 {figures[name][1]:.1f} ms, max {max(delays):.1f} ms; message in -> first "
             f"draft: median {median(shown):.0f} ms; {drafts:.1f} drafts per turn"
         )

@@ -103,6 +103,25 @@ async def test_drafts_stream_then_exactly_one_final_message(
     assert methods[-1] == "sendMessage", "no draft after the final message"
 
 
+async def test_the_first_text_follows_thinking_at_once_even_from_a_fast_model(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    # No latency: the first delta comes a few ms after "Thinking…" went out, well within the
+    # 0.3 s between two drafts; that interval is for text, the first text must not wait it.
+    claude.enqueue(FakeReply.text("A quick answer that streams in several small deltas."))
+    claude.chunk_delay = 0.05
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True)
+    async with running(bot, telegram):
+        telegram.send_text(USERS[0], "quick")
+        await telegram.wait_for_messages(USERS[0])
+    drafts = telegram.drafts(USERS[0])
+    assert drafts[0].params.get("text", "") == "", "Thinking… first"
+    first_text = next((d for d in drafts if d.params.get("text")), None)
+    assert first_text is not None, "the answer showed in the draft before the final message"
+    first_delta = claude.first_delta_at[len(claude.requests) - 1]
+    assert first_text.at - first_delta < 0.15, first_text.at - first_delta
+
+
 async def test_drafts_of_many_turns_share_a_few_requests_and_every_reply_comes(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:

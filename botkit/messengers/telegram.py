@@ -815,6 +815,10 @@ class TelegramDraft:
         self.text = ""
         self._shown = ""
         self._last_sent = 0.0
+        """When a draft last went out (the placeholder and re-sends included)."""
+        self._text_sent_at = 0.0
+        """When a draft showing text last went out: the interval counts from here, so the
+        first text follows "Thinking…" at once."""
         self._sender: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._sending = False
@@ -835,7 +839,10 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            await self._send(draft_html(self.text))  # "" (Thinking…) unless text came meanwhile
+            html = draft_html(self.text)  # "" (Thinking…) unless text came meanwhile
+            if html:
+                self._text_sent_at = time.monotonic()
+            await self._send(html)
         if self.text and not self._finished:
             await self._show_soon()
 
@@ -859,7 +866,7 @@ class TelegramDraft:
         await asyncio.gather(self._sender, return_exceptions=True)
 
     async def _show_soon(self) -> None:
-        delay = self._last_sent + self.interval - time.monotonic()
+        delay = self._text_sent_at + self.interval - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
         async with self.lane:
@@ -867,6 +874,7 @@ class TelegramDraft:
                 return
             html = draft_html(self.text)  # rendered once it can go: the newest text
             if html and html != self._shown:
+                self._text_sent_at = time.monotonic()
                 await self._send(html)
 
     async def _keep_alive(self) -> None:
