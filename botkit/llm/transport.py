@@ -78,7 +78,7 @@ class MessagesTransport:
 
         Its read timeout (no byte for that long) is kept by one timer of ours that looks at
         the bytes received, not by aiohttp's, which is cancelled and set again for every
-        chunk: a few dozen timers a turn, about a sixth of the CPU of reading a stream.
+        chunk: a few dozen timers a turn, about a tenth of the CPU of reading a stream.
         """
         watch = _ReadTimeout.take_over(response)
         try:
