@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import anthropic
 import httpx2
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.helpers import get_env_proxy_for_url
 from anthropic._models import FinalRequestOptions
 from yarl import URL
@@ -159,10 +160,11 @@ class _ReadTimeout:
     for its read timeout; checked every tenth of that timeout, so a stall is noticed between
     1.0 and 1.1 timeouts after the last byte."""
 
-    def __init__(self, response: aiohttp.ClientResponse, seconds: float) -> None:
-        assert response.connection is not None and response.connection.protocol is not None
-        self.protocol = response.connection.protocol
-        self.content = response.content
+    def __init__(
+        self, protocol: ResponseHandler, content: aiohttp.StreamReader, seconds: float
+    ) -> None:
+        self.protocol = protocol
+        self.content = content
         self.seconds = seconds
         self.loop = asyncio.get_running_loop()
         self.seen = self.content.total_bytes
@@ -180,7 +182,7 @@ class _ReadTimeout:
             return None
         protocol.read_timeout = None
         protocol.start_timeout()  # with no timeout, this cancels aiohttp's timer
-        return cls(response, seconds)
+        return cls(protocol, response.content, seconds)
 
     def stop(self) -> None:
         """The response is read (or given up): no more checks."""

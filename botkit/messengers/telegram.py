@@ -839,10 +839,7 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            html = draft_html(self.text)  # "" (Thinking…) unless text came meanwhile
-            if html:
-                self._text_sent_at = time.monotonic()
-            await self._send(html)
+            await self._send(draft_html(self.text))  # "" (Thinking…) unless text came meanwhile
         if self.text and not self._finished:
             await self._show_soon()
 
@@ -874,7 +871,6 @@ class TelegramDraft:
                 return
             html = draft_html(self.text)  # rendered once it can go: the newest text
             if html and html != self._shown:
-                self._text_sent_at = time.monotonic()
                 await self._send(html)
 
     async def _keep_alive(self) -> None:
@@ -890,6 +886,8 @@ class TelegramDraft:
     async def _send(self, html: str) -> None:
         self._sending = True
         self._last_sent = time.monotonic()
+        if html:
+            self._text_sent_at = self._last_sent
         try:
             await self.api.send_message_draft(
                 chat_id=self.chat_id,
