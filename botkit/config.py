@@ -123,9 +123,25 @@ class Settings(BaseSettings):
     """BOTKIT_WEBHOOK_URL: the public HTTPS URL Telegram posts updates to (``receive``, and
     ``run`` with BOTKIT_DATABASE_URL); unset: long polling."""
     webhook_listen: str = Field(
-        "0.0.0.0:8080", validation_alias=AliasChoices("BOTKIT_WEBHOOK_LISTEN", "webhook_listen")
+        "127.0.0.1:8080", validation_alias=AliasChoices("BOTKIT_WEBHOOK_LISTEN", "webhook_listen")
     )
-    """BOTKIT_WEBHOOK_LISTEN: ``host:port`` the webhook server listens on."""
+    """BOTKIT_WEBHOOK_LISTEN: ``host:port`` the webhook server listens on (loopback by default:
+    put a TLS reverse proxy in front; ``0.0.0.0:8080`` exposes the port itself)."""
+    http_max_connections: int = Field(
+        256,
+        ge=1,
+        validation_alias=AliasChoices("BOTKIT_HTTP_MAX_CONNECTIONS", "http_max_connections"),
+    )
+    """BOTKIT_HTTP_MAX_CONNECTIONS: connections the webhook and ops servers keep open at once;
+    past it new ones are closed at once."""
+    http_read_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=10,
+        validation_alias=AliasChoices("BOTKIT_HTTP_READ_TIMEOUT", "http_read_timeout"),
+    )
+    """BOTKIT_HTTP_READ_TIMEOUT: seconds the webhook and ops servers wait for a request's
+    headers and body, and keep an idle connection open."""
     webhook_secret: SecretStr | None = Field(
         None, validation_alias=AliasChoices("BOTKIT_WEBHOOK_SECRET", "webhook_secret")
     )
@@ -141,12 +157,45 @@ class Settings(BaseSettings):
     )
     """BOTKIT_MAX_FILE_MB: the largest file users may send, in MB (Telegram lets bots download
     at most 20); larger ones are refused before downloading."""
+    max_image_pixels: int = Field(
+        60_000_000,
+        ge=1,
+        validation_alias=AliasChoices("BOTKIT_MAX_IMAGE_PIXELS", "max_image_pixels"),
+    )
+    """BOTKIT_MAX_IMAGE_PIXELS: the most pixels (width x height) a picture users send may have;
+    larger ones are refused from their header, before decoding."""
+    max_media_mb: float = Field(
+        200.0, gt=0, validation_alias=AliasChoices("BOTKIT_MAX_MEDIA_MB", "max_media_mb")
+    )
+    """BOTKIT_MAX_MEDIA_MB: the media (pictures, PDFs) one user may have stored, in MB; over it
+    a file is refused before download."""
+    retention_days: float | None = Field(
+        None, gt=0, validation_alias=AliasChoices("BOTKIT_RETENTION_DAYS", "retention_days")
+    )
+    """BOTKIT_RETENTION_DAYS: session entries and media older than this are pruned (``prune``);
+    unset: everything is kept."""
+    max_job_attempts: int = Field(
+        3, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_JOB_ATTEMPTS", "max_job_attempts")
+    )
+    """BOTKIT_MAX_JOB_ATTEMPTS: starts of one update whose process died during it (a worker's
+    job, or ``run``'s journal entry) before it is given up and its user told."""
     timezone: str = Field("UTC", validation_alias=AliasChoices("BOTKIT_TIMEZONE", "timezone"))
     """BOTKIT_TIMEZONE: the IANA time zone of users who have not set their own (``/timezone``)."""
     max_scheduled: int = Field(
         50, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_SCHEDULED", "max_scheduled")
     )
     """BOTKIT_MAX_SCHEDULED: reminders and scheduled tasks one user may have pending."""
+    min_task_interval: float = Field(
+        3600.0,
+        gt=0,
+        validation_alias=AliasChoices("BOTKIT_MIN_TASK_INTERVAL", "min_task_interval"),
+    )
+    """BOTKIT_MIN_TASK_INTERVAL: the shortest repeat, in seconds, of a scheduled LLM task
+    (reminders, which cost no LLM call, may repeat every minute)."""
+    max_task_runs: int = Field(
+        24, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_TASK_RUNS", "max_task_runs")
+    )
+    """BOTKIT_MAX_TASK_RUNS: scheduled LLM task turns one user's tasks may run per UTC day."""
     schedule_poll: float = Field(
         30.0, gt=0, validation_alias=AliasChoices("BOTKIT_SCHEDULE_POLL", "schedule_poll")
     )
