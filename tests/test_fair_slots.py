@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_scaleout import db, queued, queued_bot
 
 from botkit import Bot
+from botkit.messengers.base import Incoming
+from botkit.runtime.scheduler import TurnDispatcher
 from botkit.testing import (
     FakeAnthropicServer,
     FakeReply,
@@ -28,6 +32,20 @@ GROUP = -100_1200
 BOT = "botkit_test_bot"
 LATENCY = 1.0
 """Seconds the fake Messages API waits before each answer."""
+T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    """A wall clock that moves only when told to."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
 
 
 def slotted_bot(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bot:
@@ -104,6 +122,60 @@ async def test_a_busy_group_does_not_delay_a_private_reply_in_the_queued_runtime
     assert len(answers) == len(MEMBERS)
 
 
+def gauge(bot: Bot, name: str) -> float:
+    value = bot.metrics.registry.get_sample_value(name)
+    assert value is not None, name
+    return value
+
+
+async def until(predicate: Any, timeout: float = 20.0) -> None:  # noqa: ASYNC109
+    """Wait until ``predicate()`` is true (polled), or fail saying so."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+async def test_a_scheduled_task_turn_waits_for_a_slot_like_a_message(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    slow_user = MEMBERS[0]
+    release, slow_started = asyncio.Event(), asyncio.Event()
+    slow_answers_before_task: list[int] = []
+
+    async def model(request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if request.tool_results():
+            return FakeReply.text("task set")
+        if "[Scheduled task" in text:
+            slow_answers_before_task.append(len(telegram.sent_messages(slow_user)))
+            return FakeReply.text("task done")
+        if text.endswith("TASK"):
+            return FakeReply.tool_use("schedule_task", {"when": "10m", "instruction": "report"})
+        slow_started.set()
+        await release.wait()
+        return FakeReply.text("slow done")
+
+    claude.responder = model
+    bot = slotted_bot(claude, tmp_path, max_concurrent_turns=1)
+    clock = bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALONE, "TASK")
+        await telegram.wait_for_messages(ALONE, 1)
+        telegram.send_text(slow_user, "slow")
+        await asyncio.wait_for(slow_started.wait(), 10)
+        clock.advance(timedelta(minutes=10))
+        assert bot.reminders.wake is not None, "the firing loop runs"
+        bot.reminders.wake()
+        # The task's turn either waits for the one slot, or (the old way) asks the model now.
+        await until(lambda: slow_answers_before_task or gauge(bot, "botkit_turns_waiting") == 1)
+        running_then = gauge(bot, "botkit_turns_running")
+        release.set()
+        _, answer = await telegram.wait_for_messages(ALONE, 2)
+    assert answer.plain_text == "task done"
+    assert slow_answers_before_task == [1], "the task's turn started once the slow one ended"
+    assert running_then == 1, "one slot, one turn running"
+
+
 async def test_in_a_shared_group_only_one_members_burst_is_gathered(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
@@ -136,3 +208,56 @@ async def test_in_a_shared_group_only_one_members_burst_is_gathered(
         f"[User (id {alice}) wrote:]\na1\n\na2",  # Alice's two, sent during her turn, as one
         f"[User (id {bob}) wrote:]\nb2",
     ]
+
+
+async def test_a_scheduled_task_is_not_gathered_into_a_users_burst(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    release, slow_started = asyncio.Event(), asyncio.Event()
+
+    async def model(request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if request.tool_results():
+            return FakeReply.text("task set")
+        if text.endswith("TASK"):
+            return FakeReply.tool_use("schedule_task", {"when": "10m", "instruction": "report"})
+        if text.endswith("slow"):
+            slow_started.set()
+            await release.wait()
+        return FakeReply.text("ok")
+
+    claude.responder = model
+    bot = slotted_bot(claude, tmp_path)
+    clock = bot.reminders.clock = FixedClock(T0)
+    async with running(bot, telegram):
+        telegram.send_text(ALONE, "TASK")
+        await telegram.wait_for_messages(ALONE, 1)
+        telegram.send_text(ALONE, "slow")
+        await asyncio.wait_for(slow_started.wait(), 10)
+        await taken(telegram, telegram.send_text(ALONE, "quick one"))
+        clock.advance(timedelta(minutes=10))
+        assert bot.reminders.wake is not None, "the firing loop runs"
+        bot.reminders.wake()
+        await until(lambda: gauge(bot, "botkit_turns_waiting") == 2)  # "quick one", the task
+        release.set()
+        await telegram.wait_for_messages(ALONE, 4)
+    *_, quick, task = [r.last_user_text() for r in claude.requests]
+    assert quick.endswith("quick one") and "[Scheduled task" not in quick
+    assert task.startswith("[Scheduled task #1") and "quick one" not in task
+
+
+async def test_cancelling_the_turns_ends_the_wait_of_a_run_turn() -> None:
+    started = asyncio.Event()
+
+    async def endless(message: Incoming) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    dispatcher = TurnDispatcher(endless)
+    task_turn = Incoming(update_id=-1, user_id=1, chat_id=1, text="task", date=T0)
+    waiting = asyncio.create_task(dispatcher.run(task_turn))
+    await asyncio.wait_for(started.wait(), 10)
+    await dispatcher.cancel_all()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 10)
+    assert not await dispatcher.drain(0.1), "the cancelled turn never finished"

@@ -12,7 +12,8 @@ sender, no commands) are gathered into one message, so a burst gets one answer t
 all of it. Messages that arrive together before any of them started are still answered one by
 one, except the parts of an album (one ``media_group_id``): Telegram sends them as separate
 messages within about a second, so the turn waits until no part came for ``album_wait``
-seconds and answers them all at once.
+seconds and answers them all at once. A turn someone awaits (:meth:`TurnDispatcher.run`, a
+scheduled task's) is never gathered with others.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class TurnDispatcher:
         self._unfinished: set[int] = set()
         self._running: set[Hashable] = set()
         self._during_turn: set[int] = set()
+        self._awaited: dict[int, asyncio.Future[None]] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -110,6 +112,18 @@ class TurnDispatcher:
         self._workers.add(worker)
         worker.add_done_callback(self._workers.discard)
 
+    async def run(self, message: Incoming) -> None:
+        """Queue ``message`` as :meth:`submit` does and wait until its turn finished (alone,
+        never gathered with others): a scheduled task's turn, in the same slots.
+
+        Raises ``CancelledError`` if the turn was cancelled (:meth:`cancel_all`) first.
+        """
+        done = self._awaited.get(message.update_id)
+        if done is None:
+            done = self._awaited[message.update_id] = asyncio.get_running_loop().create_future()
+            self.submit(message)
+        await asyncio.shield(done)
+
     async def _work(self, key: Hashable) -> None:
         queue = self._queues[key]
         try:
@@ -128,6 +142,10 @@ class TurnDispatcher:
                     self._finish(message)
         finally:
             self._queues.pop(key, None)
+            for message in queue:  # cancelled: whoever awaits these turns learns they did not run
+                awaited = self._awaited.pop(message.update_id, None)
+                if awaited is not None and not awaited.done():
+                    awaited.cancel()
 
     async def _album_complete(self, first: Incoming) -> None:
         """Wait until ``first``'s album (if it is a part of one) had no new part for a while."""
@@ -163,6 +181,8 @@ class TurnDispatcher:
             and message.kind in GATHERED_KINDS
             and message.user_id == first.user_id  # in a shared group, one speaker per turn
             and (message.chat_id, message.thread_id) == (first.chat_id, first.thread_id)
+            and message.update_id not in self._awaited
+            and first.update_id not in self._awaited
         )
 
     async def _run(self, message: Incoming) -> None:
@@ -174,6 +194,9 @@ class TurnDispatcher:
     def _finish(self, message: Incoming) -> None:
         if self.on_finished is not None:
             self.on_finished(message)
+        awaited = self._awaited.pop(message.update_id, None)
+        if awaited is not None and not awaited.done():
+            awaited.set_result(None)
         self._unfinished.discard(message.update_id)
         if not self._unfinished:
             self._idle.set()

@@ -105,7 +105,7 @@ async def serve(
         max_concurrent=bot.settings.max_concurrent_turns,
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
-    firing = FiringLoop(bot, messenger)
+    firing = FiringLoop(bot, messenger, run_turn=dispatcher.run)  # task turns take slots too
     messenger.observe(bot.metrics)
     bot.metrics.watch_load(
         running=lambda: dispatcher.running,
@@ -137,6 +137,7 @@ async def serve(
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)
         await firing.drain(0)
+        await dispatcher.cancel_all()  # a task turn whose firing was cut short above
         await asyncio.gather(*presses, return_exceptions=True)
         await messenger.close()
         if inbox is not None:
