@@ -38,6 +38,7 @@ __all__ = [
     "FiringHost",
     "FiringLoop",
     "HandOff",
+    "TurnRunner",
     "claim_due",
     "fire",
     "fire_due_schedules",
@@ -51,6 +52,9 @@ LATE_AFTER = timedelta(minutes=5)
 MIN_WAIT = 0.2
 """Seconds the loop waits at least between two looks (nothing spins on a stuck schedule)."""
 CLAIM_LIMIT = 100
+
+TurnRunner = Callable[[Incoming], Awaitable[None]]
+"""Runs one message's turn to its end (e.g. ``TurnDispatcher.run``: in the runtime's slots)."""
 
 
 class FiringHost(Protocol):
@@ -79,8 +83,14 @@ async def claim_due(host: FiringHost, limit: int = CLAIM_LIMIT) -> list[Schedule
     return await store.claim_due_schedules(host.reminders.clock(), lease=lease, limit=limit)
 
 
-async def fire(host: FiringHost, messenger: Messenger, schedule: Schedule) -> bool:
-    """Deliver one claimed schedule and record it (its next time, if it repeats)."""
+async def fire(
+    host: FiringHost, messenger: Messenger, schedule: Schedule, run_turn: TurnRunner | None = None
+) -> bool:
+    """Deliver one claimed schedule and record it (its next time, if it repeats).
+
+    A task's turn runs through ``run_turn`` if given (the runtime's turn slots), else straight
+    through ``host.handle_safely``.
+    """
     reminders = host.reminders
     now = reminders.clock()
     zone = _zone(schedule)
@@ -90,7 +100,11 @@ async def fire(host: FiringHost, messenger: Messenger, schedule: Schedule) -> bo
             text = schedule.text + (_late_note(schedule, zone) if late else "")
             await messenger.send_text(schedule.chat_id, text, thread_id=schedule.thread_id)
         else:
-            await host.handle_safely(scheduled_message(schedule, zone, now), messenger)
+            message = scheduled_message(schedule, zone, now)
+            if run_turn is None:
+                await host.handle_safely(message, messenger)
+            else:
+                await run_turn(message)
         delivered = True
     except MessengerError as e:
         log.warning(
@@ -168,14 +182,22 @@ class FiringLoop:
 
     With ``hand_off``, claimed tasks are passed to it instead of run here: the queue's workers
     defer them as jobs on the user's lock, so they take turns with the user's own messages.
+    With ``run_turn``, a task's turn runs through it (the single-process runtime's turn slots
+    and conversation queues) instead of straight through the bot.
     """
 
     def __init__(
-        self, host: FiringHost, messenger: Messenger, *, hand_off: HandOff | None = None
+        self,
+        host: FiringHost,
+        messenger: Messenger,
+        *,
+        hand_off: HandOff | None = None,
+        run_turn: TurnRunner | None = None,
     ) -> None:
         self.host = host
         self.messenger = messenger
         self.hand_off = hand_off
+        self.run_turn = run_turn
         self._wake = asyncio.Event()
         self._firing: set[asyncio.Task[bool]] = set()
 
@@ -216,7 +238,7 @@ class FiringLoop:
             if schedule.kind == "task" and self.hand_off is not None:
                 await self.hand_off(schedule)
                 return True
-            return await fire(self.host, self.messenger, schedule)
+            return await fire(self.host, self.messenger, schedule, self.run_turn)
         except Exception:
             log.exception("reminders.fire_crashed", id=schedule.id, user_id=schedule.user_id)
             return False

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from botkit.chats import conversation_of
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import ButtonPress, Messenger
@@ -90,7 +91,6 @@ async def serve(
     messenger = messenger or messenger_for(bot.settings)
     bot.messenger = messenger
     inbox = messenger.inbox
-    firing = FiringLoop(bot, messenger)
     firing_task: asyncio.Task[None] | None = None
     presses: set[asyncio.Task[None]] = set()
 
@@ -101,9 +101,11 @@ async def serve(
 
     dispatcher = TurnDispatcher(
         lambda message: bot.handle_safely(message, messenger),
+        key=lambda message: conversation_of(message, bot.settings.group_context),
         max_concurrent=bot.settings.max_concurrent_turns,
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
+    firing = FiringLoop(bot, messenger, run_turn=dispatcher.run)  # task turns take slots too
     messenger.observe(bot.metrics)
     bot.metrics.watch_load(
         running=lambda: dispatcher.running,
@@ -135,6 +137,7 @@ async def serve(
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)
         await firing.drain(0)
+        await dispatcher.cancel_all()  # a task turn whose firing was cut short above
         await asyncio.gather(*presses, return_exceptions=True)
         await messenger.close()
         if inbox is not None:
