@@ -228,31 +228,44 @@ async def test_half_open_connections_cannot_exhaust_the_webhook_receiver(
 
 
 async def test_the_ops_server_caps_connections_and_closes_slow_requests(tmp_path: Path) -> None:
-    cap, read_timeout = 8, 1.0
+    cap, read_timeout = 8, 2.0
+
+    async def slower_than_the_read_timeout() -> str | None:
+        await asyncio.sleep(read_timeout + 0.5)
+        return None
+
     settings = make_settings(
         tmp_path, metrics_port=0, http_max_connections=cap, http_read_timeout=read_timeout
     )
     with capture_logs() as logs:
-        async with ops_server(settings, Metrics()) as url:
+        async with ops_server(settings, Metrics(), [slower_than_the_read_timeout]) as url:
             assert url is not None
             port = int(url.rsplit(":", 1)[1])
             admitted = await half_open(port, cap - 1)
             trickler = (await half_open(port, 1, b"G"))[0]
             started = time.monotonic()
+            trickling = asyncio.create_task(
+                trickle(trickler, b"ET / HTTP/1.1\r\n" + b"X: y\r\n" * 8)
+            )
             await asyncio.sleep(0.2)  # all of them accepted before the next ones come
             excess = await half_open(port, 5)
-            excess_closed = await wait_closed(excess, 0.5)
-            trickling = asyncio.create_task(trickle(trickler, b"ET /healthz HTTP/1.1\r\n"))
+            excess_closed = await wait_closed(excess, 1.0)
+            admitted_open = [not r.at_eof() and r.exception() is None for r, _ in admitted]
             timed_out = await wait_closed([*admitted, trickler], read_timeout + 4)
             closed_after = time.monotonic() - started
             trickling.cancel()
-            async with aiohttp.ClientSession() as http, http.get(f"{url}/healthz") as response:
-                health = response.status, await response.text()
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{url}/healthz") as response:
+                    health = response.status, await response.text()
+                async with http.get(f"{url}/readyz") as response:
+                    ready = response.status, await response.text()
             close_all([*admitted, trickler, *excess])
     assert all(excess_closed), "connections past the cap are closed at once"
+    assert all(admitted_open), "the connections already open are not touched"
     assert all(timed_out), "requests not received within the read timeout are closed"
     assert read_timeout * 0.8 <= closed_after < read_timeout + 4, closed_after
     assert health == (200, "ok\n")
+    assert ready == (200, "ready\n"), "a handler running past the read timeout is not cut"
     warnings = [e for e in logs if e["log_level"] == "warning"]
     assert [e["event"] for e in warnings] == ["ops.connections_full", "ops.request_timeout"]
 
