@@ -1,9 +1,10 @@
 """Serving an aiohttp application within limits: the webhook receiver and the ops endpoint.
 
 aiohttp's server has no timeout of its own for a client that connects and never finishes its
-request line or headers (before aiohttp 3.14 not even for one that sends nothing), so anyone
-who reaches the port could hold connections, and the process's file descriptors with them, for
-an hour. Here each connection passes through a small protocol wrapper:
+request line or headers (older releases, which aiogram allows, not even for one that sends
+nothing), so anyone who reaches the port could hold connections, and the process's file
+descriptors with them, for an hour (its keep-alive time). Here each connection passes through
+a small protocol wrapper:
 
 - past ``max_connections`` open at once, a new connection is closed as soon as it is accepted
   (requests already running are not touched);
