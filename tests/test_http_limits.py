@@ -270,6 +270,27 @@ async def test_the_ops_server_caps_connections_and_closes_slow_requests(tmp_path
     assert [e["event"] for e in warnings] == ["ops.connections_full", "ops.request_timeout"]
 
 
+async def test_a_keep_alive_connection_is_closed_when_idle_or_slow_after_a_response(
+    tmp_path: Path,
+) -> None:
+    read_timeout = 1.0
+    settings = make_settings(tmp_path, metrics_port=0, http_read_timeout=read_timeout)
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    async with ops_server(settings, Metrics()) as url:
+        assert url is not None
+        port = int(url.rsplit(":", 1)[1])
+        idle, slow = await half_open(port, 2, get)
+        answers = [await reader.readuntil(b"ok\n") for reader, _ in (idle, slow)]
+        slow[1].write(get[:10])  # the next request, never finished
+        started = time.monotonic()
+        closed = await wait_closed([idle, slow], read_timeout + 4)
+        took = time.monotonic() - started
+        close_all([idle, slow])
+    assert all(answer.startswith(b"HTTP/1.1 200 OK") for answer in answers)
+    assert closed == [True, True], "closed after the read timeout, not aiohttp's hour"
+    assert took >= read_timeout * 0.8, took
+
+
 async def trickle(stream: Stream, data: bytes) -> None:
     """Send ``data`` a byte every 0.1 s: a client keeping its request alive forever."""
     _, writer = stream
