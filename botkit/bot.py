@@ -182,11 +182,14 @@ class Bot:
         return None
 
     async def build_tools(self, message: Incoming) -> ToolRegistry | Sequence[Tool]:
-        """The tools the model may call this turn; all registered tools by default."""
+        """The tools the model may call this turn: all registered tools by default, and in an
+        admin's private chat ``create_invite``."""
         if self.options.build_tools is not None:
             return await self.options.build_tools(message)
         extra = [t for p in self.plugins for t in p.tools(message)]
-        if self.is_admin(message.user_id) or (message.user and message.user.role == "admin"):
+        # Never in a group: its context holds what any member wrote, and could steer the call.
+        admin = self.is_admin(message.user_id) or (message.user and message.user.role == "admin")
+        if admin and message.chat_type == "private":
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools
 

@@ -1,4 +1,10 @@
-"""Invite links: durations, deep links, and the tool that lets an admin make one from chat."""
+"""Invite links: durations, deep links, and the tool that lets an admin make one from chat.
+
+The tool is offered only in an admin's private chat, never in a group turn (whose context holds
+what any member wrote), and it checks that again itself. An invite with the admin role mints
+admins, so it comes only from the command line or from an admin in BOTKIT_ADMINS; an admin by
+role alone invites with any other role.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Protocol
 
 from botkit.errors import ConfigError, ToolError
 from botkit.messengers.base import Messenger
-from botkit.stores.base import UserStore
+from botkit.stores.base import UserRecord, UserStore
 from botkit.tools import Tool, ToolContext, tool
 
 __all__ = ["InviteHost", "invite_link", "invite_tool", "parse_duration"]
@@ -43,6 +49,10 @@ class InviteHost(Protocol):
         """The users and invites store."""
         ...
 
+    async def known_user(self, user_id: int) -> UserRecord | None:
+        """The user's record, if registered."""
+        ...
+
 
 def invite_tool(bot: InviteHost) -> Tool:
     """``create_invite``: an admin asks for an invite link in chat."""
@@ -58,8 +68,7 @@ def invite_tool(bot: InviteHost) -> Tool:
             uses: How many people may use the link.
             expires_in_days: Days until the link stops working.
         """
-        if not bot.is_admin(ctx.user_id):
-            raise ToolError("only admins can create invites")
+        await _check_may_invite(bot, ctx, role)
         if uses < 1 or expires_in_days <= 0:
             raise ToolError("uses must be at least 1 and expires_in_days positive")
         me = getattr(bot.messenger, "me", None)
@@ -77,3 +86,19 @@ def invite_tool(bot: InviteHost) -> Tool:
         )
 
     return create_invite
+
+
+async def _check_may_invite(bot: InviteHost, ctx: ToolContext, role: str) -> None:
+    """Raise ``ToolError`` unless the caller may create an invite with ``role`` here."""
+    if ctx.chat_type != "private":
+        raise ToolError("invites are created only in a private chat with the bot")
+    if bot.is_admin(ctx.user_id):
+        return
+    record = await bot.known_user(ctx.user_id)
+    if record is None or record.blocked or record.role != "admin":
+        raise ToolError("only admins can create invites")
+    if role.strip().casefold() == "admin":
+        raise ToolError(
+            "an invite with the admin role is created only from the command line "
+            "or by an admin listed in BOTKIT_ADMINS"
+        )

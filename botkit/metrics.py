@@ -6,8 +6,9 @@ through the seams that already exist, never from inside the steps: the turn pipe
 how each turn ended, the charged LLM wrapper each call, the ``tool_start``/``tool_end`` hooks
 each tool call, the Telegram messenger's request middleware and flood control each request,
 retry and flood wait; the gauges are read from the dispatcher, the context pool and the inbox
-when Prometheus scrapes. Label values are bounded: outcomes are fixed lists, and models, tools
-and API methods past :data:`MAX_LABEL_VALUES` distinct values are counted as ``other``.
+when Prometheus scrapes. Label values are bounded: outcomes are fixed lists, a tool name that is
+none of the turn's tools (the model made it up: it may hold any text) is ``unknown``, and
+models, tools and API methods past :data:`MAX_LABEL_VALUES` distinct values are ``other``.
 """
 
 from __future__ import annotations
@@ -232,7 +233,8 @@ class Metrics:
         if started is not None:
             self.tool_seconds.observe(time.perf_counter() - started)
         outcome = "error" if event.result.is_error else "ok"
-        self.tool_calls.labels(self._tools(event.call.name), outcome).inc()
+        tool = self._tools(event.call.name) if event.known else "unknown"
+        self.tool_calls.labels(tool, outcome).inc()
 
     # ---- Telegram ---------------------------------------------------------------------
 

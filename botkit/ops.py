@@ -3,7 +3,8 @@
 Every runtime that runs for long (``run``, and the receiver and worker of a scaled-out bot)
 wraps its work in :func:`ops_server`; with BOTKIT_METRICS_PORT unset it does nothing. The
 server is a small aiohttp application (aiohttp comes with aiogram), bound to
-BOTKIT_METRICS_HOST (loopback by default: metrics tell a lot about a bot's users' activity).
+BOTKIT_METRICS_HOST (loopback by default: metrics tell a lot about a bot's users' activity),
+within BOTKIT_HTTP_MAX_CONNECTIONS and BOTKIT_HTTP_READ_TIMEOUT like the webhook (``botkit._http``).
 
 ``/healthz`` answers 200 while the event loop runs. ``/readyz`` runs the runtime's readiness
 checks (each an async function returning ``None`` when fine, or one line saying what is
@@ -22,6 +23,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from botkit._http import BoundedServer, HttpLimits
 from botkit.config import Settings
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
@@ -57,24 +59,22 @@ async def ops_server(
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz_handler(list(checks), check_timeout))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    server = BoundedServer(app, HttpLimits.of(settings), name="ops")
     try:
-        site = web.TCPSite(runner, settings.metrics_host, settings.metrics_port)
         try:
-            await site.start()
+            port = await server.start(settings.metrics_host, settings.metrics_port)
         except OSError as e:
             raise ConfigError(
                 f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} "
                 f"({e.strerror or e}): set BOTKIT_METRICS_PORT to a free port, or unset it."
             ) from e
-        url = _url_of(runner, settings.metrics_host)
+        url = _url_of(settings.metrics_host, port)
         metrics.served_at = url
         log.info("ops.listening", url=url)
         yield url
     finally:
         metrics.served_at = None
-        await runner.cleanup()
+        await server.close()
 
 
 def stores_check(*stores: Callable[[], Awaitable[Any]]) -> ReadinessCheck:
@@ -129,10 +129,6 @@ async def _first_failure(checks: list[ReadinessCheck], seconds: float) -> str | 
     return None
 
 
-def _url_of(runner: web.AppRunner, host: str) -> str:
-    """The base URL the runner listens on (the real port when 0 was asked for)."""
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            bound_host = f"[{host}]" if ":" in host else host
-            return f"http://{bound_host}:{address[1]}"
-    return f"http://{host}"
+def _url_of(host: str, port: int) -> str:
+    """The base URL of a server listening on ``host:port``."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -319,6 +319,34 @@ def test_label_values_are_bounded() -> None:
     assert len(methods) == 51 and "other" in methods
 
 
+async def test_a_tool_name_the_model_made_up_is_counted_as_unknown(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    made_up = [f"iban_DE89_3704_0044_0532_0130_{n:02d}" for n in range(52)]
+    batches = [made_up[n : n + 8] for n in range(0, len(made_up), 8)]
+
+    def model(request: FakeRequest) -> FakeReply:
+        answered = sum(1 for m in request.messages if m["role"] == "assistant")
+        if answered < len(batches):
+            calls = [(name, {}) for name in batches[answered]]
+            return FakeReply.tool_uses([*calls, ("broken", {"city": "Oslo"})][:8])
+        return FakeReply.text("done")
+
+    claude.responder = model
+    bot = make_bot(
+        claude, tmp_path, allowed_users=frozenset({ALICE}), metrics_port=0, tools=[broken]
+    )
+    async with running(bot, telegram):
+        assert (await ask(telegram, ALICE, "pay my bills", timeout=30)).text == "done"
+        assert bot.metrics.served_at is not None
+        samples = await scrape(bot.metrics.served_at)
+
+    tools = {dict(key[1])["tool"] for key in samples if key[0] == "botkit_tool_calls_total"}
+    assert tools == {"broken", "unknown"}, "no made-up name becomes a label"
+    assert value(samples, "botkit_tool_calls_total", tool="unknown", outcome="error") == 52
+    assert value(samples, "botkit_tool_calls_total", tool="broken", outcome="error") == 1
+
+
 # --- admins in chat ----------------------------------------------------------------------------
 
 ADMIN, MEMBER = 7, 8

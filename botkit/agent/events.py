@@ -84,6 +84,9 @@ class ToolEnd(_Stamped):
 
     call: ToolUseBlock
     result: ToolResultBlock
+    known: bool = True
+    """Whether ``call.name`` is one of the turn's tools; ``False``: a name the model made up
+    (its result is an error), which metrics never use as a label."""
     kind: Literal["tool_end"] = "tool_end"
 
 

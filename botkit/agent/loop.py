@@ -247,7 +247,8 @@ class _Turn:
             )
         else:
             result = await self.tools.execute(call, self.tool_context)
-        await self.notify(ToolEnd(call=call, result=result, **self.stamp))
+        known = call.name in self.tools
+        await self.notify(ToolEnd(call=call, result=result, known=known, **self.stamp))
         return result
 
 
