@@ -32,6 +32,7 @@ from botkit.sessions.jsonl import (
     parse_entry,
     with_media,
 )
+from botkit.sessions.locks import KeyedLocks
 from botkit.sessions.media import externalize, references
 
 __all__ = ["PostgresSessionStore"]
@@ -62,6 +63,9 @@ _COLUMNS = ["conversation", "seq", "entry", "recorded_at"]
 _PUT_MEDIA = """
     INSERT INTO botkit_session_media (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"""
 _GET_MEDIA = "SELECT name, data FROM botkit_session_media WHERE name = ANY($1::text[])"
+MEDIA_LOCK = 0x626F746B69746D
+"""The advisory lock an append with media holds shared and prune's media sweep exclusively."""
+_MEDIA_IN_USE = f"SELECT pg_advisory_xact_lock_shared({MEDIA_LOCK})"
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -83,7 +87,7 @@ class PostgresSessionStore:
         self._owns_pool = False
         self._schema_ok = False
         self._connecting = asyncio.Lock()
-        self._order = _KeyedLocks()
+        self._order = KeyedLocks()
 
     @classmethod
     def lazy(cls, dsn: str, **pool_options: Any) -> PostgresSessionStore:
@@ -127,19 +131,33 @@ class PostgresSessionStore:
         """Record ``entry`` as its conversation's next numbered row."""
         entry, blobs = _media_apart(entry)
         async with self._order.holding(entry.key), self._connection() as conn:
-            await self._put_media(conn, blobs)
-            await conn.execute(_APPEND, entry.key, *_stored(entry))
+            if not blobs:
+                await conn.execute(_APPEND, entry.key, *_stored(entry))
+                return
+            async with conn.transaction():  # prune deletes no media between these two
+                await conn.execute(_MEDIA_IN_USE)
+                await self._put_media(conn, blobs)
+                await conn.execute(_APPEND, entry.key, *_stored(entry))
 
     async def load(self, key: int | str) -> NumberedSessionFile:
         """Everything recorded for a conversation (a user id, or a group's key), oldest first."""
         return await self.load_after(key, 0)
 
-    async def load_after(self, key: int | str, seq: int) -> NumberedSessionFile:
-        """The conversation's entries numbered after ``seq``; damaged rows reported by number."""
+    async def load_stored(self, key: int | str) -> NumberedSessionFile:
+        """Everything recorded for a conversation, its media left as references."""
+        return await self.load_after(key, 0, media=False)
+
+    async def load_after(
+        self, key: int | str, seq: int, *, media: bool = True
+    ) -> NumberedSessionFile:
+        """The conversation's entries numbered after ``seq``; damaged rows reported by number.
+
+        ``media=False`` leaves pictures and documents as references.
+        """
         async with self._connection() as conn:
             rows = await conn.fetch(_LOAD_AFTER, str(key), seq)
             file = _numbered(str(key), [(row["seq"], row["entry"]) for row in rows], seq)
-            return await self._with_media(conn, file)
+            return await self._with_media(conn, file) if media else file
 
     async def last_sequence(self, key: int | str) -> int:
         """The number of the conversation's last entry (0 when it has none)."""
@@ -182,7 +200,10 @@ class PostgresSessionStore:
         if not wanted:
             return {}
         async with self._connection() as conn:
-            return await _fetch_media(conn, wanted)
+            found = await _fetch_media(conn, wanted)
+        for name in set(wanted) - found.keys():
+            log.warning("session.media_missing", media=name)
+        return found
 
     async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
         if blobs:
@@ -237,28 +258,6 @@ class PostgresSessionStore:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
             message = _without_password(str(e), self._dsn or "")
             raise SessionError(f"session database: {message}") from e
-
-
-class _KeyedLocks:
-    """One FIFO lock per key, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def holding(self, key: str) -> AsyncIterator[None]:
-        """Hold ``key``'s lock: callers get it in the order they asked."""
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 async def _missing(conn: Any, table: str) -> bool:
