@@ -225,7 +225,7 @@ class ContextManager:
             self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
 
     def _apply_compaction(self, summary: str, kept: int) -> None:
-        kept_messages = self._messages[len(self._messages) - kept :] if kept else []
+        kept_messages = self._messages[max(len(self._messages) - kept, 0) :] if kept else []
         shift = len(self._messages) - len(kept_messages)
         self._turn_starts = {u: i - shift + 1 for u, i in self._turn_starts.items() if i >= shift}
         note = Message(role="user", content=[TextBlock(text=SUMMARY_PREFIX + summary)])

@@ -11,7 +11,7 @@ The tables come from ``python -m botkit migrate``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -66,6 +66,16 @@ _GET_MEDIA = "SELECT name, data FROM botkit_session_media WHERE name = ANY($1::t
 MEDIA_LOCK = 0x626F746B69746D
 """The advisory lock an append with media holds shared and prune's media sweep exclusively."""
 _MEDIA_IN_USE = f"SELECT pg_advisory_xact_lock_shared({MEDIA_LOCK})"
+_DELETE_ENTRIES = "DELETE FROM botkit_sessions WHERE conversation = $1 AND seq = ANY($2::bigint[])"
+_MEDIA_SWEEP = f"SELECT pg_advisory_xact_lock({MEDIA_LOCK})"
+_UNREFERENCED = """
+    FROM botkit_session_media WHERE split_part(name, '.', 1) NOT IN (
+        SELECT (regexp_matches(s.entry, '"sha256":"([0-9a-f]{64})"', 'g'))[1]
+        FROM botkit_sessions s
+        WHERE (s.conversation, s.seq) NOT IN (
+            SELECT * FROM unnest($1::text[], $2::bigint[]) AS gone (conversation, seq)))"""
+_COUNT_UNREFERENCED = "SELECT name, octet_length(data) AS size" + _UNREFERENCED
+_DELETE_UNREFERENCED = "DELETE" + _UNREFERENCED + " RETURNING name, octet_length(data) AS size"
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -204,6 +214,29 @@ class PostgresSessionStore:
         for name in set(wanted) - found.keys():
             log.warning("session.media_missing", media=name)
         return found
+
+    async def delete_entries(self, key: int | str, seqs: Sequence[int]) -> None:
+        """Delete the conversation's entries of these numbers (the others keep theirs)."""
+        async with self._connection() as conn:
+            await conn.execute(_DELETE_ENTRIES, str(key), list(seqs))
+
+    async def unreferenced_media(
+        self, *, excluding: Sequence[tuple[str, int]] = (), delete: bool
+    ) -> list[tuple[str, int]]:
+        """Media no entry refers to (ignoring the ``excluding`` entries): names and sizes.
+
+        With ``delete`` they are deleted, under the advisory lock an append with media holds
+        shared, so media an entry being written refers to are never among them.
+        """
+        gone = ([key for key, _ in excluding], [seq for _, seq in excluding])
+        async with self._connection() as conn:
+            if not delete:
+                rows = await conn.fetch(_COUNT_UNREFERENCED, *gone)
+            else:
+                async with conn.transaction():
+                    await conn.execute(_MEDIA_SWEEP)
+                    rows = await conn.fetch(_DELETE_UNREFERENCED, *gone)
+        return sorted((row["name"], int(row["size"])) for row in rows)
 
     async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
         if blobs:
