@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from botkit.agent import ContextManager
 from botkit.sessions import (
@@ -297,3 +298,34 @@ def random_history(rng: random.Random) -> list[Entry]:
                 at(CompactionEntry(user_id=7, summary=f"s{n}", kept=rng.randint(0, 4)), NOW)
             )
     return entries
+
+
+async def test_postgres_appends_with_media_racing_sweeps_keep_their_media(
+    migrated_db: str,
+) -> None:
+    writer = await PostgresSessionStore.connect(migrated_db)
+    sweeper = await PostgresSessionStore.connect(migrated_db)
+    stop = asyncio.Event()
+
+    async def sweep_until_stopped() -> int:
+        rounds = 0
+        while not stop.is_set() or rounds == 0:
+            await sweeper.unreferenced_media(delete=True)
+            rounds += 1
+        return rounds
+
+    try:
+        sweeping = asyncio.create_task(sweep_until_stopped())
+        for i in range(150):
+            await writer.append(with_pdf(42, f"pdf {i}", NOW))
+        stop.set()
+        rounds = await sweeping
+        with capture_logs() as logs:
+            loaded = await writer.load(42)
+    finally:
+        await writer.close()
+        await sweeper.close()
+
+    assert rounds > 1
+    assert [e["media"] for e in logs if e["event"] == "session.media_missing"] == []
+    assert len(loaded.entries) == 150
