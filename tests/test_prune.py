@@ -250,20 +250,41 @@ async def test_appends_racing_with_prunes_are_never_lost_or_torn(tmp_path: Path)
 
 def test_needed_from_keeps_exactly_what_a_rebuild_reads() -> None:
     """On random histories (messages, tool calls, deferred notes, resets, compactions), the
-    context rebuilt from the entries from ``needed_from`` on is the one rebuilt from all."""
+    context rebuilt from the entries from ``needed_from`` on is the one every entry makes."""
     rng = random.Random(27)
     for _ in range(300):
         entries = random_history(rng)
         start = needed_from(entries)
-        whole = ContextManager.restore(7, entries)
-        tail = ContextManager.restore(7, entries[start:])
-        assert tail.messages == whole.messages, entries
-        assert tail.pending == whole.pending
-        assert [tail.has_turn(n) for n in range(60)] == [whole.has_turn(n) for n in range(60)]
-        if start > 0:  # nothing later could have gone
-            shorter = ContextManager.restore(7, entries[start + 1 :])
-            changed = shorter.messages != whole.messages or shorter.pending != whole.pending
-            assert changed or start == len(entries)
+        whole = every_entry_applied(entries)
+        for rebuilt in (
+            ContextManager.restore(7, entries[start:]),
+            ContextManager.restore(7, entries),
+        ):
+            assert rebuilt.messages == whole.messages, entries
+            assert rebuilt.pending == whole.pending
+            assert [rebuilt.has_turn(n) for n in range(60)] == [
+                whole.has_turn(n) for n in range(60)
+            ]
+        if start < len(entries):  # and it is the latest such entry
+            shorter = every_entry_applied(entries[start + 1 :])
+            assert (shorter.messages, shorter.pending) != (whole.messages, whole.pending)
+
+
+def every_entry_applied(entries: list[Entry]) -> ContextManager:
+    """The oracle: a context with every entry applied in turn, none skipped."""
+    context = ContextManager(7)
+    for entry in entries:
+        if isinstance(entry, ResetEntry):
+            context.clear()
+        elif isinstance(entry, CompactionEntry):
+            context._apply_compaction(entry.summary, entry.kept)
+        elif entry.deferred:
+            context.pending.append(entry.to_message())
+        else:
+            if entry.role == "user" and any(b.type != "tool_result" for b in entry.content):
+                context._flush()
+            context._add(entry.to_message(), entry.update_id)
+    return context
 
 
 def random_history(rng: random.Random) -> list[Entry]:

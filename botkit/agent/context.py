@@ -8,6 +8,7 @@ from typing import Any
 
 from botkit.agent.history import normalize, trim
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.sessions.live import needed_from
 from botkit.sessions.media import references, resolve
 from botkit.types import Message, TextBlock, Usage
 
@@ -63,7 +64,11 @@ class ContextManager:
     def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
         """A context rebuilt from recorded entries (``options`` as for the constructor)."""
         context = cls(user_id, **options)
-        for entry in entries:
+        entries = list(entries)
+        start = needed_from(entries)  # what came before no longer shapes the context
+        for entry in entries[:start]:
+            context._count(entry)
+        for entry in entries[start:]:
             context._count(entry)
             if isinstance(entry, SessionEntry) and entry.deferred:
                 context.pending.append(entry.to_message())

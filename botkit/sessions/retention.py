@@ -33,6 +33,7 @@ from botkit.config import Settings
 from botkit.errors import SessionError
 from botkit.sessions.base import is_conversation_key
 from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, parse_entry
+from botkit.sessions.live import needed_from
 from botkit.sessions.media import MEDIA_DIR, write_all
 from botkit.sessions.postgres import PostgresSessionStore
 
@@ -74,33 +75,6 @@ class PruneReport:
             f"{verb} {self.entries} entries from {self.conversations} conversation{plural}"
             f" and {self.media} media ({self.media_bytes / 1e6:.1f} MB)"
         )
-
-
-def needed_from(entries: Sequence[Entry]) -> int:
-    """The index of the first entry a rebuild of the context reads (``len`` if none).
-
-    It follows ``ContextManager.restore``: which entry each message of the context came from,
-    through resets, compactions (their summary counts as the compaction's entry) and deferred
-    messages that joined later.
-    """
-    live: list[int] = []
-    pending: list[int] = []
-    for index, entry in enumerate(entries):
-        if isinstance(entry, ResetEntry):
-            live, pending = [], []
-        elif isinstance(entry, CompactionEntry):
-            live = [index, *(live[max(len(live) - entry.kept, 0) :] if entry.kept else [])]
-        elif entry.deferred:
-            pending.append(index)
-        else:
-            if _starts_turn(entry):
-                live, pending = live + pending, []
-            live.append(index)
-    return min(live + pending, default=len(entries))
-
-
-def _starts_turn(entry: SessionEntry) -> bool:
-    return entry.role == "user" and any(block.type != "tool_result" for block in entry.content)
 
 
 def _doomed(entries: Sequence[Entry], cutoff: datetime) -> list[int]:
