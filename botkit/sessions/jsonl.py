@@ -227,26 +227,64 @@ class JsonlSessionStore:
         """Write ``entry`` as one line at the end of its conversation's file (whole, or not)."""
         key = entry.key
         path = self.path_for(key)
+        try:
+            if not self._directory_ready:
+                _make_private_dir(self.directory)
+                self._directory_ready = True
+            entry, blobs = _media_apart(entry)
+            line = entry.to_line()
+            if blobs or key in self._order or not self._append_now(key, path, line):
+                await self._append_in_turn(key, path, line, blobs)
+        except OSError as e:
+            log.error("session.write_failed", path=str(path), error=str(e))
+            raise SessionError(f"cannot write session file {path}: {e}") from e
+
+    def _append_now(self, key: str, path: Path, line: bytes) -> bool:
+        """Append at once if the file's lock is free and prune did not replace it (the usual)."""
+        fd = self._fd_for(key, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        size = self._size_if_current(key, fd)
+        if size is None:
+            return False
+        self._write_locked(key, fd, size, line)
+        return True
+
+    async def _append_in_turn(self, key: str, path: Path, line: bytes, blobs: Blobs) -> None:
+        """Append after this conversation's appends that wait before it, awaiting the locks."""
         async with self._order.holding(key):
-            try:
-                if not self._directory_ready:
-                    _make_private_dir(self.directory)
-                    self._directory_ready = True
-                entry, blobs = _media_apart(entry)
-                if not blobs:
-                    await self._write_line(key, path, entry.to_line())
-                    return
-                self._media.directory.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
-                async with self._media_lock.held():
-                    self._media.put(blobs)
-                    await self._write_line(key, path, entry.to_line())
-            except OSError as e:
-                log.error("session.write_failed", path=str(path), error=str(e))
-                raise SessionError(f"cannot write session file {path}: {e}") from e
+            if not blobs:
+                await self._write_line(key, path, line)
+                return
+            self._media.directory.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
+            async with self._media_lock.held():
+                self._media.put(blobs)
+                await self._write_line(key, path, line)
 
     async def _write_line(self, key: str, path: Path, line: bytes) -> None:
-        """Append ``line`` under the file's lock; on failure the file is cut back as it was."""
-        fd, size = await self._locked_fd(key, path)
+        """Append ``line`` once the file's lock is ours (the file reopened if prune replaced it)."""
+        while True:
+            fd = self._fd_for(key, path)
+            await flock_async(fd, fcntl.LOCK_EX)
+            size = self._size_if_current(key, fd)
+            if size is not None:
+                self._write_locked(key, fd, size, line)
+                return
+
+    def _size_if_current(self, key: str, fd: int) -> int | None:
+        """The locked file's size; ``None`` (unlocked, closed) when prune replaced it."""
+        status = os.fstat(fd)
+        if status.st_nlink > 0:
+            return status.st_size
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(self._fds.pop(key))
+        self._checked.discard(key)
+        return None
+
+    def _write_locked(self, key: str, fd: int, size: int, line: bytes) -> None:
+        """Write ``line`` at the end and unlock; on failure the file is cut back to ``size``."""
         try:
             if key not in self._checked:
                 line = _torn_tail_end(fd, size) + line
@@ -260,18 +298,6 @@ class JsonlSessionStore:
             self._checked.add(key)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-
-    async def _locked_fd(self, key: str, path: Path) -> tuple[int, int]:
-        """The file's descriptor, locked, and its size; reopened if prune replaced the file."""
-        while True:
-            fd = self._fd_for(key, path)
-            await flock_async(fd, fcntl.LOCK_EX)
-            size = _size_if_current(fd, path)
-            if size is not None:
-                return fd, size
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(self._fds.pop(key))
-            self._checked.discard(key)
 
     def _fd_for(self, key: str, path: Path) -> int:
         """An open descriptor for the conversation's file; the least recently used are closed."""
@@ -320,18 +346,6 @@ def _media_apart(entry: AnyEntry) -> tuple[AnyEntry, Blobs]:
         return entry, {}
     content, blobs = externalize(entry.content)
     return (entry.model_copy(update={"content": content}) if blobs else entry), blobs
-
-
-def _size_if_current(fd: int, path: Path) -> int | None:
-    """The size of the file open at ``fd``, or ``None`` when ``path`` is another file now."""
-    opened = os.fstat(fd)
-    try:
-        named = os.stat(path)
-    except FileNotFoundError:
-        return None
-    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
-        return None
-    return opened.st_size
 
 
 def _torn_tail_end(fd: int, size: int) -> bytes:
