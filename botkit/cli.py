@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     sessions.add_argument("directory", metavar="DIR", help="a folder of <user_id>.jsonl files")
     sessions.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
+    prune = commands.add_parser(
+        "prune", help="remove session entries and media older than BOTKIT_RETENTION_DAYS"
+    )
+    prune.add_argument("--days", type=float, help="keep this many days (default: the setting)")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="say what would be removed; change nothing"
+    )
     return parser
 
 
@@ -136,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return list_scheduled(load_settings(), args.user, as_json=args.json)
         if args.command == "sessions":
             return _sessions(args.action, args.directory, args.dsn)
+        if args.command == "prune":
+            return _prune(args.days, dry_run=args.dry_run)
     except ConfigError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -234,6 +243,25 @@ def _sessions(action: str, directory: str, dsn: str | None) -> int:
         raise ConfigError(f"cannot {action} sessions: {e}") from e
     for note in report.notes:
         print(note, file=sys.stderr)
+    print(report.summary)
+    return 0
+
+
+def _prune(days: float | None, *, dry_run: bool) -> int:
+    import asyncio
+
+    from botkit.errors import ConfigError
+    from botkit.sessions.retention import prune
+
+    settings = load_settings()
+    keep = settings.retention_days if days is None else days
+    if keep is None:
+        raise ConfigError("BOTKIT_RETENTION_DAYS is not set: pass --days N to say what to keep")
+    if keep <= 0:
+        raise ConfigError(f"--days must be more than 0, got {keep:g}")
+    report = asyncio.run(prune(settings, keep, dry_run=dry_run))  # SessionError: exit 1
+    for note in report.notes:
+        print(note)
     print(report.summary)
     return 0
 

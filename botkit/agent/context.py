@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from botkit.agent.history import normalize, trim
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.sessions.live import needed_from
+from botkit.sessions.media import references, resolve
 from botkit.types import Message, TextBlock, Usage
 
 __all__ = ["SUMMARY_PREFIX", "ContextManager", "ConvertToLLM", "OnAppend", "TransformContext"]
@@ -15,6 +17,8 @@ __all__ = ["SUMMARY_PREFIX", "ContextManager", "ConvertToLLM", "OnAppend", "Tran
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 
 Entry = SessionEntry | ResetEntry | CompactionEntry
+FetchMedia = Callable[[Iterable[str]], Awaitable[Mapping[str, bytes]]]
+"""Reads stored media by name (``<sha256>.<ext>``); those that are gone are left out."""
 OnAppend = Callable[[Entry], Awaitable[None]]
 """Called with the record of every change (append, reset, compaction) before it happens."""
 TransformContext = Callable[[list[Message]], list[Message]]
@@ -60,7 +64,11 @@ class ContextManager:
     def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
         """A context rebuilt from recorded entries (``options`` as for the constructor)."""
         context = cls(user_id, **options)
-        for entry in entries:
+        entries = list(entries)
+        start = needed_from(entries)  # what came before no longer shapes the context
+        for entry in entries[:start]:
+            context._count(entry)
+        for entry in entries[start:]:
             context._count(entry)
             if isinstance(entry, SessionEntry) and entry.deferred:
                 context.pending.append(entry.to_message())
@@ -73,6 +81,34 @@ class ContextManager:
             else:
                 context._apply_compaction(entry.summary, entry.kept)
         return context
+
+    async def fill_media(self, fetch: FetchMedia) -> None:
+        """Put back the media of the messages the next call may send, read with ``fetch``.
+
+        A context rebuilt from entries whose media are references (``restore`` from a store's
+        ``load_stored``) needs the bytes only of the messages in the window ``prepare`` keeps
+        (with a ``transform_context``, which may rebuild messages, of all it holds): older ones
+        keep their references, as the window only moves forward.
+        """
+        start = self._window_start()
+        wanted = [*self._messages[start:], *self.pending]
+        names = {name for message in wanted for name in references(message.content)}
+        if not names:
+            return
+        found = await fetch(names)
+        self._messages[start:] = [_with_media(m, found) for m in self._messages[start:]]
+        self.pending = [_with_media(m, found) for m in self.pending]
+
+    def _window_start(self) -> int:
+        """The first of the messages whose content ``prepare`` may send (by block identity)."""
+        if self.transform_context is not None:
+            return 0
+        window = trim(normalize(self._messages), self.max_messages)  # alive: its ids stay unique
+        sent = {id(block) for message in window for block in message.content}
+        for index, message in enumerate(self._messages):
+            if any(id(block) in sent for block in message.content):
+                return index
+        return len(self._messages)
 
     @property
     def messages(self) -> list[Message]:
@@ -194,11 +230,18 @@ class ContextManager:
             self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
 
     def _apply_compaction(self, summary: str, kept: int) -> None:
-        kept_messages = self._messages[len(self._messages) - kept :] if kept else []
+        kept_messages = self._messages[max(len(self._messages) - kept, 0) :] if kept else []
         shift = len(self._messages) - len(kept_messages)
         self._turn_starts = {u: i - shift + 1 for u, i in self._turn_starts.items() if i >= shift}
         note = Message(role="user", content=[TextBlock(text=SUMMARY_PREFIX + summary)])
         self._messages = [note, *kept_messages]
+
+
+def _with_media(message: Message, found: Mapping[str, bytes]) -> Message:
+    """``message`` with its stored media filled in from ``found`` (a note for those gone)."""
+    if not references(message.content):
+        return message
+    return message.model_copy(update={"content": resolve(message.content, found.get)})
 
 
 def _starts_turn(entry: SessionEntry) -> bool:

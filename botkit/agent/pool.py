@@ -1,5 +1,9 @@
 """``ContextPool``: the contexts in memory, built lazily from the session store, LRU-evicted.
 
+A context is rebuilt from the entries with their media left as references (when the store can:
+``load_stored``), and only the messages in the window the model is sent get their bytes back, so
+a rebuild after ``/clear`` or a compaction reads none of the media that came before.
+
 With a store that numbers entries (PostgreSQL), several processes may append to one
 conversation (queue workers taking its turns in turn, a relay from another user's turn). Before
 a cached context is handed out, the conversation's last number is read: if it is not the one
@@ -87,18 +91,22 @@ class ContextPool:
 
     async def _load(self, owner_id: int, conversation: str | None) -> ContextManager:
         key: int | str = conversation or owner_id
-        recorded = await self.sessions.load(key)
+        stored = getattr(self.sessions, "load_stored", None)
+        recorded = await (stored or self.sessions.load)(key)
         on_append: Any = self.sessions.append
         if self._numbered:
             self._last_seq[key] = getattr(recorded, "last_seq", 0)
             on_append = self._counted(key)
-        return ContextManager.restore(
+        context = ContextManager.restore(
             owner_id,
             recorded.entries,
             conversation=conversation,
             max_messages=self.max_messages,
             on_append=on_append,
         )
+        if stored is not None:  # media of the messages the model may still be sent, only
+            await context.fill_media(self.sessions.media)  # type: ignore[attr-defined]
+        return context
 
     def _counted(self, key: int | str) -> Any:
         """``sessions.append`` that also counts the conversation's numbers this process wrote."""

@@ -11,10 +11,12 @@ too) and referenced from the lines (``botkit.sessions.media``).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +27,16 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from botkit.errors import SessionError
-from botkit.sessions.media import MEDIA_DIR, MediaFiles, externalize, references, resolve
+from botkit.sessions.locks import KeyedLocks, SharedFlock, flock_async
+from botkit.sessions.media import (
+    MEDIA_DIR,
+    Blobs,
+    MediaFiles,
+    externalize,
+    references,
+    resolve,
+    write_all,
+)
 from botkit.types import ContentBlock, Message, Role, Usage
 
 __all__ = [
@@ -147,8 +158,11 @@ class SessionFile:
         return [e.to_message() for e in self.entries if isinstance(e, SessionEntry)]
 
 
-def read_session_file(path: Path) -> SessionFile:
-    """Read a session file, skipping (and reporting) torn or corrupt lines."""
+def read_session_file(path: Path, *, media: bool = True) -> SessionFile:
+    """Read a session file, skipping (and reporting) torn or corrupt lines.
+
+    ``media=False`` leaves pictures and documents as references (``{"type": "stored"}``).
+    """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -168,8 +182,10 @@ def read_session_file(path: Path) -> SessionFile:
             reason = "torn last line (no newline)" if torn else _short(e)
             problems.append((number, reason))
             log.warning("session.line_skipped", path=str(path), line=number, reason=reason)
-    media = MediaFiles(path.parent / MEDIA_DIR)
-    return SessionFile(entries=[with_media(e, media.get) for e in entries], problems=problems)
+    if not media:
+        return SessionFile(entries=entries, problems=problems)
+    files = MediaFiles(path.parent / MEDIA_DIR)
+    return SessionFile(entries=[with_media(e, files.get) for e in entries], problems=problems)
 
 
 def with_media(entry: AnyEntry, fetch: Callable[[str], bytes | None]) -> AnyEntry:
@@ -185,7 +201,13 @@ def _short(e: Exception) -> str:
 
 
 class JsonlSessionStore:
-    """Appends entries to ``<directory>/<user_id>.jsonl`` and reads them back."""
+    """Appends entries to ``<directory>/<user_id>.jsonl`` and reads them back.
+
+    An append writes its line whole or not at all, under the file's ``flock``, which
+    ``python -m botkit prune`` also takes while it rewrites the file; a file prune replaced is
+    opened again before the next append. An entry with media holds the media folder's shared
+    lock from storing them to writing its line, so prune never deletes media just referred to.
+    """
 
     def __init__(self, directory: Path | str, *, open_files: int = 128) -> None:
         self.directory = Path(directory)
@@ -194,37 +216,88 @@ class JsonlSessionStore:
         self._open_files = open_files
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._media = MediaFiles(self.directory / MEDIA_DIR)
+        self._media_lock = SharedFlock(self._open_media_dir)
+        self._order = KeyedLocks()
 
     def path_for(self, key: int | str) -> Path:
         """The session file of a conversation: a user id, or a group's ``chat_…`` key."""
         return self.directory / f"{key}.jsonl"
 
     async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
-        """Write ``entry`` as one line at the end of its conversation's file."""
+        """Write ``entry`` as one line at the end of its conversation's file (whole, or not)."""
         key = entry.key
         path = self.path_for(key)
         try:
             if not self._directory_ready:
                 _make_private_dir(self.directory)
                 self._directory_ready = True
-            line = self._with_media_stored(entry).to_line()
-            if key not in self._checked:
-                line = self._mend_torn_tail(path) + line
-                self._checked.add(key)
-            # One write on an O_APPEND descriptor: a line is never interleaved with another.
-            os.write(self._fd_for(key, path), line)
+            entry, blobs = _media_apart(entry)
+            line = entry.to_line()
+            if blobs or key in self._order or not self._append_now(key, path, line):
+                await self._append_in_turn(key, path, line, blobs)
         except OSError as e:
+            log.error("session.write_failed", path=str(path), error=str(e))
             raise SessionError(f"cannot write session file {path}: {e}") from e
 
-    def _with_media_stored(self, entry: AnyEntry) -> AnyEntry:
-        """The entry with its pictures and documents as references, their bytes stored first."""
-        if not isinstance(entry, SessionEntry):
-            return entry
-        content, blobs = externalize(entry.content)
-        if not blobs:
-            return entry
-        self._media.put(blobs)
-        return entry.model_copy(update={"content": content})
+    def _append_now(self, key: str, path: Path, line: bytes) -> bool:
+        """Append at once if the file's lock is free and prune did not replace it (the usual)."""
+        fd = self._fd_for(key, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        size = self._size_if_current(key, fd)
+        if size is None:
+            return False
+        self._write_locked(key, fd, size, line)
+        return True
+
+    async def _append_in_turn(self, key: str, path: Path, line: bytes, blobs: Blobs) -> None:
+        """Append after this conversation's appends that wait before it, awaiting the locks."""
+        async with self._order.holding(key):
+            if not blobs:
+                await self._write_line(key, path, line)
+                return
+            self._media.directory.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
+            async with self._media_lock.held():
+                self._media.put(blobs)
+                await self._write_line(key, path, line)
+
+    async def _write_line(self, key: str, path: Path, line: bytes) -> None:
+        """Append ``line`` once the file's lock is ours (the file reopened if prune replaced it)."""
+        while True:
+            fd = self._fd_for(key, path)
+            await flock_async(fd, fcntl.LOCK_EX)
+            size = self._size_if_current(key, fd)
+            if size is not None:
+                self._write_locked(key, fd, size, line)
+                return
+
+    def _size_if_current(self, key: str, fd: int) -> int | None:
+        """The locked file's size; ``None`` (unlocked, closed) when prune replaced it."""
+        status = os.fstat(fd)
+        if status.st_nlink > 0:
+            return status.st_size
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(self._fds.pop(key))
+        self._checked.discard(key)
+        return None
+
+    def _write_locked(self, key: str, fd: int, size: int, line: bytes) -> None:
+        """Write ``line`` at the end and unlock; on failure the file is cut back to ``size``."""
+        try:
+            if key not in self._checked:
+                line = _torn_tail_end(fd, size) + line
+            try:
+                write_all(fd, line)
+            except OSError:
+                self._checked.discard(key)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)  # a line whole or not at all
+                raise
+            self._checked.add(key)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _fd_for(self, key: str, path: Path) -> int:
         """An open descriptor for the conversation's file; the least recently used are closed."""
@@ -232,31 +305,54 @@ class JsonlSessionStore:
         if fd is not None:
             self._fds.move_to_end(key)
             return fd
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _PRIVATE_FILE)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, _PRIVATE_FILE)
         _restrict(fd, _PRIVATE_FILE, path)
         self._fds[key] = fd
-        while len(self._fds) > self._open_files:
-            os.close(self._fds.popitem(last=False)[1])
+        self._close_unused()
         return fd
+
+    def _close_unused(self) -> None:
+        """Close the least recently used descriptors beyond ``open_files`` (none in use)."""
+        for old in list(self._fds)[: max(len(self._fds) - self._open_files, 0)]:
+            if old not in self._order:
+                os.close(self._fds.pop(old))
+
+    def _open_media_dir(self) -> int:
+        return os.open(self._media.directory, os.O_RDONLY | os.O_DIRECTORY)
 
     async def close(self) -> None:
         """Close the files kept open for appending."""
         while self._fds:
             os.close(self._fds.popitem()[1])
+        self._media_lock.close()
 
     async def load(self, key: int | str) -> SessionFile:
         """Everything recorded for a conversation (a user id, or a group's key)."""
         return read_session_file(self.path_for(key))
 
-    def _mend_torn_tail(self, path: Path) -> bytes:
-        """A newline to end a torn last line, so the next entry starts on its own line."""
-        try:
-            with path.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                last = f.read(1)
-        except (FileNotFoundError, OSError):
-            return b""
-        return b"" if last == b"\n" else b"\n"
+    async def load_stored(self, key: int | str) -> SessionFile:
+        """Everything recorded for a conversation, its media left as references."""
+        return read_session_file(self.path_for(key), media=False)
+
+    async def media(self, names: Iterable[str]) -> dict[str, bytes]:
+        """The stored media of these names (those that are gone are left out, and logged)."""
+        found = {name: self._media.get(name) for name in set(names)}
+        return {name: data for name, data in found.items() if data is not None}
+
+
+def _media_apart(entry: AnyEntry) -> tuple[AnyEntry, Blobs]:
+    """The entry with references for its media, and the media's bytes to store."""
+    if not isinstance(entry, SessionEntry):
+        return entry, {}
+    content, blobs = externalize(entry.content)
+    return (entry.model_copy(update={"content": content}) if blobs else entry), blobs
+
+
+def _torn_tail_end(fd: int, size: int) -> bytes:
+    """A newline to end a torn last line, so the next entry starts on its own line."""
+    if size == 0:
+        return b""
+    return b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
 
 
 def _make_private_dir(directory: Path) -> None:

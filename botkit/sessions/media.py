@@ -12,6 +12,7 @@ in their place, so a conversation still loads. Lines written with inline media s
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import re
@@ -31,7 +32,15 @@ from botkit.types import (
     ToolResultBlock,
 )
 
-__all__ = ["MEDIA_DIR", "MISSING_MEDIA_TEXT", "MediaFiles", "externalize", "references", "resolve"]
+__all__ = [
+    "MEDIA_DIR",
+    "MISSING_MEDIA_TEXT",
+    "MediaFiles",
+    "externalize",
+    "references",
+    "resolve",
+    "write_all",
+]
 
 MEDIA_DIR = "media"
 """The folder beside the session files holding their media."""
@@ -98,18 +107,19 @@ class MediaFiles:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._known: set[str] = set()
         self._private = False
 
     def put(self, blobs: Blobs) -> None:
-        """Write each blob not stored yet (whole, via a temporary file: never half a file)."""
+        """Write each blob not stored whole yet (via a temporary file: never half a file).
+
+        A file already there with the wrong size (cut short by a full disk before botkit
+        checked its writes) is written again; a write that fails raises ``OSError`` and leaves
+        nothing behind.
+        """
         for name, data in blobs.items():
-            if name in self._known:
-                continue
             path = self.directory / name
-            if not path.exists():
+            if not _holds(path, len(data)):
                 self._write(path, data)
-            self._known.add(name)
 
     def get(self, name: str) -> bytes | None:
         """The bytes stored under ``name``; ``None`` (and a log line) when they are gone.
@@ -134,10 +144,32 @@ class MediaFiles:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PRIVATE_FILE)
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
+            try:
+                write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``: ``os.write`` may write less (a full disk, a size limit)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "nothing could be written")
+        view = view[written:]
+
+
+def _holds(path: Path, size: int) -> bool:
+    """Whether ``path`` is there with ``size`` bytes (its name is its hash: then it is whole)."""
+    try:
+        return path.stat().st_size == size
+    except FileNotFoundError:
+        return False
 
 
 def _sources(block: ContentBlock) -> list[ImageSource | DocumentSource]:

@@ -11,7 +11,7 @@ The tables come from ``python -m botkit migrate``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -32,6 +32,7 @@ from botkit.sessions.jsonl import (
     parse_entry,
     with_media,
 )
+from botkit.sessions.locks import KeyedLocks
 from botkit.sessions.media import externalize, references
 
 __all__ = ["PostgresSessionStore"]
@@ -62,6 +63,19 @@ _COLUMNS = ["conversation", "seq", "entry", "recorded_at"]
 _PUT_MEDIA = """
     INSERT INTO botkit_session_media (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"""
 _GET_MEDIA = "SELECT name, data FROM botkit_session_media WHERE name = ANY($1::text[])"
+MEDIA_LOCK = 0x626F746B69746D
+"""The advisory lock an append with media holds shared and prune's media sweep exclusively."""
+_MEDIA_IN_USE = f"SELECT pg_advisory_xact_lock_shared({MEDIA_LOCK})"
+_DELETE_ENTRIES = "DELETE FROM botkit_sessions WHERE conversation = $1 AND seq = ANY($2::bigint[])"
+_MEDIA_SWEEP = f"SELECT pg_advisory_xact_lock({MEDIA_LOCK})"
+_UNREFERENCED = """
+    FROM botkit_session_media WHERE split_part(name, '.', 1) NOT IN (
+        SELECT (regexp_matches(s.entry, '"sha256":"([0-9a-f]{64})"', 'g'))[1]
+        FROM botkit_sessions s
+        WHERE (s.conversation, s.seq) NOT IN (
+            SELECT * FROM unnest($1::text[], $2::bigint[]) AS gone (conversation, seq)))"""
+_COUNT_UNREFERENCED = "SELECT name, octet_length(data) AS size" + _UNREFERENCED
+_DELETE_UNREFERENCED = "DELETE" + _UNREFERENCED + " RETURNING name, octet_length(data) AS size"
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -83,7 +97,7 @@ class PostgresSessionStore:
         self._owns_pool = False
         self._schema_ok = False
         self._connecting = asyncio.Lock()
-        self._order = _KeyedLocks()
+        self._order = KeyedLocks()
 
     @classmethod
     def lazy(cls, dsn: str, **pool_options: Any) -> PostgresSessionStore:
@@ -127,19 +141,33 @@ class PostgresSessionStore:
         """Record ``entry`` as its conversation's next numbered row."""
         entry, blobs = _media_apart(entry)
         async with self._order.holding(entry.key), self._connection() as conn:
-            await self._put_media(conn, blobs)
-            await conn.execute(_APPEND, entry.key, *_stored(entry))
+            if not blobs:
+                await conn.execute(_APPEND, entry.key, *_stored(entry))
+                return
+            async with conn.transaction():  # prune deletes no media between these two
+                await conn.execute(_MEDIA_IN_USE)
+                await self._put_media(conn, blobs)
+                await conn.execute(_APPEND, entry.key, *_stored(entry))
 
     async def load(self, key: int | str) -> NumberedSessionFile:
         """Everything recorded for a conversation (a user id, or a group's key), oldest first."""
         return await self.load_after(key, 0)
 
-    async def load_after(self, key: int | str, seq: int) -> NumberedSessionFile:
-        """The conversation's entries numbered after ``seq``; damaged rows reported by number."""
+    async def load_stored(self, key: int | str) -> NumberedSessionFile:
+        """Everything recorded for a conversation, its media left as references."""
+        return await self.load_after(key, 0, media=False)
+
+    async def load_after(
+        self, key: int | str, seq: int, *, media: bool = True
+    ) -> NumberedSessionFile:
+        """The conversation's entries numbered after ``seq``; damaged rows reported by number.
+
+        ``media=False`` leaves pictures and documents as references.
+        """
         async with self._connection() as conn:
             rows = await conn.fetch(_LOAD_AFTER, str(key), seq)
             file = _numbered(str(key), [(row["seq"], row["entry"]) for row in rows], seq)
-            return await self._with_media(conn, file)
+            return await self._with_media(conn, file) if media else file
 
     async def last_sequence(self, key: int | str) -> int:
         """The number of the conversation's last entry (0 when it has none)."""
@@ -182,7 +210,33 @@ class PostgresSessionStore:
         if not wanted:
             return {}
         async with self._connection() as conn:
-            return await _fetch_media(conn, wanted)
+            found = await _fetch_media(conn, wanted)
+        for name in set(wanted) - found.keys():
+            log.warning("session.media_missing", media=name)
+        return found
+
+    async def delete_entries(self, key: int | str, seqs: Sequence[int]) -> None:
+        """Delete the conversation's entries of these numbers (the others keep theirs)."""
+        async with self._connection() as conn:
+            await conn.execute(_DELETE_ENTRIES, str(key), list(seqs))
+
+    async def unreferenced_media(
+        self, *, excluding: Sequence[tuple[str, int]] = (), delete: bool
+    ) -> list[tuple[str, int]]:
+        """Media no entry refers to (ignoring the ``excluding`` entries): names and sizes.
+
+        With ``delete`` they are deleted, under the advisory lock an append with media holds
+        shared, so media an entry being written refers to are never among them.
+        """
+        gone = ([key for key, _ in excluding], [seq for _, seq in excluding])
+        async with self._connection() as conn:
+            if not delete:
+                rows = await conn.fetch(_COUNT_UNREFERENCED, *gone)
+            else:
+                async with conn.transaction():
+                    await conn.execute(_MEDIA_SWEEP)
+                    rows = await conn.fetch(_DELETE_UNREFERENCED, *gone)
+        return sorted((row["name"], int(row["size"])) for row in rows)
 
     async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
         if blobs:
@@ -237,28 +291,6 @@ class PostgresSessionStore:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
             message = _without_password(str(e), self._dsn or "")
             raise SessionError(f"session database: {message}") from e
-
-
-class _KeyedLocks:
-    """One FIFO lock per key, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def holding(self, key: str) -> AsyncIterator[None]:
-        """Hold ``key``'s lock: callers get it in the order they asked."""
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 async def _missing(conn: Any, table: str) -> bool:
