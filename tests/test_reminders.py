@@ -21,6 +21,7 @@ from botkit import Bot
 from botkit.reminders.firing import claim_due
 from botkit.reminders.service import Place
 from botkit.stores import Schedule
+from botkit.stores.schedules import NewSchedule
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
@@ -314,6 +315,66 @@ async def test_unreadable_when_and_repeat_are_tool_errors_the_model_can_correct(
     assert "ISO 8601" in errors[0] and "in the past" in errors[1]
     assert "cron" in errors[2] and "not a valid cron expression" in errors[3]
     assert "already has 1 reminders and tasks pending" in errors[4]
+
+
+async def test_a_task_repeating_more_often_than_the_minimum_is_a_tool_error_naming_it(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        for n, text in enumerate(
+            ["TASK 1h|check the news|every 1m", "TASK 1h|check the news|*/5 * * * *",
+             "TASK 1h|check the news|every 59m", "REMIND 1h|drink water|every 1m",
+             "TASK 1h|check the news|hourly", "TASK 1h|check the news|0 9,17 * * 1-5"],
+            start=1,
+        ):  # fmt: skip
+            telegram.send_text(ALICE, text)
+            await telegram.wait_for_messages(ALICE, n)
+        pending = await (await bot.user_store()).pending_schedules(ALICE)
+    results = [r.tool_results()[0] for r in claude.requests if r.tool_results()]
+    errors = [str(r["content"]) for r in results if r.get("is_error")]
+    assert len(results) == 6 and len(errors) == 3
+    for error in errors:
+        assert "too often for a scheduled task: a task may repeat at most once every 1h" in error
+        assert "use remind for a plain reminder" in error
+    assert [(s.kind, s.repeat) for s in pending] == [
+        ("reminder", "every 1m"),
+        ("task", "every 1h"),
+        ("task", "0 9,17 * * 1-5"),
+    ]
+    await bot.aclose()  # serving closed its store; the one opened here too
+
+
+@pytest.mark.parametrize(
+    ("repeat", "due"),
+    [
+        ("every 520000w", T0),  # stored before repeats were bounded: its next time overflows
+        ("daily", datetime(9999, 12, 31, 9, 0, tzinfo=UTC)),  # the calendar's last day
+    ],
+)
+async def test_a_schedule_whose_next_time_is_past_the_calendar_ends_after_firing_once(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    repeat: str,
+    due: datetime,
+) -> None:
+    bot = reminder_bot(claude, tmp_path, schedule_lease=60)
+    clock = bot.reminders.clock = FixedClock(due)
+    store = await bot.user_store()
+    new = NewSchedule(ALICE, ALICE, "reminder", "last one", due, "UTC", repeat=repeat)
+    made = await store.add_schedule(new, max_pending=5)
+    assert made is not None
+    async with running(bot, telegram):
+        (delivered,) = await telegram.wait_for_messages(ALICE, 1)
+        clock.advance(timedelta(seconds=61))  # past the lease: a claim left behind re-fires
+        look_now(bot)
+        await no_more_messages(telegram, ALICE, 1)
+        store = await bot.user_store()
+        assert await store.pending_schedules() == []
+    assert delivered.plain_text == "last one"
+    assert fired(bot, "reminder", "delivered") == 1
+    await bot.aclose()
 
 
 async def test_the_user_can_set_a_time_zone_and_the_model_reads_their_local_time(

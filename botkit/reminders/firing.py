@@ -148,8 +148,14 @@ def _late_note(schedule: Schedule, zone: ZoneInfo) -> str:
 
 
 def _next_due(schedule: Schedule, zone: ZoneInfo, now: datetime) -> datetime | None:
-    rule = parse_repeat(schedule.repeat)
-    return None if rule is None else rule.next_after(schedule.due_at, zone, now)
+    """The next occurrence; ``None`` ends the schedule: it was once, or its next time would
+    be past the calendar's end (a huge ``every`` stored before repeats were bounded)."""
+    try:
+        rule = parse_repeat(schedule.repeat)
+        return None if rule is None else rule.next_after(schedule.due_at, zone, now)
+    except (OverflowError, BotkitError) as e:
+        log.warning("reminders.no_next_time", id=schedule.id, repeat=schedule.repeat, error=str(e))
+        return None
 
 
 def _zone(schedule: Schedule) -> ZoneInfo:

@@ -5,14 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import structlog
 
 from botkit.config import Settings
 from botkit.errors import ToolError
-from botkit.reminders.times import format_local, parse_repeat, parse_when, zone_named
+from botkit.reminders.times import (
+    Repeat,
+    describe_duration,
+    format_local,
+    parse_repeat,
+    parse_when,
+    zone_named,
+)
 from botkit.stores.base import UserStore
 from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind
 
@@ -99,6 +106,8 @@ class Reminders:
         zone = await self.zone(place.user_id)
         due = parse_when(when, self.clock(), zone)
         rule = parse_repeat(repeat)
+        if kind == "task" and rule is not None:
+            self._check_task_repeat(rule)
         new = NewSchedule(
             user_id=place.user_id,
             chat_id=place.chat_id,
@@ -120,6 +129,19 @@ class Reminders:
         if self.wake is not None:
             self.wake()
         return made
+
+    def _check_task_repeat(self, rule: Repeat) -> None:
+        """A task runs the model each time: it may not repeat more often than
+        BOTKIT_MIN_TASK_INTERVAL (a reminder, which costs no model call, may)."""
+        minimum = timedelta(seconds=self.settings.min_task_interval)
+        gap = rule.shortest_gap(minimum)
+        if gap is not None and gap < minimum:
+            shortest = describe_duration(minimum)
+            raise ToolError(
+                f"{rule.text!r} is too often for a scheduled task: a task may repeat at most "
+                f"once every {shortest}. Repeat it every {shortest} or less often, or use "
+                "remind for a plain reminder (those may repeat every minute)."
+            )
 
     async def pending(self, user_id: int) -> list[Schedule]:
         """The user's schedules that will still fire, soonest first."""
