@@ -77,6 +77,7 @@ async def test_a_scheduled_task_is_a_turn_on_a_worker_in_order_with_the_users_me
     assert len(telegram.sent_messages(7)) == 3
     task_turn = claude.requests[-1]
     assert task_turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user")
+    assert "schedule_task" not in task_turn.tool_names and "remind" not in task_turn.tool_names
     history = [m for m in task_turn.body["messages"] if m["role"] == "assistant"]
     assert any("slow answer" in str(m["content"]) for m in history), "it waited its turn"
     assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"

@@ -167,7 +167,10 @@ async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
     turn = claude.requests[-1]
     assert turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user; due ")
     assert "This is not a new message from the user" in turn.last_user_text()
-    assert turn.tool_names and "remind" in turn.tool_names, "the same tools as any turn"
+    assert "remind" not in turn.tool_names and "schedule_task" not in turn.tool_names
+    assert "list_scheduled" in turn.tool_names and "cancel_scheduled" in turn.tool_names
+    setting = claude.requests[0]
+    assert "remind" in setting.tool_names and "schedule_task" in setting.tool_names
     lines = (tmp_path / "sessions" / f"{ALICE}.jsonl").read_bytes().splitlines()
     session = [orjson.loads(line) for line in lines]
     recorded = [e for e in session if e["role"] == "user" and e.get("update_id", 0) < 0]

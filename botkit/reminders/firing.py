@@ -140,6 +140,7 @@ def scheduled_message(schedule: Schedule, zone: ZoneInfo, now: datetime) -> Inco
         date=now,
         chat_type=schedule.chat_type,
         thread_id=schedule.thread_id,
+        schedule_id=schedule.id,
     )
 
 
