@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_reminders import buttons_of, scripted
+from test_reminders import T0, FixedClock, buttons_of, firing_loop_runs, look_now, scripted
 from test_scaleout import db, fetchval, killed_at_end, queued, queued_bot, until, worker_process
 
+from botkit.reminders.limits import PAUSED_RECHECK
 from botkit.reminders.service import Place
 from botkit.runtime.scheduled import QueuedSchedules
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
@@ -154,3 +156,34 @@ async def test_a_task_whose_worker_is_killed_mid_turn_is_answered_once_by_anothe
     assert answer.plain_text == "done: sum up the day"
     assert len(telegram.sent_messages(7)) == 1
     assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"
+
+
+async def test_a_removed_users_task_and_group_reminder_wait_on_the_queue_until_readmitted(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    group = -100777
+    bot = queued_bot(
+        claude_scripted, telegram, tmp_path, db, access="allowlist", allowed_users=frozenset({7})
+    )
+    clock = bot.reminders.clock = FixedClock(T0)
+    in_group = Place(7, group, chat_type="supergroup")
+    await bot.reminders.add(in_group, "reminder", "https://phish.example", "1m", "every 1m")
+    await bot.reminders.add(Place(7, 7), "task", "sum up", "1m", "every 1h")
+    paused = "SELECT count(*) FROM botkit_schedules WHERE paused_until IS NOT NULL"
+    async with queued(bot):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset()  # the operator removed user 7
+        clock.advance(timedelta(minutes=2))
+        look_now(bot)
+        await until_fetched(db, paused, 2)  # the task through its job, the reminder at once
+        await asyncio.sleep(1.0)
+        assert telegram.sent_messages(group) == telegram.sent_messages(7) == []
+        bot.settings.allowed_users = frozenset({7})  # and took them back
+        clock.advance(PAUSED_RECHECK)
+        look_now(bot)
+        (reminder,) = await telegram.wait_for_messages(group, 1, timeout=20)
+        (answer,) = await telegram.wait_for_messages(7, 1, timeout=20)
+        await until_fetched(db, paused, 0)
+    assert reminder.plain_text.startswith("https://phish.example")
+    assert answer.plain_text == "done: sum up"
+    assert len(claude_scripted.requests) == 1, "no task turn while they were out"

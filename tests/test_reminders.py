@@ -19,6 +19,7 @@ import pytest
 
 from botkit import Bot
 from botkit.reminders.firing import claim_due
+from botkit.reminders.limits import PAUSED_RECHECK
 from botkit.reminders.service import Place
 from botkit.stores import Schedule
 from botkit.stores.schedules import NewSchedule
@@ -82,6 +83,13 @@ def look_now(bot: Bot) -> None:
     """Have the running firing loop look for due schedules now (the clock was moved)."""
     assert bot.reminders.wake is not None, "the firing loop runs"
     bot.reminders.wake()
+
+
+async def firing_loop_runs(bot: Bot) -> None:
+    """Wait until the served bot's firing loop has started (and made its first look)."""
+    async with asyncio.timeout(10):
+        while bot.reminders.wake is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
 
 async def recorded(bot: Bot, fired: int) -> Schedule:
@@ -235,6 +243,76 @@ async def test_a_blocked_users_reminders_do_not_fire_until_unblocked(
         look_now(bot)
         replies = await telegram.wait_for_messages(ALICE, 2)
     assert replies[1].plain_text == "stretch"
+
+
+async def test_the_25th_task_run_of_a_user_in_a_utc_day_is_put_off_to_the_next(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    assert bot.settings.max_task_runs == 24, "the default"
+    clock = bot.reminders.clock = FixedClock(T0)
+    for n in range(25):
+        await bot.reminders.add(Place(ALICE, ALICE), "task", f"job {n}", "10m")
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        clock.advance(timedelta(minutes=10))
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 25, timeout=60)
+        await no_more_messages(telegram, ALICE, 25)
+        (put_off,) = await (await bot.user_store()).pending_schedules(ALICE)
+        midnight = datetime(2026, 11, 25, tzinfo=UTC)
+        assert put_off.due_at == midnight and put_off.fired == 0
+        clock.now = midnight  # a new UTC day: its run happens
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 26, timeout=20)
+    texts = [r.plain_text for r in replies]
+    notice = (
+        f"Scheduled task #{put_off.id} was put off to Wed 25 Nov 2026 00:00 UTC: scheduled "
+        "tasks may run 24 times a day."
+    )
+    assert texts.count(notice) == 1
+    done = sorted(t for t in texts[:25] if t.startswith("done: "))
+    assert len(done) == 24 and f"done: {put_off.text}" not in done
+    assert texts[25] == f"done: {put_off.text}"
+    task_turns = [r for r in claude.requests if "[Scheduled task" in r.last_user_text()]
+    assert len(task_turns) == 25, "24 on the first day, one on the next"
+    assert fired(bot, "task", "put_off") == 1
+    await bot.aclose()
+
+
+async def test_a_removed_users_schedules_pause_are_listed_paused_and_resume_once_readmitted(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, answer_groups="all")
+    clock = bot.reminders.clock = FixedClock(T0)
+    group = Place(ALICE, GROUP, chat_type="supergroup")
+    await bot.reminders.add(group, "reminder", "https://phish.example", "1m", "every 1m")
+    await bot.reminders.add(Place(ALICE, ALICE), "task", "sum up", "1m", "every 1h")
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset({BOB})  # the operator removed Alice
+        for _ in range(3):
+            clock.advance(timedelta(minutes=1))
+            look_now(bot)
+            await asyncio.sleep(0.3)
+        await no_more_messages(telegram, GROUP, 0)
+        await no_more_messages(telegram, ALICE, 0)
+        store = await bot.user_store()
+        assert [s.paused for s in await store.pending_schedules(ALICE)] == [True, True]
+        assert fired(bot, "reminder", "paused") == fired(bot, "task", "paused") == 1
+        bot.settings.allowed_users = frozenset({ALICE, BOB})  # and took her back
+        clock.advance(PAUSED_RECHECK)
+        look_now(bot)
+        (reminder,) = await telegram.wait_for_messages(GROUP, 1)
+        (answer,) = await telegram.wait_for_messages(ALICE, 1)
+        await no_more_messages(telegram, GROUP, 1)
+        listed = await store.pending_schedules(ALICE)
+    assert reminder.plain_text.startswith("https://phish.example\n\n(Late: ")
+    assert answer.plain_text == "done: sum up"
+    assert claude.requests and all("phish" not in str(r.messages) for r in claude.requests)
+    assert len(claude.requests) == 1, "no task turn while she was out"
+    assert [s.paused for s in listed] == [False, False], "firing again on their grids"
+    await bot.aclose()
 
 
 async def until_turns(bot: Bot, count: int) -> None:

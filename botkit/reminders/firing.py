@@ -29,6 +29,7 @@ from botkit.config import Settings
 from botkit.errors import BotkitError, MessengerError
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
+from botkit.reminders.limits import LimitsHost, held_back
 from botkit.reminders.service import Reminders
 from botkit.reminders.times import format_local, parse_repeat, zone_named
 from botkit.stores.schedules import Schedule
@@ -53,8 +54,8 @@ MIN_WAIT = 0.2
 CLAIM_LIMIT = 100
 
 
-class FiringHost(Protocol):
-    """What firing needs of a bot: its settings, its schedules and its turn pipeline."""
+class FiringHost(LimitsHost, Protocol):
+    """What firing needs of a bot: its settings, its schedules, its gate and its turn pipeline."""
 
     settings: Settings
     reminders: Reminders
@@ -84,6 +85,8 @@ async def fire(host: FiringHost, messenger: Messenger, schedule: Schedule) -> bo
     reminders = host.reminders
     now = reminders.clock()
     zone = _zone(schedule)
+    if await held_back(host, messenger, schedule, zone, now):  # paused, or a task put off
+        return False
     late = now - schedule.due_at > LATE_AFTER
     try:
         if schedule.kind == "reminder":
