@@ -4,12 +4,21 @@ a real PostgreSQL, the real aiogram and anthropic clients against the fakes (#13
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_reminders import T0, FixedClock, buttons_of, firing_loop_runs, look_now, scripted
+from test_reminders import (
+    T0,
+    FixedClock,
+    buttons_of,
+    check_the_operator_cancels_any_schedule,
+    firing_loop_runs,
+    look_now,
+    scripted,
+)
 from test_scaleout import db, fetchval, killed_at_end, queued, queued_bot, until, worker_process
 
 from botkit.reminders.limits import PAUSED_RECHECK
@@ -187,3 +196,11 @@ async def test_a_removed_users_task_and_group_reminder_wait_on_the_queue_until_r
     assert reminder.plain_text.startswith("https://phish.example")
     assert answer.plain_text == "done: sum up"
     assert len(claude_scripted.requests) == 1, "no task turn while they were out"
+
+
+async def test_the_operator_cancels_any_schedule_on_postgresql(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    env = {**os.environ, "BOTKIT_DATABASE_URL": db, "BOTKIT_SESSIONS_DIR": str(tmp_path)}
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    await check_the_operator_cancels_any_schedule(bot, env)

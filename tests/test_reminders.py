@@ -572,6 +572,58 @@ async def test_in_a_group_only_what_was_set_there_is_listed_never_a_private_remi
     )
 
 
+async def test_a_groups_admin_sees_and_cancels_the_groups_schedules_paused_ones_too(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    carol = 1003
+    bot = make_bot(
+        claude,
+        tmp_path,
+        allowed_users=frozenset({ALICE, BOB, carol}),
+        answer_groups="all",
+        timezone="Europe/Berlin",
+    )
+    clock = bot.reminders.clock = FixedClock(T0)
+    in_group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    await bot.reminders.add(Place(ALICE, GROUP, chat_type="supergroup"), "reminder", "phish", "1m")
+    await bot.reminders.add(Place(ALICE, ALICE), "reminder", "private one", "2h")
+    await bot.reminders.add(Place(carol, GROUP, chat_type="supergroup"), "reminder", "mine", "3h")
+    telegram.make_chat_admin(GROUP, BOB)
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset({BOB, carol})  # Alice was removed
+        clock.advance(timedelta(minutes=1))
+        look_now(bot)
+        store = await bot.user_store()
+        async with asyncio.timeout(10):
+            while not (await store.pending_schedules(ALICE))[0].paused:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        telegram.send_text(carol, "/scheduled", **in_group)
+        (own,) = await telegram.wait_for_messages(GROUP, 1)
+        telegram.send_text(BOB, "/scheduled", **in_group)
+        listing = (await telegram.wait_for_messages(GROUP, 2))[1]
+        telegram.press_button(carol, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(BOB, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+        (edited,) = telegram.edited_messages(GROUP)
+        left = await store.pending_schedules()
+    assert own.plain_text == "Scheduled:\n#3 reminder, Tue 24 Nov 2026 12:00 CET: mine"
+    assert listing.plain_text == (
+        "Scheduled:\n#1 reminder, Tue 24 Nov 2026 09:01 CET: phish (paused) (set by user 1001)\n"
+        "#3 reminder, Tue 24 Nov 2026 12:00 CET: mine (set by user 1003)"
+    )
+    assert buttons_of(listing.params) == ["Cancel #1", "Cancel #3"]
+    answers = [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
+    assert answers == ["Only the one who scheduled it can cancel it.", "Cancelled #1."]
+    assert edited.plain_text == (
+        "Scheduled:\n#3 reminder, Tue 24 Nov 2026 12:00 CET: mine (set by user 1003)"
+    )
+    assert [s.id for s in left] == [2, 3], "the private one is no group's business"
+    assert len(claude.requests) == 0
+    await bot.aclose()
+
+
 # ---- a real process, killed and restarted ---------------------------------------------
 
 
@@ -651,6 +703,7 @@ async def test_the_operator_lists_pending_schedules(
     reminders.clock = FixedClock(T0)
     await reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
     await reminders.add(Place(BOB, GROUP, TOPIC, "supergroup"), "task", "sum up", "2h", "daily")
+    await (await bot.user_store()).block_user(BOB)  # his schedules wait: listed as paused
     await bot.aclose()
     env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
     run = [sys.executable, "-m", "botkit", "scheduled"]
@@ -664,8 +717,46 @@ async def test_the_operator_lists_pending_schedules(
     ]
     assert rows[1]["chat_id"] == GROUP and rows[1]["thread_id"] == TOPIC
     assert rows[1]["repeat"] == "daily" and rows[1]["due_at"] == "2026-11-24T10:00:00+00:00"
+    assert [r["paused"] for r in rows] == [False, True]
+    bob = await asyncio.to_thread(
+        subprocess.run, [*run, "--user", str(BOB)], env=env, capture_output=True, check=True
+    )
+    assert "(paused: its owner may not use the bot now)" in bob.stdout.decode()
     alice = await asyncio.to_thread(
         subprocess.run, [*run, "--user", str(ALICE)], env=env, capture_output=True, check=True
     )
     lines = alice.stdout.decode().splitlines()
     assert len(lines) == 1 and "#1 reminder" in lines[0] and "call mum" in lines[0]
+
+
+async def operator(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m botkit scheduled ARGS`` with ``env``; its exit status and output."""
+    run = [sys.executable, "-m", "botkit", "scheduled", *args]
+    return await asyncio.to_thread(subprocess.run, run, env=env, capture_output=True, text=True)
+
+
+async def check_the_operator_cancels_any_schedule(bot: Bot, env: dict[str, str]) -> None:
+    """Two users' schedules: the operator cancels one of each by id, an unknown one fails."""
+    bot.reminders.clock = FixedClock(T0)
+    await bot.reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
+    await bot.reminders.add(Place(BOB, GROUP, None, "supergroup"), "reminder", "phish", "1m")
+    await bot.aclose()
+    cancelled = await operator(env, "cancel", "2")
+    assert cancelled.returncode == 0, cancelled.stderr
+    (line,) = cancelled.stdout.splitlines()
+    assert line.startswith(f"Cancelled #2 reminder for user {BOB} in chat {GROUP}: ")
+    assert line.endswith(": phish")
+    again = await operator(env, "cancel", "2")
+    unknown = await operator(env, "cancel", "99")
+    for refused, number in [(again, 2), (unknown, 99)]:
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.splitlines() == [f"botkit: no pending reminder or task #{number}"]
+    left = await operator(env, "--json")
+    assert [json.loads(row)["id"] for row in left.stdout.splitlines()] == [1]
+
+
+async def test_the_operator_cancels_any_schedule_by_its_id(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
+    await check_the_operator_cancels_any_schedule(reminder_bot(claude, tmp_path), env)

@@ -154,8 +154,21 @@ class Reminders:
             log.info("reminders.cancelled", user_id=user_id, id=schedule_id)
         return cancelled
 
+    async def in_chat(self, chat_id: int) -> list[Schedule]:
+        """Every schedule of a chat that will still fire, whoever set it (for its admins)."""
+        return await (await self.store()).pending_schedules(chat_id=chat_id)
+
+    async def cancel_in_chat(self, chat_id: int, schedule_id: int) -> Schedule | None:
+        """Cancel a chat's schedule, whoever set it; ``None`` if it has no such pending one."""
+        cancelled = await (await self.store()).cancel_schedule(schedule_id, chat_id=chat_id)
+        if cancelled is not None:
+            log.info("reminders.cancelled", user_id=cancelled.user_id, id=schedule_id, by="chat")
+        return cancelled
+
     def describe(self, schedule: Schedule, zone: ZoneInfo | None = None) -> str:
-        """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``."""
+        """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``
+        (`` (paused)`` after it while its owner may not use the bot)."""
         when = format_local(schedule.due_at, zone or ZoneInfo(schedule.timezone))
         repeat = f", {schedule.repeat}" if schedule.repeat else ""
-        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}"
+        paused = " (paused)" if schedule.paused else ""
+        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{paused}"
