@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -204,3 +204,27 @@ async def test_the_operator_cancels_any_schedule_on_postgresql(
     env = {**os.environ, "BOTKIT_DATABASE_URL": db, "BOTKIT_SESSIONS_DIR": str(tmp_path)}
     bot = queued_bot(claude, telegram, tmp_path, db)
     await check_the_operator_cancels_any_schedule(bot, env)
+
+
+async def test_a_task_past_the_users_runs_for_the_day_is_put_off_on_the_queue(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude_scripted, telegram, tmp_path, db, max_task_runs=2)
+    clock = bot.reminders.clock = FixedClock(T0)
+    for n in range(3):
+        await bot.reminders.add(Place(7, 7), "task", f"job {n}", "1m")
+    async with queued(bot):
+        await firing_loop_runs(bot)
+        clock.advance(timedelta(minutes=1))
+        look_now(bot)
+        replies = await telegram.wait_for_messages(7, 3, timeout=30)
+        await asyncio.sleep(1.0)
+    answers = [r.plain_text for r in replies if r.plain_text.startswith("done: job ")]
+    (notice,) = [r.plain_text for r in replies if r.plain_text not in answers]
+    assert len(telegram.sent_messages(7)) == 3 and len(answers) == 2
+    assert notice.startswith("Scheduled task #") and "may run 2 times a day" in notice
+    assert len(claude_scripted.requests) == 2
+    due = "SELECT due_at FROM botkit_schedules WHERE status = 'pending'"
+    assert await fetchval(db, due) == datetime(2026, 11, 25, tzinfo=UTC)
+    runs = "SELECT count(*) FROM botkit_task_runs WHERE user_id = 7"
+    assert await fetchval(db, runs) == 2
