@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -107,7 +108,8 @@ class Reminders:
         due = parse_when(when, self.clock(), zone)
         rule = parse_repeat(repeat)
         if kind == "task" and rule is not None:
-            self._check_task_repeat(rule)
+            # a cron expression's occurrences are walked: tens of ms, off the event loop
+            await asyncio.to_thread(self._check_task_repeat, rule)
         new = NewSchedule(
             user_id=place.user_id,
             chat_id=place.chat_id,

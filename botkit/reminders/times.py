@@ -42,9 +42,10 @@ MAX_INTERVAL = timedelta(days=366)
 MAX_AHEAD = timedelta(days=366 * 10)
 """The furthest ahead a schedule may be set."""
 _GAP_SAMPLE_START = datetime(2028, 1, 1, tzinfo=UTC)  # a leap year, so 29 February is seen
-_GAP_SAMPLE_SPAN = timedelta(days=366)
-_GAP_SAMPLE_MAX = 3_000
-"""Occurrences of a cron expression looked at, at most, to find its shortest gap."""
+_GAP_SAMPLE_SPAN = timedelta(days=62)  # two months: every weekday, month end and 29 February
+_GAP_SAMPLE_MAX = 1_500
+"""Occurrences of a cron expression looked at, at most, to find its shortest gap (a gap that
+shows only rarely is still bounded by BOTKIT_MAX_TASK_RUNS)."""
 
 _UNITS = {
     "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
@@ -182,7 +183,7 @@ class Repeat:
     def shortest_gap(self, floor: timedelta) -> timedelta | None:
         """The shortest time between two occurrences, as the clock of its definition goes
         (daylight-saving changes aside); looking stops at the first gap below ``floor``.
-        ``None`` when a cron expression fires at most once in the year looked at."""
+        ``None`` when a cron expression fires at most once in the two months looked at."""
         if self.text in ("daily", "weekly"):
             return timedelta(days=1 if self.text == "daily" else 7)
         if (step := self.interval) is not None:
