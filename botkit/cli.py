@@ -77,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
     scheduled.add_argument("--user", type=int, help="only this user's")
     scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
+    scheduled_actions = scheduled.add_subparsers(dest="action", metavar="ACTION")
+    cancel = scheduled_actions.add_parser(
+        "cancel", help="cancel a pending reminder or task, whoever set it"
+    )
+    cancel.add_argument("id", type=int, help="its number, as the listing shows it")
     sessions = commands.add_parser(
         "sessions", help="move sessions between JSONL files and PostgreSQL"
     )
@@ -138,8 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_command(args, load_settings())
         if args.command == "scheduled":
-            from botkit.reminders.listing import list_scheduled
+            from botkit.reminders.listing import cancel_scheduled, list_scheduled
 
+            if args.action == "cancel":
+                return cancel_scheduled(load_settings(), args.id)
             return list_scheduled(load_settings(), args.user, as_json=args.json)
         if args.command == "sessions":
             return _sessions(args.action, args.directory, args.dsn)

@@ -50,8 +50,9 @@ TurnOutcome = Literal[
 """How a turn ended; ``cancelled``: cut off when the process stopped."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
-SCHEDULE_OUTCOMES = ("delivered", "late", "failed")
-"""How a fired reminder or scheduled task ended."""
+SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")
+"""How a fired reminder or scheduled task ended (``paused``: its owner is not admitted now;
+``put_off``: a task past its user's runs for the day)."""
 
 LLM_OUTCOMES = ("ok", "overloaded", "auth", "too_long", "error")
 """How one LLM call ended."""
@@ -181,7 +182,7 @@ class Metrics:
 
     def schedule_fired(self, kind: str, outcome: str) -> None:
         """Count one fired reminder or task: ``delivered``, ``late`` (delivered more than
-        five minutes after its time) or ``failed``."""
+        five minutes after its time), ``failed``, ``paused`` or ``put_off``."""
         self.schedules_fired.labels(kind, outcome).inc()
 
     def llm_call(self, model: str, outcome: str, seconds: float, usage: Usage | None) -> None:

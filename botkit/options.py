@@ -104,6 +104,11 @@ class BotOptions:
     scheduling: bool = True
     """Offer reminders and scheduled tasks: the tools, ``/timezone``, ``/scheduled``, and the
     user's local time before each message."""
+    task_put_off_text: str = (
+        "Scheduled task #{id} was put off to {when}: scheduled tasks may run {runs} times a day."
+    )
+    """Sent instead of a task's answer when its user's tasks used up today's runs
+    (BOTKIT_MAX_TASK_RUNS); ``{id}``, ``{when}`` (their local time) and ``{runs}`` are filled in."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None

@@ -4,13 +4,24 @@ a real PostgreSQL, the real aiogram and anthropic clients against the fakes (#13
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_reminders import buttons_of, scripted
+from test_reminders import (
+    T0,
+    FixedClock,
+    buttons_of,
+    check_the_operator_cancels_any_schedule,
+    firing_loop_runs,
+    look_now,
+    scripted,
+)
 from test_scaleout import db, fetchval, killed_at_end, queued, queued_bot, until, worker_process
 
+from botkit.reminders.limits import PAUSED_RECHECK
 from botkit.reminders.service import Place
 from botkit.runtime.scheduled import QueuedSchedules
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
@@ -77,6 +88,7 @@ async def test_a_scheduled_task_is_a_turn_on_a_worker_in_order_with_the_users_me
     assert len(telegram.sent_messages(7)) == 3
     task_turn = claude.requests[-1]
     assert task_turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user")
+    assert "schedule_task" not in task_turn.tool_names and "remind" not in task_turn.tool_names
     history = [m for m in task_turn.body["messages"] if m["role"] == "assistant"]
     assert any("slow answer" in str(m["content"]) for m in history), "it waited its turn"
     assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"
@@ -153,3 +165,66 @@ async def test_a_task_whose_worker_is_killed_mid_turn_is_answered_once_by_anothe
     assert answer.plain_text == "done: sum up the day"
     assert len(telegram.sent_messages(7)) == 1
     assert await fetchval(db, "SELECT status FROM botkit_schedules WHERE id = 1") == "done"
+
+
+async def test_a_removed_users_task_and_group_reminder_wait_on_the_queue_until_readmitted(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    group = -100777
+    bot = queued_bot(
+        claude_scripted, telegram, tmp_path, db, access="allowlist", allowed_users=frozenset({7})
+    )
+    clock = bot.reminders.clock = FixedClock(T0)
+    in_group = Place(7, group, chat_type="supergroup")
+    await bot.reminders.add(in_group, "reminder", "https://phish.example", "1m", "every 1m")
+    await bot.reminders.add(Place(7, 7), "task", "sum up", "1m", "every 1h")
+    paused = "SELECT count(*) FROM botkit_schedules WHERE paused_until IS NOT NULL"
+    async with queued(bot):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset()  # the operator removed user 7
+        clock.advance(timedelta(minutes=2))
+        look_now(bot)
+        await until_fetched(db, paused, 2)  # the task through its job, the reminder at once
+        await asyncio.sleep(1.0)
+        assert telegram.sent_messages(group) == telegram.sent_messages(7) == []
+        bot.settings.allowed_users = frozenset({7})  # and took them back
+        clock.advance(PAUSED_RECHECK)
+        look_now(bot)
+        (reminder,) = await telegram.wait_for_messages(group, 1, timeout=20)
+        (answer,) = await telegram.wait_for_messages(7, 1, timeout=20)
+        await until_fetched(db, paused, 0)
+    assert reminder.plain_text.startswith("https://phish.example")
+    assert answer.plain_text == "done: sum up"
+    assert len(claude_scripted.requests) == 1, "no task turn while they were out"
+
+
+async def test_the_operator_cancels_any_schedule_on_postgresql(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    env = {**os.environ, "BOTKIT_DATABASE_URL": db, "BOTKIT_SESSIONS_DIR": str(tmp_path)}
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    await check_the_operator_cancels_any_schedule(bot, env)
+
+
+async def test_a_task_past_the_users_runs_for_the_day_is_put_off_on_the_queue(
+    claude_scripted: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude_scripted, telegram, tmp_path, db, max_task_runs=2)
+    clock = bot.reminders.clock = FixedClock(T0)
+    for n in range(3):
+        await bot.reminders.add(Place(7, 7), "task", f"job {n}", "1m")
+    async with queued(bot):
+        await firing_loop_runs(bot)
+        clock.advance(timedelta(minutes=1))
+        look_now(bot)
+        replies = await telegram.wait_for_messages(7, 3, timeout=30)
+        await asyncio.sleep(1.0)
+    answers = [r.plain_text for r in replies if r.plain_text.startswith("done: job ")]
+    (notice,) = [r.plain_text for r in replies if r.plain_text not in answers]
+    assert len(telegram.sent_messages(7)) == 3 and len(answers) == 2
+    assert notice.startswith("Scheduled task #") and "may run 2 times a day" in notice
+    assert len(claude_scripted.requests) == 2
+    due = "SELECT due_at FROM botkit_schedules WHERE status = 'pending'"
+    assert await fetchval(db, due) == datetime(2026, 11, 25, tzinfo=UTC)
+    runs = "SELECT count(*) FROM botkit_task_runs WHERE user_id = 7"
+    assert await fetchval(db, runs) == 2

@@ -57,6 +57,7 @@ def test_an_hour_that_happens_twice_in_autumn_is_its_first_occurrence() -> None:
         ("0m", "no time from now"),
         ("25:00", "not a time of day"),
         ("2040-01-01T00:00Z", "more than ten years ahead"),
+        ("99999999999w", "more than ten years ahead"),  # not an OverflowError
     ],
 )
 def test_unreadable_or_past_times_are_tool_errors_saying_what_to_write(
@@ -141,3 +142,44 @@ def test_unknown_time_zones_are_refused_with_an_example() -> None:
     for name in ("Mars/Olympus", "", "../etc/passwd", "Europe/"):
         with pytest.raises(ToolError, match="IANA name such as Europe/Berlin"):
             zone_named(name)
+
+
+@pytest.mark.parametrize(
+    "repeat", ["every 367d", "every 53w", "every 520000w", "every 99999999999999w"]
+)
+def test_a_repeat_longer_than_a_year_is_refused(repeat: str) -> None:
+    with pytest.raises(ToolError, match="too long a repeat: at most a year"):
+        parse_repeat(repeat)
+
+
+@pytest.mark.parametrize("repeat", ["every 366d", "every 52w", "0 9 1 1 *", "0 9 29 2 *"])
+def test_a_repeat_up_to_a_year_and_yearly_crons_are_kept(repeat: str) -> None:
+    assert parse_repeat(repeat) is not None
+
+
+@pytest.mark.parametrize(
+    ("repeat", "gap"),
+    [
+        ("every 90m", timedelta(minutes=90)),
+        ("hourly", timedelta(hours=1)),
+        ("daily", timedelta(days=1)),
+        ("weekly", timedelta(days=7)),
+        ("0 * * * *", timedelta(hours=1)),
+        ("*/30 * * * *", timedelta(minutes=30)),
+        ("0 9,17 * * 1-5", timedelta(hours=8)),
+        ("0 0,23 * * *", timedelta(hours=1)),  # 23:00, then 00:00 the next day
+        ("0 23 28 2 *", None),  # yearly
+        ("0 9 29 2 *", None),  # once in the year looked at
+    ],
+)
+def test_a_repeats_shortest_gap_is_found(repeat: str, gap: timedelta | None) -> None:
+    rule = parse_repeat(repeat)
+    assert rule is not None
+    assert rule.shortest_gap(timedelta(minutes=1)) == gap
+
+
+def test_the_next_time_of_a_repeat_past_the_calendar_is_an_overflow() -> None:
+    last_day = datetime(9999, 12, 31, 8, 0, tzinfo=UTC)
+    for repeat in ("daily", "every 1d", "0 9 * * *"):
+        with pytest.raises(OverflowError):
+            Repeat(repeat).next_after(last_day, BERLIN, last_day)

@@ -19,8 +19,10 @@ import pytest
 
 from botkit import Bot
 from botkit.reminders.firing import claim_due
+from botkit.reminders.limits import PAUSED_RECHECK
 from botkit.reminders.service import Place
 from botkit.stores import Schedule
+from botkit.stores.schedules import NewSchedule
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
@@ -81,6 +83,13 @@ def look_now(bot: Bot) -> None:
     """Have the running firing loop look for due schedules now (the clock was moved)."""
     assert bot.reminders.wake is not None, "the firing loop runs"
     bot.reminders.wake()
+
+
+async def firing_loop_runs(bot: Bot) -> None:
+    """Wait until the served bot's firing loop has started (and made its first look)."""
+    async with asyncio.timeout(10):
+        while bot.reminders.wake is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
 
 async def recorded(bot: Bot, fired: int) -> Schedule:
@@ -166,7 +175,10 @@ async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
     turn = claude.requests[-1]
     assert turn.last_user_text().startswith("[Scheduled task #1, set earlier by the user; due ")
     assert "This is not a new message from the user" in turn.last_user_text()
-    assert turn.tool_names and "remind" in turn.tool_names, "the same tools as any turn"
+    assert "remind" not in turn.tool_names and "schedule_task" not in turn.tool_names
+    assert "list_scheduled" in turn.tool_names and "cancel_scheduled" in turn.tool_names
+    setting = claude.requests[0]
+    assert "remind" in setting.tool_names and "schedule_task" in setting.tool_names
     lines = (tmp_path / "sessions" / f"{ALICE}.jsonl").read_bytes().splitlines()
     session = [orjson.loads(line) for line in lines]
     recorded = [e for e in session if e["role"] == "user" and e.get("update_id", 0) < 0]
@@ -231,6 +243,76 @@ async def test_a_blocked_users_reminders_do_not_fire_until_unblocked(
         look_now(bot)
         replies = await telegram.wait_for_messages(ALICE, 2)
     assert replies[1].plain_text == "stretch"
+
+
+async def test_the_25th_task_run_of_a_user_in_a_utc_day_is_put_off_to_the_next(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    assert bot.settings.max_task_runs == 24, "the default"
+    clock = bot.reminders.clock = FixedClock(T0)
+    for n in range(25):
+        await bot.reminders.add(Place(ALICE, ALICE), "task", f"job {n}", "10m")
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        clock.advance(timedelta(minutes=10))
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 25, timeout=60)
+        await no_more_messages(telegram, ALICE, 25)
+        (put_off,) = await (await bot.user_store()).pending_schedules(ALICE)
+        midnight = datetime(2026, 11, 25, tzinfo=UTC)
+        assert put_off.due_at == midnight and put_off.fired == 0
+        clock.now = midnight  # a new UTC day: its run happens
+        look_now(bot)
+        replies = await telegram.wait_for_messages(ALICE, 26, timeout=20)
+    texts = [r.plain_text for r in replies]
+    notice = (
+        f"Scheduled task #{put_off.id} was put off to Wed 25 Nov 2026 00:00 UTC: scheduled "
+        "tasks may run 24 times a day."
+    )
+    assert texts.count(notice) == 1
+    done = sorted(t for t in texts[:25] if t.startswith("done: "))
+    assert len(done) == 24 and f"done: {put_off.text}" not in done
+    assert texts[25] == f"done: {put_off.text}"
+    task_turns = [r for r in claude.requests if "[Scheduled task" in r.last_user_text()]
+    assert len(task_turns) == 25, "24 on the first day, one on the next"
+    assert fired(bot, "task", "put_off") == 1
+    await bot.aclose()
+
+
+async def test_a_removed_users_schedules_pause_are_listed_paused_and_resume_once_readmitted(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path, answer_groups="all")
+    clock = bot.reminders.clock = FixedClock(T0)
+    group = Place(ALICE, GROUP, chat_type="supergroup")
+    await bot.reminders.add(group, "reminder", "https://phish.example", "1m", "every 1m")
+    await bot.reminders.add(Place(ALICE, ALICE), "task", "sum up", "1m", "every 1h")
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset({BOB})  # the operator removed Alice
+        for _ in range(3):
+            clock.advance(timedelta(minutes=1))
+            look_now(bot)
+            await asyncio.sleep(0.3)
+        await no_more_messages(telegram, GROUP, 0)
+        await no_more_messages(telegram, ALICE, 0)
+        store = await bot.user_store()
+        assert [s.paused for s in await store.pending_schedules(ALICE)] == [True, True]
+        assert fired(bot, "reminder", "paused") == fired(bot, "task", "paused") == 1
+        bot.settings.allowed_users = frozenset({ALICE, BOB})  # and took her back
+        clock.advance(PAUSED_RECHECK)
+        look_now(bot)
+        (reminder,) = await telegram.wait_for_messages(GROUP, 1)
+        (answer,) = await telegram.wait_for_messages(ALICE, 1)
+        await no_more_messages(telegram, GROUP, 1)
+        listed = await store.pending_schedules(ALICE)
+    assert reminder.plain_text.startswith("https://phish.example\n\n(Late: ")
+    assert answer.plain_text == "done: sum up"
+    assert claude.requests and all("phish" not in str(r.messages) for r in claude.requests)
+    assert len(claude.requests) == 1, "no task turn while she was out"
+    assert [s.paused for s in listed] == [False, False], "firing again on their grids"
+    await bot.aclose()
 
 
 async def until_turns(bot: Bot, count: int) -> None:
@@ -314,6 +396,66 @@ async def test_unreadable_when_and_repeat_are_tool_errors_the_model_can_correct(
     assert "ISO 8601" in errors[0] and "in the past" in errors[1]
     assert "cron" in errors[2] and "not a valid cron expression" in errors[3]
     assert "already has 1 reminders and tasks pending" in errors[4]
+
+
+async def test_a_task_repeating_more_often_than_the_minimum_is_a_tool_error_naming_it(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = reminder_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        for n, text in enumerate(
+            ["TASK 1h|check the news|every 1m", "TASK 1h|check the news|*/5 * * * *",
+             "TASK 1h|check the news|every 59m", "REMIND 1h|drink water|every 1m",
+             "TASK 1h|check the news|hourly", "TASK 1h|check the news|0 9,17 * * 1-5"],
+            start=1,
+        ):  # fmt: skip
+            telegram.send_text(ALICE, text)
+            await telegram.wait_for_messages(ALICE, n)
+        pending = await (await bot.user_store()).pending_schedules(ALICE)
+    results = [r.tool_results()[0] for r in claude.requests if r.tool_results()]
+    errors = [str(r["content"]) for r in results if r.get("is_error")]
+    assert len(results) == 6 and len(errors) == 3
+    for error in errors:
+        assert "too often for a scheduled task: a task may repeat at most once every 1h" in error
+        assert "use remind for a plain reminder" in error
+    assert [(s.kind, s.repeat) for s in pending] == [
+        ("reminder", "every 1m"),
+        ("task", "every 1h"),
+        ("task", "0 9,17 * * 1-5"),
+    ]
+    await bot.aclose()  # serving closed its store; the one opened here too
+
+
+@pytest.mark.parametrize(
+    ("repeat", "due"),
+    [
+        ("every 520000w", T0),  # stored before repeats were bounded: its next time overflows
+        ("daily", datetime(9999, 12, 31, 9, 0, tzinfo=UTC)),  # the calendar's last day
+    ],
+)
+async def test_a_schedule_whose_next_time_is_past_the_calendar_ends_after_firing_once(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    repeat: str,
+    due: datetime,
+) -> None:
+    bot = reminder_bot(claude, tmp_path, schedule_lease=60)
+    clock = bot.reminders.clock = FixedClock(due)
+    store = await bot.user_store()
+    new = NewSchedule(ALICE, ALICE, "reminder", "last one", due, "UTC", repeat=repeat)
+    made = await store.add_schedule(new, max_pending=5)
+    assert made is not None
+    async with running(bot, telegram):
+        (delivered,) = await telegram.wait_for_messages(ALICE, 1)
+        clock.advance(timedelta(seconds=61))  # past the lease: a claim left behind re-fires
+        look_now(bot)
+        await no_more_messages(telegram, ALICE, 1)
+        store = await bot.user_store()
+        assert await store.pending_schedules() == []
+    assert delivered.plain_text == "last one"
+    assert fired(bot, "reminder", "delivered") == 1
+    await bot.aclose()
 
 
 async def test_the_user_can_set_a_time_zone_and_the_model_reads_their_local_time(
@@ -430,6 +572,58 @@ async def test_in_a_group_only_what_was_set_there_is_listed_never_a_private_remi
     )
 
 
+async def test_a_groups_admin_sees_and_cancels_the_groups_schedules_paused_ones_too(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    carol = 1003
+    bot = make_bot(
+        claude,
+        tmp_path,
+        allowed_users=frozenset({ALICE, BOB, carol}),
+        answer_groups="all",
+        timezone="Europe/Berlin",
+    )
+    clock = bot.reminders.clock = FixedClock(T0)
+    in_group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    await bot.reminders.add(Place(ALICE, GROUP, chat_type="supergroup"), "reminder", "phish", "1m")
+    await bot.reminders.add(Place(ALICE, ALICE), "reminder", "private one", "2h")
+    await bot.reminders.add(Place(carol, GROUP, chat_type="supergroup"), "reminder", "mine", "3h")
+    telegram.make_chat_admin(GROUP, BOB)
+    async with running(bot, telegram):
+        await firing_loop_runs(bot)
+        bot.settings.allowed_users = frozenset({BOB, carol})  # Alice was removed
+        clock.advance(timedelta(minutes=1))
+        look_now(bot)
+        store = await bot.user_store()
+        async with asyncio.timeout(10):
+            while not (await store.pending_schedules(ALICE))[0].paused:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        telegram.send_text(carol, "/scheduled", **in_group)
+        (own,) = await telegram.wait_for_messages(GROUP, 1)
+        telegram.send_text(BOB, "/scheduled", **in_group)
+        listing = (await telegram.wait_for_messages(GROUP, 2))[1]
+        telegram.press_button(carol, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(BOB, listing, "Cancel #1")
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+        (edited,) = telegram.edited_messages(GROUP)
+        left = await store.pending_schedules()
+    assert own.plain_text == "Scheduled:\n#3 reminder, Tue 24 Nov 2026 12:00 CET: mine"
+    assert listing.plain_text == (
+        "Scheduled:\n#1 reminder, Tue 24 Nov 2026 09:01 CET: phish (paused) (set by user 1001)\n"
+        "#3 reminder, Tue 24 Nov 2026 12:00 CET: mine (set by user 1003)"
+    )
+    assert buttons_of(listing.params) == ["Cancel #1", "Cancel #3"]
+    answers = [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
+    assert answers == ["Only the one who scheduled it can cancel it.", "Cancelled #1."]
+    assert edited.plain_text == (
+        "Scheduled:\n#3 reminder, Tue 24 Nov 2026 12:00 CET: mine (set by user 1003)"
+    )
+    assert [s.id for s in left] == [2, 3], "the private one is no group's business"
+    assert len(claude.requests) == 0
+    await bot.aclose()
+
+
 # ---- a real process, killed and restarted ---------------------------------------------
 
 
@@ -509,6 +703,7 @@ async def test_the_operator_lists_pending_schedules(
     reminders.clock = FixedClock(T0)
     await reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
     await reminders.add(Place(BOB, GROUP, TOPIC, "supergroup"), "task", "sum up", "2h", "daily")
+    await (await bot.user_store()).block_user(BOB)  # his schedules wait: listed as paused
     await bot.aclose()
     env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
     run = [sys.executable, "-m", "botkit", "scheduled"]
@@ -522,8 +717,46 @@ async def test_the_operator_lists_pending_schedules(
     ]
     assert rows[1]["chat_id"] == GROUP and rows[1]["thread_id"] == TOPIC
     assert rows[1]["repeat"] == "daily" and rows[1]["due_at"] == "2026-11-24T10:00:00+00:00"
+    assert [r["paused"] for r in rows] == [False, True]
+    bob = await asyncio.to_thread(
+        subprocess.run, [*run, "--user", str(BOB)], env=env, capture_output=True, check=True
+    )
+    assert "(paused: its owner may not use the bot now)" in bob.stdout.decode()
     alice = await asyncio.to_thread(
         subprocess.run, [*run, "--user", str(ALICE)], env=env, capture_output=True, check=True
     )
     lines = alice.stdout.decode().splitlines()
     assert len(lines) == 1 and "#1 reminder" in lines[0] and "call mum" in lines[0]
+
+
+async def operator(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m botkit scheduled ARGS`` with ``env``; its exit status and output."""
+    run = [sys.executable, "-m", "botkit", "scheduled", *args]
+    return await asyncio.to_thread(subprocess.run, run, env=env, capture_output=True, text=True)
+
+
+async def check_the_operator_cancels_any_schedule(bot: Bot, env: dict[str, str]) -> None:
+    """Two users' schedules: the operator cancels one of each by id, an unknown one fails."""
+    bot.reminders.clock = FixedClock(T0)
+    await bot.reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
+    await bot.reminders.add(Place(BOB, GROUP, None, "supergroup"), "reminder", "phish", "1m")
+    await bot.aclose()
+    cancelled = await operator(env, "cancel", "2")
+    assert cancelled.returncode == 0, cancelled.stderr
+    (line,) = cancelled.stdout.splitlines()
+    assert line.startswith(f"Cancelled #2 reminder for user {BOB} in chat {GROUP}: ")
+    assert line.endswith(": phish")
+    again = await operator(env, "cancel", "2")
+    unknown = await operator(env, "cancel", "99")
+    for refused, number in [(again, 2), (unknown, 99)]:
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.splitlines() == [f"botkit: no pending reminder or task #{number}"]
+    left = await operator(env, "--json")
+    assert [json.loads(row)["id"] for row in left.stdout.splitlines()] == [1]
+
+
+async def test_the_operator_cancels_any_schedule_by_its_id(
+    claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
+    await check_the_operator_cancels_any_schedule(reminder_bot(claude, tmp_path), env)

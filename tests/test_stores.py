@@ -8,7 +8,7 @@ import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from botkit.stores import (
     hash_invite_code,
     new_invite_code,
 )
+from botkit.stores._sqlite_schedules import SCHEDULE_SCHEMA
 from botkit.stores.base import ModelUsage
 from botkit.stores.migrate import (
     MIGRATIONS,
@@ -51,6 +52,7 @@ ALL = [
     "005_job_queue",
     "006_session_media",
     "007_usage_by_model",
+    "009_schedule_limits",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
@@ -1166,3 +1168,109 @@ async def test_a_users_time_zone_is_remembered(backend: Backend, store: UserStor
         assert await reopened.get_timezone(7) == "America/New_York"
     finally:
         await reopened.close()
+
+
+# ---- schedule limits: paused owners, group listings, task runs per day (#27) -------------
+
+
+async def test_a_paused_schedule_waits_is_listed_paused_and_is_claimed_again_later(
+    store: UserStore,
+) -> None:
+    made = await store.add_schedule(reminder(repeat="daily"), max_pending=5)
+    assert made is not None
+    (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
+    recheck = T0 + timedelta(minutes=5)
+    assert await store.pause_schedule(claimed, until=recheck)
+    assert not await store.pause_schedule(claimed, until=recheck), "no longer claimed"
+    (listed,) = await store.pending_schedules(7)
+    assert (listed.status, listed.paused, listed.due_at, listed.fired) == ("pending", True, T0, 0)
+    assert await store.claim_due_schedules(recheck - timedelta(seconds=1), lease=LEASE) == []
+    assert await store.next_schedule_due() == recheck
+    (again,) = await store.claim_due_schedules(recheck, lease=LEASE)
+    assert again.id == made.id and again.due_at == T0, "the same occurrence"
+    tomorrow = T0 + timedelta(days=1)
+    assert await store.finish_schedule(again, next_due=tomorrow, fired_at=recheck, delivered=True)
+    (fired,) = await store.pending_schedules(7)
+    assert not fired.paused and fired.due_at == tomorrow
+
+
+async def test_a_blocked_owners_schedules_are_listed_paused(store: UserStore) -> None:
+    await store.upsert_user(7, "user")
+    assert await store.add_schedule(reminder(), max_pending=5) is not None
+    assert [s.paused for s in await store.pending_schedules(7)] == [False]
+    await store.set_blocked(7, True)
+    assert [s.paused for s in await store.pending_schedules(7)] == [True]
+
+
+async def test_a_chats_schedules_are_listed_and_cancelled_whoever_set_them(
+    store: UserStore,
+) -> None:
+    group = {"chat_id": -100, "chat_type": "supergroup"}
+    mine = await store.add_schedule(reminder(**group), max_pending=5)
+    theirs = await store.add_schedule(reminder(user_id=8, **group), max_pending=5)
+    private = await store.add_schedule(reminder(user_id=8), max_pending=5)
+    assert mine is not None and theirs is not None and private is not None
+    assert [s.id for s in await store.pending_schedules(chat_id=-100)] == [mine.id, theirs.id]
+    assert await store.cancel_schedule(private.id, chat_id=-100) is None, "not of this chat"
+    assert await store.cancel_schedule(theirs.id, chat_id=-100) is not None
+    assert [s.id for s in await store.pending_schedules(chat_id=-100)] == [mine.id]
+    assert [s.id for s in await store.pending_schedules(8)] == [private.id]
+
+
+async def test_task_runs_are_counted_per_user_and_day_once_per_occurrence(
+    store: UserStore,
+) -> None:
+    day = T0.date()
+    tasks = []
+    for n in range(4):
+        new = reminder(kind="task", due_in=timedelta(hours=n))
+        made = await store.add_schedule(new, max_pending=5)
+        assert made is not None
+        tasks.append(made)
+    other = await store.add_schedule(reminder(user_id=8, kind="task"), max_pending=5)
+    assert other is not None
+    assert [await store.take_task_run(t, day, limit=3) for t in tasks] == [True] * 3 + [False]
+    assert await store.take_task_run(tasks[0], day, limit=3), "the same occurrence again"
+    assert await store.take_task_run(other, day, limit=3), "another user's runs are their own"
+    later = replace(tasks[0], due_at=T0 + timedelta(days=1))
+    assert not await store.take_task_run(later, day, limit=3), "its next occurrence, same day"
+    tomorrow = day + timedelta(days=1)
+    assert await store.take_task_run(later, tomorrow, limit=3), "a new day"
+    assert await store.take_task_run(tasks[3], tomorrow, limit=3)
+
+
+async def test_racing_task_runs_of_one_user_never_pass_the_limit(
+    backend: Backend, store: UserStore
+) -> None:
+    tasks = []
+    for n in range(20):
+        new = reminder(kind="task", due_in=timedelta(minutes=n))
+        made = await store.add_schedule(new, max_pending=50)
+        assert made is not None
+        tasks.append(made)
+    others = [await backend.open() for _ in range(3)]
+    stores = [store, *others]
+    try:
+        taken = await asyncio.gather(
+            *(stores[n % 4].take_task_run(t, T0.date(), limit=5) for n, t in enumerate(tasks))
+        )
+    finally:
+        for other in others:
+            await other.close()
+    assert taken.count(True) == 5
+
+
+async def test_an_older_sqlite_schedule_table_gets_the_pause_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(SCHEDULE_SCHEMA[0].replace(",\n        paused_until  TEXT", ""))
+        db.execute("PRAGMA user_version = 2")
+    store = await SqliteUserStore.connect(path)
+    try:
+        made = await store.add_schedule(reminder(), max_pending=5)
+        assert made is not None
+        (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
+        assert await store.pause_schedule(claimed, until=T0 + LEASE)
+        assert [s.paused for s in await store.pending_schedules()] == [True]
+    finally:
+        await store.close()

@@ -108,6 +108,8 @@ class Incoming:
     """What the attachments became for the model (documents, file texts), before the text."""
     received_at: float | None = field(default=None, compare=False)
     """When this process read it (``time.monotonic()``): turn latency is measured from here."""
+    schedule_id: int | None = None
+    """The scheduled task this turn carries out (not written by the user now); else ``None``."""
 
     @property
     def in_group(self) -> bool:

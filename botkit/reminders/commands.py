@@ -25,7 +25,8 @@ BUTTONS_PER_ROW = 3
 
 
 class SchedulingCommandHost(Protocol):
-    """What the scheduling commands need of a bot: a way to register them and buttons."""
+    """What the scheduling commands need of a bot: a way to register them, buttons, and who
+    manages a group."""
 
     buttons: dict[str, ButtonHandler]
 
@@ -35,23 +36,39 @@ class SchedulingCommandHost(Protocol):
         """Register a command."""
         ...
 
+    async def is_group_admin(self, message: Incoming) -> bool:
+        """Whether the sender may manage the group's conversation."""
+        ...
 
-async def scheduled_reply(reminders: Reminders, user_id: int, chat_id: int | None = None) -> Reply:
+
+async def scheduled_reply(
+    reminders: Reminders, user_id: int, chat_id: int | None = None, *, whole_chat: bool = False
+) -> Reply:
     """The user's pending schedules, one a line, each with a cancel button under the list;
-    asked in a group (``chat_id``), only those set in that group: never a private one there."""
-    pending = await reminders.pending(user_id)
-    if chat_id is not None and chat_id != user_id:  # a private chat's id is its user's
-        pending = [s for s in pending if s.chat_id == chat_id]
+    asked in a group (``chat_id``), only those set in that group: never a private one there.
+    ``whole_chat`` (a group's admin asking): every schedule of the group, whoever set it."""
+    if whole_chat and chat_id is not None:
+        pending = await reminders.in_chat(chat_id)
+    else:
+        pending = await reminders.pending(user_id)
+        if chat_id is not None and chat_id != user_id:  # a private chat's id is its user's
+            pending = [s for s in pending if s.chat_id == chat_id]
     if not pending:
         return Reply("Nothing is scheduled.")
     zone = await reminders.zone(user_id)
-    text = "\n".join(["Scheduled:", *(reminders.describe(s, zone) for s in pending)])
+    lines = [reminders.describe(s, zone) + _set_by(s.user_id, user_id) for s in pending]
+    text = "\n".join(["Scheduled:", *lines])
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT].rsplit("\n", 1)[0] + "\n…"
-    data = f"{BUTTON_PREFIX}:cancel:{user_id}:"
-    buttons = [Button(f"Cancel #{s.id}", f"{data}{s.id}") for s in pending]
+    buttons = [
+        Button(f"Cancel #{s.id}", f"{BUTTON_PREFIX}:cancel:{s.user_id}:{s.id}") for s in pending
+    ]
     rows = [buttons[i : i + BUTTONS_PER_ROW] for i in range(0, len(buttons), BUTTONS_PER_ROW)]
     return Reply(text, tuple(tuple(row) for row in rows))
+
+
+def _set_by(owner: int, viewer: int) -> str:
+    return "" if owner == viewer else f" (set by user {owner})"
 
 
 def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminders) -> None:
@@ -68,19 +85,29 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
             return f"Sorry: {e}."
         return f"Time zone set. Your time: {await reminders.local_now(message.user_id)}."
 
+    async def manages(message: Incoming) -> bool:
+        """Whether the sender is a group's admin, asking in that group."""
+        return message.in_group and await bot.is_group_admin(message)
+
     @bot.command("scheduled", "your pending reminders and scheduled tasks")
     async def scheduled(message: Incoming, args: str) -> Reply:
-        return await scheduled_reply(reminders, message.user_id, message.chat_id)
+        whole = await manages(message)  # a group's admins see (and cancel) all of the group's
+        return await scheduled_reply(reminders, message.user_id, message.chat_id, whole_chat=whole)
 
     async def press(press: ButtonPress, payload: str) -> PressAnswer:
         action, _, rest = payload.partition(":")
         owner, _, number = rest.partition(":")
         if action != "cancel" or not (owner.isdigit() and number.isdigit()):
             return PressAnswer("That button no longer works.")
-        if int(owner) != press.user_id:
+        admin = await manages(press.as_incoming())
+        if int(owner) == press.user_id:
+            cancelled = await reminders.cancel(press.user_id, int(number))
+        elif admin:
+            cancelled = await reminders.cancel_in_chat(press.chat_id, int(number))
+        else:
             return PressAnswer("Only the one who scheduled it can cancel it.")
-        cancelled = await reminders.cancel(press.user_id, int(number))
         notice = f"Cancelled #{number}." if cancelled else f"#{number} was no longer pending."
-        return PressAnswer(notice, await scheduled_reply(reminders, press.user_id, press.chat_id))
+        listing = await scheduled_reply(reminders, press.user_id, press.chat_id, whole_chat=admin)
+        return PressAnswer(notice, listing)
 
     bot.buttons[BUTTON_PREFIX] = press

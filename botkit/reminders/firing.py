@@ -29,6 +29,7 @@ from botkit.config import Settings
 from botkit.errors import BotkitError, MessengerError
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
+from botkit.reminders.limits import LimitsHost, held_back
 from botkit.reminders.service import Reminders
 from botkit.reminders.times import format_local, parse_repeat, zone_named
 from botkit.stores.schedules import Schedule
@@ -57,8 +58,8 @@ TurnRunner = Callable[[Incoming], Awaitable[None]]
 """Runs one message's turn to its end (e.g. ``TurnDispatcher.run``: in the runtime's slots)."""
 
 
-class FiringHost(Protocol):
-    """What firing needs of a bot: its settings, its schedules and its turn pipeline."""
+class FiringHost(LimitsHost, Protocol):
+    """What firing needs of a bot: its settings, its schedules, its gate and its turn pipeline."""
 
     settings: Settings
     reminders: Reminders
@@ -94,6 +95,8 @@ async def fire(
     reminders = host.reminders
     now = reminders.clock()
     zone = _zone(schedule)
+    if await held_back(host, messenger, schedule, zone, now):  # paused, or a task put off
+        return False
     late = now - schedule.due_at > LATE_AFTER
     try:
         if schedule.kind == "reminder":
@@ -154,6 +157,7 @@ def scheduled_message(schedule: Schedule, zone: ZoneInfo, now: datetime) -> Inco
         date=now,
         chat_type=schedule.chat_type,
         thread_id=schedule.thread_id,
+        schedule_id=schedule.id,
     )
 
 
@@ -162,8 +166,14 @@ def _late_note(schedule: Schedule, zone: ZoneInfo) -> str:
 
 
 def _next_due(schedule: Schedule, zone: ZoneInfo, now: datetime) -> datetime | None:
-    rule = parse_repeat(schedule.repeat)
-    return None if rule is None else rule.next_after(schedule.due_at, zone, now)
+    """The next occurrence; ``None`` ends the schedule: it was once, or its next time would
+    be past the calendar's end (a huge ``every`` stored before repeats were bounded)."""
+    try:
+        rule = parse_repeat(schedule.repeat)
+        return None if rule is None else rule.next_after(schedule.due_at, zone, now)
+    except (OverflowError, BotkitError) as e:
+        log.warning("reminders.no_next_time", id=schedule.id, repeat=schedule.repeat, error=str(e))
+        return None
 
 
 def _zone(schedule: Schedule) -> ZoneInfo:

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import structlog
 
 from botkit.config import Settings
 from botkit.errors import ToolError
-from botkit.reminders.times import format_local, parse_repeat, parse_when, zone_named
+from botkit.reminders.times import (
+    Repeat,
+    describe_duration,
+    format_local,
+    parse_repeat,
+    parse_when,
+    zone_named,
+)
 from botkit.stores.base import UserStore
 from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind
 
@@ -99,6 +107,9 @@ class Reminders:
         zone = await self.zone(place.user_id)
         due = parse_when(when, self.clock(), zone)
         rule = parse_repeat(repeat)
+        if kind == "task" and rule is not None:
+            # a cron expression's occurrences are walked: tens of ms, off the event loop
+            await asyncio.to_thread(self._check_task_repeat, rule)
         new = NewSchedule(
             user_id=place.user_id,
             chat_id=place.chat_id,
@@ -121,6 +132,19 @@ class Reminders:
             self.wake()
         return made
 
+    def _check_task_repeat(self, rule: Repeat) -> None:
+        """A task runs the model each time: it may not repeat more often than
+        BOTKIT_MIN_TASK_INTERVAL (a reminder, which costs no model call, may)."""
+        minimum = timedelta(seconds=self.settings.min_task_interval)
+        gap = rule.shortest_gap(minimum)
+        if gap is not None and gap < minimum:
+            shortest = describe_duration(minimum)
+            raise ToolError(
+                f"{rule.text!r} is too often for a scheduled task: a task may repeat at most "
+                f"once every {shortest}. Repeat it every {shortest} or less often, or use "
+                "remind for a plain reminder (those may repeat every minute)."
+            )
+
     async def pending(self, user_id: int) -> list[Schedule]:
         """The user's schedules that will still fire, soonest first."""
         return await (await self.store()).pending_schedules(user_id)
@@ -132,8 +156,21 @@ class Reminders:
             log.info("reminders.cancelled", user_id=user_id, id=schedule_id)
         return cancelled
 
+    async def in_chat(self, chat_id: int) -> list[Schedule]:
+        """Every schedule of a chat that will still fire, whoever set it (for its admins)."""
+        return await (await self.store()).pending_schedules(chat_id=chat_id)
+
+    async def cancel_in_chat(self, chat_id: int, schedule_id: int) -> Schedule | None:
+        """Cancel a chat's schedule, whoever set it; ``None`` if it has no such pending one."""
+        cancelled = await (await self.store()).cancel_schedule(schedule_id, chat_id=chat_id)
+        if cancelled is not None:
+            log.info("reminders.cancelled", user_id=cancelled.user_id, id=schedule_id, by="chat")
+        return cancelled
+
     def describe(self, schedule: Schedule, zone: ZoneInfo | None = None) -> str:
-        """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``."""
+        """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``
+        (`` (paused)`` after it while its owner may not use the bot)."""
         when = format_local(schedule.due_at, zone or ZoneInfo(schedule.timezone))
         repeat = f", {schedule.repeat}" if schedule.repeat else ""
-        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}"
+        paused = " (paused)" if schedule.paused else ""
+        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{paused}"

@@ -25,8 +25,10 @@ from cronsim import CronSim, CronSimError
 from botkit.errors import ToolError
 
 __all__ = [
+    "MAX_INTERVAL",
     "MIN_INTERVAL",
     "Repeat",
+    "describe_duration",
     "format_local",
     "parse_repeat",
     "parse_when",
@@ -35,8 +37,15 @@ __all__ = [
 
 MIN_INTERVAL = timedelta(minutes=1)
 """The shortest repeat: a schedule cannot fire more often than once a minute."""
+MAX_INTERVAL = timedelta(days=366)
+"""The longest ``every …`` repeat: a year (a longer one would outrun the calendar)."""
 MAX_AHEAD = timedelta(days=366 * 10)
 """The furthest ahead a schedule may be set."""
+_GAP_SAMPLE_START = datetime(2028, 1, 1, tzinfo=UTC)  # a leap year, so 29 February is seen
+_GAP_SAMPLE_SPAN = timedelta(days=62)  # two months: every weekday, month end and 29 February
+_GAP_SAMPLE_MAX = 1_500
+"""Occurrences of a cron expression looked at, at most, to find its shortest gap (a gap that
+shows only rarely is still bounded by BOTKIT_MAX_TASK_RUNS)."""
 
 _UNITS = {
     "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
@@ -109,6 +118,8 @@ def _relative(text: str, now: datetime) -> datetime | None:
         seconds += float(amount) * _UNITS[unit]
     if seconds <= 0:
         raise ToolError(f"{text!r} is no time from now: give a time in the future.")
+    if seconds > MAX_AHEAD.total_seconds():  # checked here: a huge timedelta overflows
+        raise ToolError(f"{text!r} is more than ten years ahead: give a nearer time.")
     return _utc(now) + timedelta(seconds=seconds)
 
 
@@ -169,8 +180,32 @@ class Repeat:
         match = _EVERY.match(self.text)
         return None if match is None else timedelta(seconds=_seconds(match[1]))
 
+    def shortest_gap(self, floor: timedelta) -> timedelta | None:
+        """The shortest time between two occurrences, as the clock of its definition goes
+        (daylight-saving changes aside); looking stops at the first gap below ``floor``.
+        ``None`` when a cron expression fires at most once in the two months looked at."""
+        if self.text in ("daily", "weekly"):
+            return timedelta(days=1 if self.text == "daily" else 7)
+        if (step := self.interval) is not None:
+            return step
+        shortest: timedelta | None = None
+        previous: datetime | None = None
+        end = _GAP_SAMPLE_START + _GAP_SAMPLE_SPAN
+        for count, moment in enumerate(CronSim(self.text, _GAP_SAMPLE_START)):
+            if moment > end or count >= _GAP_SAMPLE_MAX:
+                break
+            if previous is not None:
+                gap = moment - previous
+                shortest = gap if shortest is None else min(shortest, gap)
+                if gap < floor:
+                    break
+            previous = moment
+        return shortest
+
     def next_after(self, planned: datetime, zone: ZoneInfo, now: datetime) -> datetime:
-        """The first occurrence on this repeat's grid after ``planned`` and after ``now``."""
+        """The first occurrence on this repeat's grid after ``planned`` and after ``now``.
+
+        An ``OverflowError`` when that is past the calendar's end (the year 9999)."""
         after = max(planned, now)
         if self.text in ("daily", "weekly"):
             return _next_wall_time(planned, zone, after, 1 if self.text == "daily" else 7)
@@ -201,12 +236,22 @@ def parse_repeat(text: str | None) -> Repeat | None:
         if not _DURATION.match(match[1]):
             raise ToolError(f"cannot read {text!r} as a repeat. {_REPEAT_HELP}")
         seconds = _seconds(match[1])
-        if timedelta(seconds=seconds) < MIN_INTERVAL:
+        if seconds < MIN_INTERVAL.total_seconds():
             raise ToolError(f"{text!r} is too often: repeat at most once a minute.")
+        if seconds > MAX_INTERVAL.total_seconds():  # compared as numbers: no timedelta overflow
+            raise ToolError(
+                f"{text!r} is too long a repeat: at most a year (every 52w, or a cron "
+                "expression for a yearly date)."
+            )
         return Repeat(f"every {_canonical(seconds)}")
     if _looks_like_cron(cleaned):
         return Repeat(_cron(cleaned, text))
     raise ToolError(f"cannot read {text!r} as a repeat. {_REPEAT_HELP}")
+
+
+def describe_duration(span: timedelta) -> str:
+    """``1h``, ``90m``, ``2d``: a span as ``every …`` writes it."""
+    return _canonical(round(span.total_seconds()))
 
 
 def _seconds(text: str) -> int:

@@ -16,6 +16,8 @@ __all__ = ["SCHEDULING_TOOLS", "SchedulingPlugin", "scheduling_tools"]
 
 SCHEDULING_TOOLS = ("remind", "schedule_task", "list_scheduled", "cancel_scheduled", "set_timezone")
 """The names of the tools :func:`scheduling_tools` makes (filter them out to leave them out)."""
+SCHEDULING_ONLY_BY_USERS = frozenset({"remind", "schedule_task"})
+"""Left out of a scheduled task's own turn: a task never schedules more work by itself."""
 
 PROMPT = (
     "You can set reminders and scheduled tasks that survive restarts. Use `remind` when the "
@@ -111,6 +113,7 @@ class SchedulingPlugin(Plugin):
     def __init__(self, reminders: Reminders) -> None:
         self.reminders = reminders
         self._tools = scheduling_tools(reminders)
+        self._task_tools = [t for t in self._tools if t.name not in SCHEDULING_ONLY_BY_USERS]
 
     async def prompt(self, message: Incoming) -> str | None:
         """How to use the tools, and the user's zone (stable, so the prompt cache holds)."""
@@ -118,8 +121,11 @@ class SchedulingPlugin(Plugin):
         return PROMPT.format(zone=zone.key)
 
     def tools(self, message: Incoming) -> Sequence[Tool]:
-        """The five scheduling tools."""
-        return self._tools
+        """The five scheduling tools; in a scheduled task's turn only listing, cancelling and
+        the time zone (a task that scheduled tasks would run the model without end)."""
+        if message.schedule_id is None:
+            return self._tools
+        return self._task_tools
 
     async def turn_note(self, message: Incoming) -> str | None:
         """The sender's local date and time, to the minute, e.g. ``[Tue 24 Nov 2026 09:00 CET

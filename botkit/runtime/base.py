@@ -63,6 +63,10 @@ class ServedBot(Protocol):
         """Called once before messages are taken."""
         ...
 
+    async def authorize(self, message: Incoming) -> str | None:
+        """``None`` admits the message's sender; a text refuses them."""
+        ...
+
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """Run one message through the turn pipeline; failures become a polite reply."""
         ...

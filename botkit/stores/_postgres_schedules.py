@@ -1,4 +1,4 @@
-"""Schedules and time zones in the PostgreSQL user store (tables from migration 004).
+"""Schedules and time zones in the PostgreSQL user store (tables from migrations 004, 009).
 
 A claim locks the due rows ``FOR UPDATE SKIP LOCKED`` and marks them in the same
 ``UPDATE … RETURNING``, so several processes (runtimes, queue workers) may fire schedules at
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botkit.stores.schedules import NewSchedule, Schedule
@@ -18,7 +18,12 @@ __all__ = ["PostgresSchedules"]
 
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
-    "status, created_at, fired, claim, last_fired_at"
+    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL AS paused"
+)
+_LISTED = (
+    "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
+    "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
+    "(s.paused_until IS NOT NULL OR coalesce(u.blocked, false)) AS paused"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 # One user's inserts take turns, so two at once cannot both pass the limit.
@@ -30,17 +35,21 @@ _INSERT = f"""
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
-    SELECT {_COLUMNS} FROM botkit_schedules
-    WHERE {_ACTIVE} AND ($1::bigint IS NULL OR user_id = $1) ORDER BY due_at, id"""
+    SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
+    WHERE s.status IN ('pending', 'firing') AND ($1::bigint IS NULL OR s.user_id = $1)
+        AND ($2::bigint IS NULL OR s.chat_id = $2)
+    ORDER BY s.due_at, s.id"""
 _CANCEL = f"""
     UPDATE botkit_schedules SET status = 'cancelled', claim = NULL, claimed_until = NULL
     WHERE id = $1 AND {_ACTIVE} AND ($2::bigint IS NULL OR user_id = $2)
+        AND ($3::bigint IS NULL OR chat_id = $3)
     RETURNING {_COLUMNS}"""
 _CLAIM = f"""
     UPDATE botkit_schedules SET status = 'firing', claim = $2, claimed_until = $3
     WHERE id IN (
         SELECT s.id FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
-        WHERE ((s.status = 'pending' AND s.due_at <= $1)
+        WHERE ((s.status = 'pending' AND s.due_at <= $1
+                AND (s.paused_until IS NULL OR s.paused_until <= $1))
                OR (s.status = 'firing' AND s.claimed_until <= $1))
           AND NOT coalesce(u.blocked, false)
         ORDER BY s.due_at, s.id LIMIT $4
@@ -50,15 +59,28 @@ _FINISH = """
     UPDATE botkit_schedules SET
         status = $3, due_at = coalesce($4, due_at), fired = fired + $5::int,
         last_fired_at = CASE WHEN $5::int = 1 THEN $6 ELSE last_fired_at END,
-        claim = NULL, claimed_until = NULL
+        claim = NULL, claimed_until = NULL, paused_until = NULL
     WHERE id = $1 AND claim = $2 AND status = 'firing'
     RETURNING id"""
+_PAUSE = """
+    UPDATE botkit_schedules SET
+        status = 'pending', paused_until = $3, claim = NULL, claimed_until = NULL
+    WHERE id = $1 AND claim = $2 AND status = 'firing'
+    RETURNING id"""
+# One user's runs are counted one at a time, so two at once cannot both pass the limit.
+_LOCK_RUNS = "SELECT pg_advisory_xact_lock(hashtextextended('botkit_task_runs:' || $1, 0))"
+_FORGET_OLD_RUNS = "DELETE FROM botkit_task_runs WHERE user_id = $1 AND day < $2"
+_RUN_COUNTED = "SELECT 1 FROM botkit_task_runs WHERE schedule_id = $1 AND due_at = $2"
+_RUNS_ON = "SELECT count(*) FROM botkit_task_runs WHERE user_id = $1 AND day = $2"
+_COUNT_RUN = """
+    INSERT INTO botkit_task_runs (schedule_id, due_at, user_id, day) VALUES ($1, $2, $3, $4)"""
 _TAKE = f"""
     UPDATE botkit_schedules SET claim = $3, claimed_until = $4
     WHERE id = $1 AND fired = $2 AND status = 'firing'
     RETURNING {_COLUMNS}"""
 _NEXT_DUE = """
-    SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
+    SELECT min(CASE s.status
+        WHEN 'pending' THEN greatest(s.due_at, s.paused_until) ELSE s.claimed_until END)
     FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
     WHERE s.status IN ('pending', 'firing') AND NOT coalesce(u.blocked, false)"""
 _SET_TIMEZONE = """
@@ -89,18 +111,20 @@ class PostgresSchedules:
             row = await conn.fetchrow(_INSERT, *values)
         return _schedule(row)
 
-    async def pending_schedules(self, user_id: int | None = None) -> list[Schedule]:
-        """Schedules that will still fire (of one user, or everyone's), soonest first."""
+    async def pending_schedules(
+        self, user_id: int | None = None, *, chat_id: int | None = None
+    ) -> list[Schedule]:
+        """Schedules that will still fire (of one user, in one chat, or all), soonest first."""
         async with self._connection("listing schedules") as conn:
-            rows = await conn.fetch(_PENDING, user_id)
+            rows = await conn.fetch(_PENDING, user_id, chat_id)
         return [_schedule(row) for row in rows]
 
     async def cancel_schedule(
-        self, schedule_id: int, user_id: int | None = None
+        self, schedule_id: int, user_id: int | None = None, *, chat_id: int | None = None
     ) -> Schedule | None:
-        """Cancel a schedule that would still fire (of ``user_id`` only, if given); it, or None."""
+        """Cancel a schedule that would still fire (of ``user_id``, in ``chat_id``, if given)."""
         async with self._connection("cancelling a schedule") as conn:
-            row = await conn.fetchrow(_CANCEL, schedule_id, user_id)
+            row = await conn.fetchrow(_CANCEL, schedule_id, user_id, chat_id)
         return None if row is None else _schedule(row)
 
     async def claim_due_schedules(
@@ -121,6 +145,27 @@ class PostgresSchedules:
         async with self._connection("recording a delivery") as conn:
             row = await conn.fetchrow(_FINISH, *values)
         return row is not None
+
+    async def pause_schedule(self, schedule: Schedule, *, until: datetime) -> bool:
+        """Leave a claimed schedule pending but untaken until ``until``; ``False`` if no
+        longer claimed."""
+        async with self._connection("pausing a schedule") as conn:
+            row = await conn.fetchrow(_PAUSE, schedule.id, schedule.claim, until)
+        return row is not None
+
+    async def take_task_run(self, schedule: Schedule, day: date, *, limit: int) -> bool:
+        """Count this occurrence of a task as one of its user's runs on ``day`` (once);
+        ``False``, counting nothing, if they already have ``limit`` runs that day."""
+        user, occurrence = schedule.user_id, (schedule.id, schedule.due_at)
+        async with self._connection("counting a task run") as conn, conn.transaction():
+            await conn.execute(_LOCK_RUNS, str(user))
+            await conn.execute(_FORGET_OLD_RUNS, user, day)
+            if await conn.fetchval(_RUN_COUNTED, *occurrence) is not None:
+                return True
+            if await conn.fetchval(_RUNS_ON, user, day) >= limit:
+                return False
+            await conn.execute(_COUNT_RUN, *occurrence, user, day)
+        return True
 
     async def take_schedule(
         self, schedule_id: int, fired: int, *, until: datetime

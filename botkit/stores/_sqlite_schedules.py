@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind, ScheduleStatus
@@ -17,7 +17,7 @@ from botkit.stores.schedules import NewSchedule, Schedule, ScheduleKind, Schedul
 if TYPE_CHECKING:
     import aiosqlite
 
-__all__ = ["SCHEDULE_SCHEMA", "SqliteSchedules"]
+__all__ = ["SCHEDULE_SCHEMA", "SqliteSchedules", "upgrade_schedule_table"]
 
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
 
@@ -39,10 +39,19 @@ SCHEDULE_SCHEMA = (
         fired         INTEGER NOT NULL DEFAULT 0,
         claim         TEXT,
         claimed_until TEXT,
-        last_fired_at TEXT
+        last_fired_at TEXT,
+        paused_until  TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_due_idx ON botkit_schedules (status, due_at)",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_user_idx ON botkit_schedules (user_id, status)",
+    """CREATE TABLE IF NOT EXISTS botkit_task_runs (
+        schedule_id INTEGER NOT NULL,
+        due_at      TEXT    NOT NULL,
+        user_id     INTEGER NOT NULL,
+        day         TEXT    NOT NULL,
+        PRIMARY KEY (schedule_id, due_at)
+    )""",
+    "CREATE INDEX IF NOT EXISTS botkit_task_runs_user_day_idx ON botkit_task_runs (user_id, day)",
     """CREATE TABLE IF NOT EXISTS botkit_timezones (
         user_id    INTEGER PRIMARY KEY,
         timezone   TEXT    NOT NULL,
@@ -52,7 +61,12 @@ SCHEDULE_SCHEMA = (
 
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
-    "status, created_at, fired, claim, last_fired_at"
+    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL"
+)
+_LISTED = (
+    "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
+    "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
+    "s.paused_until IS NOT NULL OR coalesce(u.blocked, 0) = 1"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 _COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = ? AND {_ACTIVE}"
@@ -62,17 +76,19 @@ _INSERT = f"""
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
-    SELECT {_COLUMNS} FROM botkit_schedules
-    WHERE {_ACTIVE} AND (?1 IS NULL OR user_id = ?1) ORDER BY due_at, id"""
+    SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
+    WHERE s.status IN ('pending', 'firing') AND (?1 IS NULL OR s.user_id = ?1)
+        AND (?2 IS NULL OR s.chat_id = ?2)
+    ORDER BY s.due_at, s.id"""
 _CANCEL = f"""
     UPDATE botkit_schedules SET status = 'cancelled', claim = NULL, claimed_until = NULL
-    WHERE id = ?1 AND {_ACTIVE} AND (?2 IS NULL OR user_id = ?2)
+    WHERE id = ?1 AND {_ACTIVE} AND (?2 IS NULL OR user_id = ?2) AND (?3 IS NULL OR chat_id = ?3)
     RETURNING {_COLUMNS}"""
 _CLAIM = f"""
     UPDATE botkit_schedules SET status = 'firing', claim = ?2, claimed_until = ?3
     WHERE id IN (
         SELECT s.id FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
-        WHERE ((s.status = 'pending' AND s.due_at <= ?1)
+        WHERE ((s.status = 'pending' AND s.due_at <= ?1 AND coalesce(s.paused_until, '') <= ?1)
                OR (s.status = 'firing' AND s.claimed_until <= ?1))
           AND coalesce(u.blocked, 0) = 0
         ORDER BY s.due_at, s.id LIMIT ?4)
@@ -81,15 +97,26 @@ _FINISH = """
     UPDATE botkit_schedules SET
         status = ?3, due_at = coalesce(?4, due_at), fired = fired + ?5,
         last_fired_at = CASE WHEN ?5 = 1 THEN ?6 ELSE last_fired_at END,
-        claim = NULL, claimed_until = NULL
+        claim = NULL, claimed_until = NULL, paused_until = NULL
     WHERE id = ?1 AND claim = ?2 AND status = 'firing'
     RETURNING id"""
+_PAUSE = """
+    UPDATE botkit_schedules SET
+        status = 'pending', paused_until = ?3, claim = NULL, claimed_until = NULL
+    WHERE id = ?1 AND claim = ?2 AND status = 'firing'
+    RETURNING id"""
+_FORGET_OLD_RUNS = "DELETE FROM botkit_task_runs WHERE user_id = ? AND day < ?"
+_RUN_COUNTED = "SELECT 1 FROM botkit_task_runs WHERE schedule_id = ? AND due_at = ?"
+_RUNS_ON = "SELECT count(*) FROM botkit_task_runs WHERE user_id = ? AND day = ?"
+_COUNT_RUN = "INSERT INTO botkit_task_runs (schedule_id, due_at, user_id, day) VALUES (?, ?, ?, ?)"
 _TAKE = f"""
     UPDATE botkit_schedules SET claim = ?3, claimed_until = ?4
     WHERE id = ?1 AND fired = ?2 AND status = 'firing'
     RETURNING {_COLUMNS}"""
 _NEXT_DUE = """
-    SELECT min(CASE s.status WHEN 'pending' THEN s.due_at ELSE s.claimed_until END)
+    SELECT min(CASE s.status
+        WHEN 'pending' THEN max(s.due_at, coalesce(s.paused_until, s.due_at))
+        ELSE s.claimed_until END)
     FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
     WHERE s.status IN ('pending', 'firing') AND coalesce(u.blocked, 0) = 0"""
 _SET_TIMEZONE = """
@@ -110,7 +137,7 @@ def _from_db(text: str | None) -> datetime | None:
 
 def _schedule(row: Sequence[Any]) -> Schedule:
     (id_, user, chat, thread, chat_type, kind, text, due, repeat, zone, status, created) = row[:12]
-    fired, claim, last = row[12:]
+    fired, claim, last, paused = row[12:]
     return Schedule(
         id=id_,
         user_id=user,
@@ -127,7 +154,15 @@ def _schedule(row: Sequence[Any]) -> Schedule:
         fired=fired,
         claim=claim,
         last_fired_at=_from_db(last),
+        paused=bool(paused),
     )
+
+
+async def upgrade_schedule_table(db: aiosqlite.Connection) -> None:
+    """Add what later versions keep with a schedule to a file an earlier botkit made."""
+    columns = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(botkit_schedules)")}
+    if "paused_until" not in columns:
+        await db.execute("ALTER TABLE botkit_schedules ADD COLUMN paused_until TEXT")
 
 
 class SqliteSchedules:
@@ -155,18 +190,20 @@ class SqliteSchedules:
             rows = await db.execute_fetchall(_INSERT, values)
         return _schedule(next(iter(rows)))
 
-    async def pending_schedules(self, user_id: int | None = None) -> list[Schedule]:
-        """Schedules that will still fire (of one user, or everyone's), soonest first."""
+    async def pending_schedules(
+        self, user_id: int | None = None, *, chat_id: int | None = None
+    ) -> list[Schedule]:
+        """Schedules that will still fire (of one user, in one chat, or all), soonest first."""
         async with self._read("listing schedules") as db:
-            rows = await db.execute_fetchall(_PENDING, (user_id,))
+            rows = await db.execute_fetchall(_PENDING, (user_id, chat_id))
         return [_schedule(row) for row in rows]
 
     async def cancel_schedule(
-        self, schedule_id: int, user_id: int | None = None
+        self, schedule_id: int, user_id: int | None = None, *, chat_id: int | None = None
     ) -> Schedule | None:
-        """Cancel a schedule that would still fire (of ``user_id`` only, if given); it, or None."""
+        """Cancel a schedule that would still fire (of ``user_id``, in ``chat_id``, if given)."""
         async with self._transaction("cancelling a schedule") as db:
-            rows = await db.execute_fetchall(_CANCEL, (schedule_id, user_id))
+            rows = await db.execute_fetchall(_CANCEL, (schedule_id, user_id, chat_id))
         row = next(iter(rows), None)
         return None if row is None else _schedule(row)
 
@@ -189,6 +226,28 @@ class SqliteSchedules:
         async with self._transaction("recording a delivery") as db:
             rows = await db.execute_fetchall(_FINISH, values)
         return next(iter(rows), None) is not None
+
+    async def pause_schedule(self, schedule: Schedule, *, until: datetime) -> bool:
+        """Leave a claimed schedule pending but untaken until ``until``; ``False`` if no
+        longer claimed."""
+        values = (schedule.id, schedule.claim, _to_db(until))
+        async with self._transaction("pausing a schedule") as db:
+            rows = await db.execute_fetchall(_PAUSE, values)
+        return next(iter(rows), None) is not None
+
+    async def take_task_run(self, schedule: Schedule, day: date, *, limit: int) -> bool:
+        """Count this occurrence of a task as one of its user's runs on ``day`` (once);
+        ``False``, counting nothing, if they already have ``limit`` runs that day."""
+        occurrence = (schedule.id, _to_db(schedule.due_at))
+        async with self._transaction("counting a task run") as db:
+            await db.execute_fetchall(_FORGET_OLD_RUNS, (schedule.user_id, day.isoformat()))
+            if next(iter(await db.execute_fetchall(_RUN_COUNTED, occurrence)), None):
+                return True
+            runs = await db.execute_fetchall(_RUNS_ON, (schedule.user_id, day.isoformat()))
+            if next(iter(runs))[0] >= limit:
+                return False
+            await db.execute_fetchall(_COUNT_RUN, (*occurrence, schedule.user_id, day.isoformat()))
+        return True
 
     async def take_schedule(
         self, schedule_id: int, fired: int, *, until: datetime

@@ -6,12 +6,16 @@ delivery: ``done``, or ``pending`` again at its next occurrence when it repeats.
 dies mid-delivery leaves it ``firing``; once the lease has run out another claim takes it, so
 at most the one in flight is delivered again, and only if its delivery was never recorded.
 ``cancelled`` and ``done`` schedules never fire.
+
+A schedule whose owner may no longer use the bot when it falls due is *paused*: pending, but
+not claimed again until a given time, when the firing loop looks whether they may again. A
+task's runs are counted per user and UTC day, so a limit can put the next one off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Literal, Protocol
 
 __all__ = [
@@ -76,6 +80,8 @@ class Schedule:
     """The token of the claim that is delivering it now (``firing``), else ``None``."""
     last_fired_at: datetime | None
     """When an occurrence was last delivered."""
+    paused: bool = False
+    """Waiting: its owner may not use the bot now (blocked, or refused when it fell due)."""
 
 
 class ScheduleStore(Protocol):
@@ -85,14 +91,17 @@ class ScheduleStore(Protocol):
         """Store ``schedule`` as pending; ``None`` if the user already has ``max_pending``."""
         ...
 
-    async def pending_schedules(self, user_id: int | None = None) -> list[Schedule]:
-        """Schedules that will still fire (of one user, or everyone's), soonest first."""
+    async def pending_schedules(
+        self, user_id: int | None = None, *, chat_id: int | None = None
+    ) -> list[Schedule]:
+        """Schedules that will still fire (of one user, in one chat, or all), soonest first."""
         ...
 
     async def cancel_schedule(
-        self, schedule_id: int, user_id: int | None = None
+        self, schedule_id: int, user_id: int | None = None, *, chat_id: int | None = None
     ) -> Schedule | None:
-        """Cancel a schedule that would still fire (of ``user_id`` only, if given); it, or None."""
+        """Cancel a schedule that would still fire (only of ``user_id`` and in ``chat_id``,
+        when given); it, or ``None``."""
         ...
 
     async def claim_due_schedules(
@@ -100,9 +109,9 @@ class ScheduleStore(Protocol):
     ) -> list[Schedule]:
         """Atomically take due schedules for delivery, so no other process delivers them.
 
-        Due means pending with ``due_at <= now``, or firing with a lease that ran out (its
-        claimer died). Schedules of blocked users are left alone. Each is returned ``firing``
-        with a fresh ``claim``, held until ``now + lease``.
+        Due means pending with ``due_at <= now`` (and not paused past ``now``), or firing with
+        a lease that ran out (its claimer died). Schedules of blocked users are left alone.
+        Each is returned ``firing`` with a fresh ``claim``, held until ``now + lease``.
         """
         ...
 
@@ -115,6 +124,17 @@ class ScheduleStore(Protocol):
         ``failed`` when not delivered). ``False`` if the claim is no longer this one's (it was
         cancelled meanwhile, or its lease ran out and another process claimed it).
         """
+        ...
+
+    async def pause_schedule(self, schedule: Schedule, *, until: datetime) -> bool:
+        """Leave a claimed schedule pending, at the same occurrence, but not claimed again
+        before ``until`` (listed as paused meanwhile); ``False`` if no longer claimed."""
+        ...
+
+    async def take_task_run(self, schedule: Schedule, day: date, *, limit: int) -> bool:
+        """Count this occurrence of a task (by its id and ``due_at``, at most once) as one of
+        its user's task runs on ``day``; ``False``, counting nothing, if they already have
+        ``limit`` that day."""
         ...
 
     async def take_schedule(

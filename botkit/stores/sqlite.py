@@ -15,7 +15,11 @@ import aiosqlite
 import structlog
 
 from botkit.errors import ConfigError, StoreError
-from botkit.stores._sqlite_schedules import SCHEDULE_SCHEMA, SqliteSchedules
+from botkit.stores._sqlite_schedules import (
+    SCHEDULE_SCHEMA,
+    SqliteSchedules,
+    upgrade_schedule_table,
+)
 from botkit.stores.base import (
     INVITE_PREFIX_LENGTH,
     DailyUsage,
@@ -512,6 +516,7 @@ async def _prepare(db: aiosqlite.Connection, path: str) -> None:
             await _hash_invite_codes(db)
         for statement in _SCHEMA:
             await db.execute(statement)
+        await upgrade_schedule_table(db)
         await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         await db.execute("COMMIT")
     except sqlite3.Error as e:
