@@ -182,6 +182,25 @@ async def test_doctor_names_a_rejected_token_a_broken_skill_and_a_target_that_fa
     assert lines(result, "sessions")[0].startswith("✓ ")
 
 
+async def test_doctor_names_a_malformed_token_and_still_checks_the_rest(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = environment(telegram, claude, tmp_path, TELEGRAM_BOT_TOKEN='"123456:AAH secret"')
+    result = await run_doctor(tmp_path, env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    (token,) = lines(result, "Telegram")
+    assert token.startswith("✗ ") and "TELEGRAM_BOT_TOKEN is not a bot token" in token
+    assert "secret" not in result.stdout
+    report = result.stdout.splitlines()
+    assert [line[2:].split(":")[0] for line in report[:-1]] == [
+        "bot", "Telegram", "Anthropic", "database", "sessions", "MCP", "skills"
+    ]  # fmt: skip
+    assert [line[0] for line in report[:-1]].count("✗") == 1, result.stdout
+    assert report[-1] == "1 of 7 checks failed"
+    assert not telegram.requests, "a malformed token is never sent"
+
+
 async def test_doctor_names_a_sessions_folder_that_cannot_be_written(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:

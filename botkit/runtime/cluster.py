@@ -57,9 +57,7 @@ def shared_flood(settings: Settings, queue: TurnQueue) -> FloodControl:
     from botkit.messengers.flood import FloodControl, FloodLimits
     from botkit.runtime.pacing import SharedPacing
 
-    prefix = settings.require_telegram_token().split(":", 1)[0]  # a token is <bot id>:<secret>
-    bot_id = int(prefix) if prefix.isdigit() else 0
-    shared = SharedPacing(queue, bot_id, settings.send_rate)
+    shared = SharedPacing(queue, settings.bot_id, settings.send_rate)
     return FloodControl(FloodLimits(global_per_second=settings.send_rate), shared=shared)
 
 
