@@ -136,17 +136,20 @@ async def _receive(
     bot: ServedBot, messenger: TelegramMessenger, queue: TurnQueue, stop: asyncio.Event
 ) -> None:
     from botkit.runtime.receiver import receive
-    from botkit.runtime.telegram import publish_commands
+    from botkit.runtime.telegram import cancelled, publish_commands_soon
 
     messenger.known_commands = frozenset(bot.commands) | {"start"}
     await messenger.start()
-    await publish_commands(bot, messenger)
-    if bot.settings.webhook_url is None:
-        await receive(messenger, queue, bot.settings, stop)
-        return
-    from botkit.runtime.webhook import serve_webhook
+    menus = publish_commands_soon(bot, messenger)
+    try:
+        if bot.settings.webhook_url is None:
+            await receive(messenger, queue, bot.settings, stop)
+            return
+        from botkit.runtime.webhook import serve_webhook
 
-    await serve_webhook(messenger, queue, bot.settings, stop)
+        await serve_webhook(messenger, queue, bot.settings, stop)
+    finally:
+        await cancelled(menus)
 
 
 async def _work(

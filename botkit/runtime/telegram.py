@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTH_FAILURE_TEXT",
     "INBOX_FILE",
+    "cancelled",
     "messenger_for",
     "publish_commands",
+    "publish_commands_soon",
     "readiness",
     "run_bot",
     "serve",
@@ -92,6 +94,7 @@ async def serve(
     inbox = messenger.inbox
     firing = FiringLoop(bot, messenger)
     firing_task: asyncio.Task[None] | None = None
+    menus: asyncio.Task[None] | None = None
     presses: set[asyncio.Task[None]] = set()
 
     def on_press(press: ButtonPress) -> None:
@@ -117,8 +120,8 @@ async def serve(
             await bot.on_start()
             await check_llm(bot, partial(tell_admins, bot, messenger))
             log.info("bot.started", username=me.username, model=bot.settings.model)
-            await publish_commands(bot, messenger)
             messenger.known_commands = frozenset(bot.commands) | {"start"}
+            menus = publish_commands_soon(bot, messenger)
             firing_task = asyncio.create_task(firing.run(stop), name="firing")
             if freeze_startup:
                 freeze_startup_objects()
@@ -131,6 +134,7 @@ async def serve(
                 await dispatcher.cancel_all()
             await firing.drain(grace)
     finally:
+        await cancelled(menus)
         if firing_task is not None and not firing_task.done():
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)
@@ -177,8 +181,32 @@ async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError)
             log.warning("bot.admin_not_told", admin=admin, error=str(e))
 
 
+def publish_commands_soon(bot: ServedBot, messenger: TelegramMessenger) -> asyncio.Task[None]:
+    """Publish the command menus in the background, so taking updates never waits for them
+    (with hundreds of admins that is minutes of paced calls); cancel the task at exit."""
+    return asyncio.create_task(_publish_safely(bot, messenger), name="command-menus")
+
+
+async def cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _publish_safely(bot: ServedBot, messenger: TelegramMessenger) -> None:
+    try:
+        await publish_commands(bot, messenger)
+    except Exception as e:  # the menus are a convenience: the bot serves without them
+        log.warning("bot.commands_not_set", error=f"{type(e).__name__}: {e}")
+
+
 async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None:
-    """Show the bot's commands in Telegram's menu; a failure here is not fatal."""
+    """Show the bot's commands in Telegram's menu, and admins the hidden ones in their own
+    chats; only menus that differ are set, each call paced by the messenger's flood control.
+
+    A failure is one log line (all the admins it concerns in one), never a stop.
+    """
     try:
         changed = await messenger.sync_commands(bot.command_menu())
     except MessengerError as e:
@@ -188,11 +216,20 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
     admin_menu = bot.command_menu(admin=True)
     if admin_menu == bot.command_menu():
         return
+    failed: dict[int, str] = {}
     for admin in sorted(bot.settings.admins):  # hidden commands: only in admins' own menus
         try:
             await messenger.sync_commands(admin_menu, chat_id=admin)
         except MessengerError as e:  # e.g. an admin who never opened a chat with the bot
-            log.warning("bot.admin_commands_not_set", admin=admin, error=str(e))
+            failed[admin] = str(e)
+    if failed:
+        first = min(failed)
+        log.warning(
+            "bot.admin_commands_not_set",
+            admins=sorted(failed)[:20],
+            count=len(failed),
+            error=failed[first],
+        )
 
 
 def run_bot(bot: ServedBot) -> None:
