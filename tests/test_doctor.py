@@ -211,3 +211,15 @@ async def test_doctor_names_a_sessions_folder_that_cannot_be_written(
     assert result.returncode == 1
     (sessions,) = lines(result, "sessions")
     assert sessions.startswith("✗ ") and "BOTKIT_SESSIONS_DIR" in sessions
+
+
+async def test_doctor_names_a_data_folder_that_holds_another_bots_data(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "bot.json").write_text('{"bot_id": 654321}\n')
+    result = await run_doctor(tmp_path, environment(telegram, claude, tmp_path))
+    assert result.returncode == 1
+    (sessions,) = lines(result, "sessions")
+    assert sessions.startswith("✗ ") and "holds the data of bot 654321, not of this bot" in sessions
+    assert "BOTKIT_SESSIONS_DIR" in sessions

@@ -21,6 +21,7 @@ from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
+from botkit.runtime.ownership import claim_database
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
 
@@ -115,6 +116,7 @@ async def serve_queued(
         stack.push_async_callback(bot.aclose)
         stack.push_async_callback(queue.close)
         stack.push_async_callback(messenger.close)
+        await claim_database(queue, settings.bot_id)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
         jobs = []
         if receive:

@@ -16,6 +16,7 @@ from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.inbox import Inbox
+from botkit.runtime.ownership import data_folder_held
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
 
@@ -86,9 +87,24 @@ async def serve(
 ) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish.
 
-    ``freeze_startup`` (what ``run_bot`` does, owning its process) leaves the objects start-up
-    made out of the garbage collector's full passes from then on.
+    The data folder is held meanwhile: another bot's, or one another process serves from, is
+    a ``ConfigError`` before anything in it is read. ``freeze_startup`` (what ``run_bot``
+    does, owning its process) leaves the objects start-up made out of the garbage collector's
+    full passes from then on.
     """
+    bot_id = messenger.api.id if messenger is not None else bot.settings.bot_id
+    with data_folder_held(bot.settings, bot_id):  # before the inbox journal is read
+        await _serve(bot, stop, messenger, grace_period, freeze_startup=freeze_startup)
+
+
+async def _serve(
+    bot: ServedBot,
+    stop: asyncio.Event,
+    messenger: TelegramMessenger | None,
+    grace_period: float | None,
+    *,
+    freeze_startup: bool,
+) -> None:
     messenger = messenger or messenger_for(bot.settings)
     bot.messenger = messenger
     inbox = messenger.inbox
