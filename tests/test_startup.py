@@ -89,6 +89,28 @@ async def test_failing_menus_are_one_log_line_and_the_bot_serves(
     failures = [e for e in logs if e["event"].endswith("commands_not_set")]
     assert [e["event"] for e in failures] == ["bot.admin_commands_not_set"]
     assert failures[0]["count"] == len(admins) and "chat not found" in failures[0]["error"]
+    assert failures[0]["not_tried"] == 0
+
+
+async def test_telegram_lost_while_publishing_menus_ends_it_with_one_line(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async with running(make_bot(claude, tmp_path), telegram):  # the default menu, set
+        await telegram.wait_for_requests("setMyCommands")
+    admins = frozenset(range(10_001, 10_031))
+    bot = make_bot(claude, tmp_path, admins=admins, allowed_users=frozenset({MEMBER}))
+    telegram.requests.clear()
+    telegram.fail_next("setMyCommands", error_code=502, description="Bad Gateway", times=1000)
+    flood = FloodControl.unlimited(max_attempts=2, max_backoff=0)
+    with capture_logs() as logs:
+        async with running(bot, telegram, flood=flood):
+            await telegram.wait_for_requests("setMyCommands", 2)
+            assert (await ask(telegram, MEMBER, "hi")).text == "echo: hi"
+    assert len(telegram.requests_for("setMyCommands")) == 2, "the first admin, tried twice"
+    failures = [e for e in logs if e["event"].endswith("commands_not_set")]
+    assert [(e["event"], e["count"], e["not_tried"]) for e in failures] == [
+        ("bot.admin_commands_not_set", 1, len(admins) - 1)
+    ]
 
 
 # --- one data folder, one bot ------------------------------------------------------------------

@@ -233,19 +233,32 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
     if admin_menu == bot.command_menu():
         return
     failed: dict[int, str] = {}
-    for admin in sorted(bot.settings.admins):  # hidden commands: only in admins' own menus
+    admins = sorted(bot.settings.admins)
+    for admin in admins:  # hidden commands: only in admins' own menus
         try:
             await messenger.sync_commands(admin_menu, chat_id=admin)
-        except MessengerError as e:  # e.g. an admin who never opened a chat with the bot
+        except MessengerError as e:
             failed[admin] = str(e)
+            if not _this_chat_only(e):  # Telegram unreachable: the others would fail alike
+                break
     if failed:
-        first = min(failed)
         log.warning(
             "bot.admin_commands_not_set",
             admins=sorted(failed)[:20],
             count=len(failed),
-            error=failed[first],
+            not_tried=len(admins) - admins.index(max(failed)) - 1,
+            error=failed[min(failed)],
         )
+
+
+def _this_chat_only(error: MessengerError) -> bool:
+    """Whether Telegram refused the request for that chat alone (an admin who never opened a
+    chat with the bot, or blocked it), not for every chat (unreachable, flooded)."""
+    from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError, TelegramNotFound
+
+    return isinstance(
+        error.__cause__, TelegramBadRequest | TelegramForbiddenError | TelegramNotFound
+    )
 
 
 def run_bot(bot: ServedBot) -> None:
