@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from botkit.targets import load_bot, load_settings
@@ -210,9 +211,20 @@ def _console(target: str | None, user_id: int, *, plain: bool) -> int:
     # The person at the terminal is the operator: admitted, and an admin.
     bot.settings.admins = bot.settings.admins | {user_id}
     view: ConsoleView = PlainView(sys.stdout) if plain else RichView()
-    with suppress(KeyboardInterrupt):  # Ctrl-C ends the session like Ctrl-D
+    with _data_folder(bot), suppress(KeyboardInterrupt):  # Ctrl-C ends it like Ctrl-D
         asyncio.run(run_console(bot, user_id=user_id, view=view))
     return 0
+
+
+def _data_folder(bot: Bot) -> AbstractContextManager[None]:
+    """The console writes sessions: on files it holds the data folder as ``run`` does."""
+    from contextlib import nullcontext
+
+    from botkit.runtime.ownership import data_folder_held, settings_bot_id
+
+    if bot.settings.database_url is not None:
+        return nullcontext()
+    return data_folder_held(bot.settings, settings_bot_id(bot.settings))
 
 
 def _migrate(dsn: str | None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -19,6 +20,9 @@ FREE_RATE = 30.0
 """Messages per second Telegram allows a bot across all chats without paid broadcasts."""
 
 IdList = Annotated[frozenset[int], NoDecode]
+
+_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+"""A bot token as @BotFather gives it: the bot's id, a colon, the secret."""
 
 
 class Settings(BaseSettings):
@@ -257,13 +261,25 @@ class Settings(BaseSettings):
         return [value for value in values if value]
 
     def require_telegram_token(self) -> str:
-        """The bot token, or a ConfigError saying how to set it."""
+        """The bot token, or a ConfigError saying how to set it (also when it is malformed)."""
         if self.telegram_bot_token is None or not self.telegram_bot_token.get_secret_value():
             raise ConfigError(
                 "TELEGRAM_BOT_TOKEN is not set: put the token from @BotFather in the "
                 "environment or in .env."
             )
-        return self.telegram_bot_token.get_secret_value()
+        token = self.telegram_bot_token.get_secret_value()
+        if _TOKEN.fullmatch(token) is None:  # never quoted: it may be a real token, mistyped
+            raise ConfigError(
+                "TELEGRAM_BOT_TOKEN is not a bot token: it must look like 123456789:AAH... "
+                "exactly as @BotFather gives it, without spaces or quotes."
+            )
+        return token
+
+    @property
+    def bot_id(self) -> int:
+        """The bot's Telegram id: the number before the token's colon (``ConfigError`` when
+        the token is missing or malformed)."""
+        return int(self.require_telegram_token().split(":", 1)[0])
 
     def require_anthropic_key(self) -> str:
         """The Anthropic API key, or a ConfigError saying how to set it."""

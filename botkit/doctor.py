@@ -194,6 +194,8 @@ async def _check_database(settings: Settings) -> CheckResult:
 
 def _check_sessions(settings: Settings) -> CheckResult:
     """The sessions folder exists (or can be made) and takes a file."""
+    from botkit.runtime.ownership import folder_refusal
+
     folder = settings.sessions_dir
     probe = folder / f".doctor-{os.getpid()}"
     try:
@@ -207,6 +209,8 @@ def _check_sessions(settings: Settings) -> CheckResult:
             f"{folder} is not writable ({e.strerror or e}): set BOTKIT_SESSIONS_DIR to a folder "
             "the bot may write",
         )
+    if settings.database_url is None and (refusal := folder_refusal(settings)) is not None:
+        return CheckResult("sessions", False, refusal)
     return CheckResult("sessions", True, f"{folder.resolve()} is writable")
 
 

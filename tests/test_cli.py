@@ -47,6 +47,28 @@ def test_missing_api_key_says_what_to_set(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("token", "command"),
+    [
+        ("abc", ["run"]),
+        ("123456:AAH secret", ["run"]),
+        ('"123456:AAHsecret"', ["run"]),
+        ("123456:", ["receive"]),
+        ("123456:AAH secret", ["invite", "--role", "user"]),
+    ],
+)
+def test_a_malformed_token_is_one_sentence_and_exit_2(
+    tmp_path: Path, token: str, command: list[str]
+) -> None:
+    result = run_botkit(tmp_path, *command, TELEGRAM_BOT_TOKEN=token, ANTHROPIC_API_KEY="k")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "botkit: TELEGRAM_BOT_TOKEN is not a bot token: it must look like 123456789:AAH... "
+        "exactly as @BotFather gives it, without spaces or quotes."
+    ]
+    assert "secret" not in result.stderr, "the token is never quoted"
+
+
 def test_dotenv_is_read(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("ANTHROPIC_API_KEY=from-dotenv\n")
     result = run_botkit(tmp_path)

@@ -182,6 +182,25 @@ async def test_doctor_names_a_rejected_token_a_broken_skill_and_a_target_that_fa
     assert lines(result, "sessions")[0].startswith("✓ ")
 
 
+async def test_doctor_names_a_malformed_token_and_still_checks_the_rest(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = environment(telegram, claude, tmp_path, TELEGRAM_BOT_TOKEN='"123456:AAH secret"')
+    result = await run_doctor(tmp_path, env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    (token,) = lines(result, "Telegram")
+    assert token.startswith("✗ ") and "TELEGRAM_BOT_TOKEN is not a bot token" in token
+    assert "secret" not in result.stdout
+    report = result.stdout.splitlines()
+    assert [line[2:].split(":")[0] for line in report[:-1]] == [
+        "bot", "Telegram", "Anthropic", "database", "sessions", "MCP", "skills"
+    ]  # fmt: skip
+    assert [line[0] for line in report[:-1]].count("✗") == 1, result.stdout
+    assert report[-1] == "1 of 7 checks failed"
+    assert not telegram.requests, "a malformed token is never sent"
+
+
 async def test_doctor_names_a_sessions_folder_that_cannot_be_written(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
@@ -192,3 +211,15 @@ async def test_doctor_names_a_sessions_folder_that_cannot_be_written(
     assert result.returncode == 1
     (sessions,) = lines(result, "sessions")
     assert sessions.startswith("✗ ") and "BOTKIT_SESSIONS_DIR" in sessions
+
+
+async def test_doctor_names_a_data_folder_that_holds_another_bots_data(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "bot.json").write_text('{"bot_id": 654321}\n')
+    result = await run_doctor(tmp_path, environment(telegram, claude, tmp_path))
+    assert result.returncode == 1
+    (sessions,) = lines(result, "sessions")
+    assert sessions.startswith("✗ ") and "holds the data of bot 654321, not of this bot" in sessions
+    assert "BOTKIT_SESSIONS_DIR" in sessions

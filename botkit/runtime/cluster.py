@@ -21,6 +21,7 @@ from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
+from botkit.runtime.ownership import claim_database
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.runtime.setup import mcp_tools
 
@@ -57,9 +58,7 @@ def shared_flood(settings: Settings, queue: TurnQueue) -> FloodControl:
     from botkit.messengers.flood import FloodControl, FloodLimits
     from botkit.runtime.pacing import SharedPacing
 
-    prefix = settings.require_telegram_token().split(":", 1)[0]  # a token is <bot id>:<secret>
-    bot_id = int(prefix) if prefix.isdigit() else 0
-    shared = SharedPacing(queue, bot_id, settings.send_rate)
+    shared = SharedPacing(queue, settings.bot_id, settings.send_rate)
     return FloodControl(FloodLimits(global_per_second=settings.send_rate), shared=shared)
 
 
@@ -117,6 +116,7 @@ async def serve_queued(
         stack.push_async_callback(bot.aclose)
         stack.push_async_callback(queue.close)
         stack.push_async_callback(messenger.close)
+        await claim_database(queue, settings.bot_id)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
         jobs = []
         if receive:
@@ -138,17 +138,20 @@ async def _receive(
     bot: ServedBot, messenger: TelegramMessenger, queue: TurnQueue, stop: asyncio.Event
 ) -> None:
     from botkit.runtime.receiver import receive
-    from botkit.runtime.telegram import publish_commands
+    from botkit.runtime.telegram import cancelled, publish_commands_soon
 
     messenger.known_commands = frozenset(bot.commands) | {"start"}
     await messenger.start()
-    await publish_commands(bot, messenger)
-    if bot.settings.webhook_url is None:
-        await receive(messenger, queue, bot.settings, stop)
-        return
-    from botkit.runtime.webhook import serve_webhook
+    menus = publish_commands_soon(bot, messenger)
+    try:
+        if bot.settings.webhook_url is None:
+            await receive(messenger, queue, bot.settings, stop)
+            return
+        from botkit.runtime.webhook import serve_webhook
 
-    await serve_webhook(messenger, queue, bot.settings, stop)
+        await serve_webhook(messenger, queue, bot.settings, stop)
+    finally:
+        await cancelled(menus)
 
 
 async def _work(

@@ -17,6 +17,7 @@ from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.inbox import Inbox
+from botkit.runtime.ownership import data_folder_held
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
 
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTH_FAILURE_TEXT",
     "INBOX_FILE",
+    "cancelled",
     "messenger_for",
     "publish_commands",
+    "publish_commands_soon",
     "readiness",
     "run_bot",
     "serve",
@@ -85,13 +88,29 @@ async def serve(
 ) -> None:
     """Poll Telegram and answer until ``stop`` is set, then let running turns finish.
 
-    ``freeze_startup`` (what ``run_bot`` does, owning its process) leaves the objects start-up
-    made out of the garbage collector's full passes from then on.
+    The data folder is held meanwhile: another bot's, or one another process serves from, is
+    a ``ConfigError`` before anything in it is read. ``freeze_startup`` (what ``run_bot``
+    does, owning its process) leaves the objects start-up made out of the garbage collector's
+    full passes from then on.
     """
+    bot_id = messenger.api.id if messenger is not None else bot.settings.bot_id
+    with data_folder_held(bot.settings, bot_id):  # before the inbox journal is read
+        await _serve(bot, stop, messenger, grace_period, freeze_startup=freeze_startup)
+
+
+async def _serve(
+    bot: ServedBot,
+    stop: asyncio.Event,
+    messenger: TelegramMessenger | None,
+    grace_period: float | None,
+    *,
+    freeze_startup: bool,
+) -> None:
     messenger = messenger or messenger_for(bot.settings)
     bot.messenger = messenger
     inbox = messenger.inbox
     firing_task: asyncio.Task[None] | None = None
+    menus: asyncio.Task[None] | None = None
     presses: set[asyncio.Task[None]] = set()
 
     def on_press(press: ButtonPress) -> None:
@@ -119,8 +138,8 @@ async def serve(
             await bot.on_start()
             await check_llm(bot, partial(tell_admins, bot, messenger))
             log.info("bot.started", username=me.username, model=bot.settings.model)
-            await publish_commands(bot, messenger)
             messenger.known_commands = frozenset(bot.commands) | {"start"}
+            menus = publish_commands_soon(bot, messenger)
             firing_task = asyncio.create_task(firing.run(stop), name="firing")
             if freeze_startup:
                 freeze_startup_objects()
@@ -133,6 +152,7 @@ async def serve(
                 await dispatcher.cancel_all()
             await firing.drain(grace)
     finally:
+        await cancelled(menus)
         if firing_task is not None and not firing_task.done():
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)
@@ -180,8 +200,32 @@ async def tell_admins(bot: ServedBot, messenger: Messenger, error: LLMAuthError)
             log.warning("bot.admin_not_told", admin=admin, error=str(e))
 
 
+def publish_commands_soon(bot: ServedBot, messenger: TelegramMessenger) -> asyncio.Task[None]:
+    """Publish the command menus in the background, so taking updates never waits for them
+    (with hundreds of admins that is minutes of paced calls); cancel the task at exit."""
+    return asyncio.create_task(_publish_safely(bot, messenger), name="command-menus")
+
+
+async def cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _publish_safely(bot: ServedBot, messenger: TelegramMessenger) -> None:
+    try:
+        await publish_commands(bot, messenger)
+    except Exception as e:  # the menus are a convenience: the bot serves without them
+        log.warning("bot.commands_not_set", error=f"{type(e).__name__}: {e}")
+
+
 async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None:
-    """Show the bot's commands in Telegram's menu; a failure here is not fatal."""
+    """Show the bot's commands in Telegram's menu, and admins the hidden ones in their own
+    chats; only menus that differ are set, each call paced by the messenger's flood control.
+
+    A failure is one log line (all the admins it concerns in one), never a stop.
+    """
     try:
         changed = await messenger.sync_commands(bot.command_menu())
     except MessengerError as e:
@@ -191,11 +235,33 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
     admin_menu = bot.command_menu(admin=True)
     if admin_menu == bot.command_menu():
         return
-    for admin in sorted(bot.settings.admins):  # hidden commands: only in admins' own menus
+    failed: dict[int, str] = {}
+    admins = sorted(bot.settings.admins)
+    for admin in admins:  # hidden commands: only in admins' own menus
         try:
             await messenger.sync_commands(admin_menu, chat_id=admin)
-        except MessengerError as e:  # e.g. an admin who never opened a chat with the bot
-            log.warning("bot.admin_commands_not_set", admin=admin, error=str(e))
+        except MessengerError as e:
+            failed[admin] = str(e)
+            if not _this_chat_only(e):  # Telegram unreachable: the others would fail alike
+                break
+    if failed:
+        log.warning(
+            "bot.admin_commands_not_set",
+            admins=sorted(failed)[:20],
+            count=len(failed),
+            not_tried=len(admins) - admins.index(max(failed)) - 1,
+            error=failed[min(failed)],
+        )
+
+
+def _this_chat_only(error: MessengerError) -> bool:
+    """Whether Telegram refused the request for that chat alone (an admin who never opened a
+    chat with the bot, or blocked it), not for every chat (unreachable, flooded)."""
+    from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError, TelegramNotFound
+
+    return isinstance(
+        error.__cause__, TelegramBadRequest | TelegramForbiddenError | TelegramNotFound
+    )
 
 
 def run_bot(bot: ServedBot) -> None:
