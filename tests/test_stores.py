@@ -52,6 +52,7 @@ ALL = [
     "005_job_queue",
     "006_session_media",
     "007_usage_by_model",
+    "008_bot_identity",
     "009_schedule_limits",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
