@@ -51,6 +51,7 @@ ALL = [
     "005_job_queue",
     "006_session_media",
     "007_usage_by_model",
+    "011_update_starts",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

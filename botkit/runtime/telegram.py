@@ -16,6 +16,7 @@ from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.inbox import Inbox
+from botkit.runtime.poison import journaled_turns
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
 
@@ -100,7 +101,7 @@ async def serve(
         task.add_done_callback(presses.discard)
 
     dispatcher = TurnDispatcher(
-        lambda message: bot.handle_safely(message, messenger),
+        journaled_turns(bot, messenger, inbox),
         max_concurrent=bot.settings.max_concurrent_turns,
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,
     )
