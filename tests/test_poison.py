@@ -20,11 +20,13 @@ import orjson
 import pytest
 from test_scaleout import STALLED, fetchval, queued, queued_bot, until
 
+from botkit.messengers.flood import FloodControl
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.queue import TurnQueue
 from botkit.stores.migrate import migrate
-from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeRequest
+from botkit.testing.harness import running
 
 POISON_BOT = """
 import os
@@ -272,7 +274,47 @@ async def test_a_start_the_worker_saw_end_is_taken_back(db: str) -> None:
     assert claim is not None and claim.starts == 1
 
 
+async def test_a_start_cut_short_by_a_workers_shutdown_is_not_a_death(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    claude.responder = hanging
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(
+        serve_queued(
+            bot, stop, messenger=messenger, queue=queue_for(bot.settings), grace_period=0.2
+        )
+    )
+    update = telegram.send_text(POISONED, "slow")
+    await until(lambda: len(claude.requests) == 1, timeout=60)
+    stop.set()  # SIGTERM: the grace period runs out, the turn is cancelled
+    await serving
+    assert await fetchval(db, "SELECT starts FROM botkit_updates WHERE update_id = $1", update) == 0
+
+
 # --- one process: ``run`` and its inbox journal -------------------------------------------------
+
+
+async def hanging(request: FakeRequest) -> FakeReply:
+    await asyncio.sleep(60)
+    return FakeReply.text("too late")
+
+
+async def test_a_turn_cut_short_by_a_shutdown_is_not_a_death(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    claude.responder = hanging
+    bot = make_bot(claude, tmp_path, access="open")
+    async with running(bot, telegram, grace_period=0.2):
+        update = telegram.send_text(POISONED, "slow")
+        await until(lambda: len(claude.requests) == 1, timeout=30)
+    inbox = Inbox(bot.settings.sessions_dir / "inbox.jsonl")
+    assert [item.update_id for item in inbox.pending()] == [update], "answered after a restart"
+    assert inbox.starts(update) == 0, "its start was taken back: the process did not die"
 
 
 @pytest.mark.timeout(600)
