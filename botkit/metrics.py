@@ -163,6 +163,11 @@ class Metrics:
             "botkit_inbox_unfinished", "Inbox entries whose turn has not finished", registry=r
         )
         self._turn_children = {o: self.turns.labels(o) for o in TURN_OUTCOMES}
+        self.updates_given_up = Counter(
+            "botkit_updates_given_up",
+            "Updates given up after their process died during them BOTKIT_MAX_JOB_ATTEMPTS times",
+            registry=r,
+        )
         for reason in ("429", "network"):
             self.telegram_retries.labels(reason)
         self._models = _Bounded()
@@ -179,6 +184,10 @@ class Metrics:
         """Count a finished turn and how long it took."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
+
+    def update_given_up(self) -> None:
+        """Count an update given up because its turn killed its process again and again."""
+        self.updates_given_up.inc()
 
     def schedule_fired(self, kind: str, outcome: str) -> None:
         """Count one fired reminder or task: ``delivered``, ``late`` (delivered more than

@@ -63,6 +63,12 @@ class BotOptions:
         "as text."
     )
     stopped_text: str = "Stopped."
+    given_up_text: str = (
+        "Sorry, I couldn't handle this message: trying to answer it broke me each time, so "
+        "I've set it aside. Your next messages will be answered as usual."
+    )
+    """Sent (as a reply to it) when a message is given up after its turn crashed the bot
+    ``BOTKIT_MAX_JOB_ATTEMPTS`` times."""
     unknown_command_text: str = "I don't know /{command}. These are my commands:"
     max_input_chars: int = 16_000
     """Longer user messages are cut, with a note telling the model so."""

@@ -54,6 +54,7 @@ ALL = [
     "007_usage_by_model",
     "008_bot_identity",
     "009_schedule_limits",
+    "010_update_starts",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

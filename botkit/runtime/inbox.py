@@ -6,6 +6,11 @@ at 100 turns in flight. Instead every accepted update is appended here first; th
 confirmed after that; a finished turn appends ``done``. After a crash the updates accepted
 but not done are read back and handled again. An update that could not be read at all is
 journaled as ``unparseable`` (raw, with the reason) so an operator can see what was dropped.
+
+Each start of a turn appends ``started`` before the turn runs, and a turn cut short by a
+shutdown appends ``interrupted``: what is left counts the starts whose process died during
+them, so an update that kills the process at every start is given up (``given_up``, written
+before its sender is told, so a restart never tells them twice; see ``runtime.poison``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +56,8 @@ class Inbox:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._open: dict[int, InboxItem] = {}
+        self._starts: dict[int, int] = {}
+        """Starts of open updates not seen to end: those whose process died, after a restart."""
         self._unparseable: deque[InboxItem] = deque(maxlen=UNPARSEABLE_KEPT)
         self._recent: deque[int] = deque(maxlen=REMEMBERED)
         self._seen: set[int] = set()
@@ -74,6 +82,34 @@ class Inbox:
         self._remember(update_id)
         return True
 
+    def starts(self, update_id: int) -> int:
+        """How often the turn of open ``update_id`` started and was not seen to end."""
+        return self._starts.get(update_id, 0)
+
+    def started(self, update_ids: Iterable[int]) -> None:
+        """Journal that a turn of these open updates starts now (before it runs)."""
+        for update_id in update_ids:
+            if update_id in self._open:
+                self._write({"started": update_id})
+                self._starts[update_id] = self._starts.get(update_id, 0) + 1
+
+    def interrupted(self, update_ids: Iterable[int]) -> None:
+        """Take back the start of a turn cut short by a shutdown: its process did not die."""
+        for update_id in update_ids:
+            if self._starts.get(update_id, 0) > 0:
+                self._write({"interrupted": update_id})
+                self._starts[update_id] -= 1
+
+    def give_up(self, update_ids: Iterable[int]) -> bool:
+        """Close these updates unanswered; ``False`` if none was open (given up before)."""
+        closed = False
+        for update_id in update_ids:
+            if self._open.pop(update_id, None) is not None:
+                self._starts.pop(update_id, None)
+                self._write({"given_up": update_id})
+                closed = True
+        return closed
+
     def reject(self, update_id: int, payload: dict[str, Any], error: str) -> None:
         """Journal an update that could not be read: kept for an operator, never handled."""
         if update_id in self._seen:
@@ -96,6 +132,7 @@ class Inbox:
         """Mark the turn of ``update_id`` finished: its reply was sent."""
         if self._open.pop(update_id, None) is None:
             return
+        self._starts.pop(update_id, None)
         self._write({"done": update_id})
         if self._lines >= COMPACT_AFTER:
             self.compact()
@@ -105,11 +142,17 @@ class Inbox:
         temporary = self.path.with_suffix(".tmp")
         lines = [_line({"recent": list(self._recent)})]
         lines += [_unparseable_line(item) for item in self._unparseable]
-        lines += [_line({"accepted": i.update_id, "update": i.payload}) for i in self.pending()]
+        lines += [self._accepted_line(item) for item in self.pending()]
         _write_private(temporary, b"".join(lines))
         self.close()
         os.replace(temporary, self.path)
         self._lines = len(lines)
+
+    def _accepted_line(self, item: InboxItem) -> bytes:
+        record: dict[str, Any] = {"accepted": item.update_id, "update": item.payload}
+        if starts := self.starts(item.update_id):
+            record["starts"] = starts
+        return _line(record)
 
     def close(self) -> None:
         """Close the journal file (it is reopened by the next write)."""
@@ -142,7 +185,14 @@ class Inbox:
             if "accepted" in record:
                 item = InboxItem(int(record["accepted"]), dict(record["update"]))
                 self._open[item.update_id] = item
+                self._starts[item.update_id] = int(record.get("starts", 0))
                 self._remember(item.update_id)
+            elif "started" in record:
+                update_id = int(record["started"])
+                self._starts[update_id] = self._starts.get(update_id, 0) + 1
+            elif "interrupted" in record:
+                update_id = int(record["interrupted"])
+                self._starts[update_id] = max(self._starts.get(update_id, 0) - 1, 0)
             elif "unparseable" in record:
                 item = InboxItem(int(record["unparseable"]), record["update"], record["error"])
                 self._unparseable.append(item)
@@ -150,8 +200,10 @@ class Inbox:
             elif "recent" in record:
                 for update_id in record["recent"]:
                     self._remember(int(update_id))
-            else:
-                self._open.pop(int(record["done"]), None)
+            else:  # done, or given up
+                update_id = int(record["done"] if "done" in record else record["given_up"])
+                self._open.pop(update_id, None)
+                self._starts.pop(update_id, None)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("inbox.line_skipped", path=str(self.path), line=number)
 

@@ -31,6 +31,7 @@ from botkit.messengers.base import Incoming
 __all__ = [
     "QUEUE",
     "TURN_TASK",
+    "Claim",
     "Outage",
     "PatientJobManager",
     "QueueTimings",
@@ -51,10 +52,20 @@ JOB_END_PATIENCE = 60.0
 """Seconds a worker keeps trying to record that a job ended while PostgreSQL is away."""
 
 _CLAIM = """
-    INSERT INTO botkit_updates (bot_id, update_id, job_id)
-    VALUES (%(bot_id)s, %(update_id)s, %(job_id)s)
-    ON CONFLICT (bot_id, update_id) DO UPDATE SET bot_id = EXCLUDED.bot_id
-    RETURNING job_id"""
+    INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
+    VALUES (%(bot_id)s, %(update_id)s, %(job_id)s, 1)
+    ON CONFLICT (bot_id, update_id) DO UPDATE
+    SET starts = botkit_updates.starts + (botkit_updates.job_id = EXCLUDED.job_id)::int
+    RETURNING job_id, starts, given_up_at IS NOT NULL AS given_up"""
+_UNSTART = """
+    UPDATE botkit_updates SET starts = starts - 1
+    WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
+      AND starts > 0"""
+_GIVE_UP = """
+    UPDATE botkit_updates SET given_up_at = now()
+    WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
+      AND given_up_at IS NULL
+    RETURNING update_id"""
 _REJECT = """
     INSERT INTO botkit_unparseable_updates (bot_id, update_id, payload, error)
     VALUES (%(bot_id)s, %(update_id)s, %(payload)s, %(error)s) ON CONFLICT DO NOTHING"""
@@ -68,8 +79,10 @@ _WAITING = """
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
 _SCHEMA = """
-    SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND to_regclass('botkit_updates')
-    IS NOT NULL AS ok"""
+    SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND EXISTS (
+        SELECT FROM pg_attribute
+        WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
+    ) AS ok"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +94,17 @@ class QueueTimings:
     """Seconds between a worker's heartbeats, and between checks for stalled jobs."""
     stalled_after: float = 8.0
     """Seconds without a heartbeat after which a worker counts as dead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job's hold on its update: how often it started, whether it was given up."""
+
+    starts: int
+    """Starts of the job, this one included, that no worker saw end short of done: all but
+    this one died with their process."""
+    given_up: bool
+    """Whether a start past ``BOTKIT_MAX_JOB_ATTEMPTS`` gave the update up already."""
 
 
 def lock_for(message: Incoming, group_context: str) -> str:
@@ -141,11 +165,12 @@ class TurnQueue:
         )
         return int(row["waiting"])
 
-    def register(self, run: Callable[[int, dict[str, Any]], Awaitable[None]]) -> None:
-        """Make ``run(job_id, update)`` the task that runs a turn in this process."""
+    def register(self, run: Callable[[int, dict[str, Any], int], Awaitable[None]]) -> None:
+        """Make ``run(job_id, update, attempts)`` the task that runs a turn in this process
+        (``attempts``: how often the job was put back in the queue before this run)."""
 
         async def turn(context: Any, update: dict[str, Any]) -> None:
-            await run(int(context.job.id), update)
+            await run(int(context.job.id), update, int(context.job.attempts))
 
         # A job cut short by a shutdown is retried (procrastinate retries aborts only then).
         retry = RetryStrategy(max_attempts=100, wait=1)
@@ -171,12 +196,29 @@ class TurnQueue:
         )
         return [row["args"]["update"] for row in rows]
 
-    async def claim(self, bot_id: int, update_id: int, job_id: int) -> bool:
-        """Whether job ``job_id`` runs ``update_id``: the first job to claim it does."""
+    async def claim(self, bot_id: int, update_id: int, job_id: int) -> Claim | None:
+        """Job ``job_id``'s hold on ``update_id``, this start counted; ``None`` when another
+        job claimed it first (a copy of the update)."""
         row = await self.app.connector.execute_query_one_async(
             _CLAIM, bot_id=bot_id, update_id=update_id, job_id=job_id
         )
-        return int(row["job_id"]) == job_id
+        if int(row["job_id"]) != job_id:
+            return None
+        return Claim(starts=int(row["starts"]), given_up=bool(row["given_up"]))
+
+    async def unstart(self, bot_id: int, update_id: int, job_id: int) -> None:
+        """Take back a start of job ``job_id`` that ended short of done in this worker's sight
+        (a shutdown, an error): only starts whose process died count towards giving up."""
+        await self.app.connector.execute_query_async(
+            _UNSTART, bot_id=bot_id, update_id=update_id, job_id=job_id
+        )
+
+    async def give_up(self, bot_id: int, update_id: int, job_id: int) -> bool:
+        """Mark ``update_id`` given up; ``True`` for the one call that did (it tells the user)."""
+        rows = await self.app.connector.execute_query_all_async(
+            _GIVE_UP, bot_id=bot_id, update_id=update_id, job_id=job_id
+        )
+        return bool(rows)
 
     async def reject(self, bot_id: int, update_id: int, update: dict[str, Any], error: str) -> None:
         """Journal an update that could not be read, for an operator (raises ``StoreError``)."""

@@ -18,6 +18,7 @@ from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.ownership import data_folder_held
+from botkit.runtime.poison import journaled_turns
 from botkit.runtime.scheduler import TurnDispatcher
 from botkit.runtime.setup import check_llm, mcp_tools
 
@@ -119,7 +120,7 @@ async def _serve(
         task.add_done_callback(presses.discard)
 
     dispatcher = TurnDispatcher(
-        lambda message: bot.handle_safely(message, messenger),
+        journaled_turns(bot, messenger, inbox),
         key=lambda message: conversation_of(message, bot.settings.group_context),
         max_concurrent=bot.settings.max_concurrent_turns,
         on_finished=(lambda message: inbox.done(message.update_id)) if inbox else None,

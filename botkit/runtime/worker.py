@@ -6,7 +6,9 @@ tool loop, recording and reply as the single-process runtime. Any worker puts ba
 a worker that stopped beating (SIGKILL, a lost machine), so its turns finish elsewhere; a
 turn whose answer was recorded before the crash is re-sent, not generated again (the
 pipeline finds the answer in the session). SIGTERM stops taking jobs and lets running turns
-finish for ``BOTKIT_GRACE_PERIOD`` seconds; the rest go back to the queue.
+finish for ``BOTKIT_GRACE_PERIOD`` seconds; the rest go back to the queue. A job whose turn
+kills its worker at every start is given up after ``BOTKIT_MAX_JOB_ATTEMPTS`` such deaths
+(``runtime.poison``): its sender is told once, the conversation's later turns go on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from procrastinate.exceptions import ConnectorException
 from botkit.errors import StoreError
 from botkit.messengers.base import ButtonPress, Incoming
 from botkit.runtime.base import ServedBot
-from botkit.runtime.queue import Outage, TurnQueue, lock_for
+from botkit.runtime.poison import SuspectLane, tell_given_up
+from botkit.runtime.queue import Claim, Outage, TurnQueue, lock_for
 from botkit.runtime.scheduled import QueuedSchedules
 from botkit.runtime.scheduler import ALBUM_WAIT, gather
 from botkit.runtime.setup import check_llm
@@ -52,13 +55,30 @@ class Worker:
         self.outage = Outage("worker")
         self.running = 0
         """Turns running in this process now (the ``botkit_turns_running`` gauge)."""
+        self.lane = SuspectLane()
 
-    async def run(self, job_id: int, update: dict[str, Any]) -> None:
-        """The task of one job: claim the update, read it, run its turn."""
+    async def run(self, job_id: int, update: dict[str, Any], attempts: int = 0) -> None:
+        """The task of one job: claim the update (counting this start), read it, run its turn;
+        or give it up when its turn killed a worker ``BOTKIT_MAX_JOB_ATTEMPTS`` times.
+
+        A job put back in the queue before (``attempts``) may be the one that killed its
+        worker: it waits for the suspects' lane before it starts (and is counted)."""
         update_id = int(update["update_id"])
-        if not await self._claim(update_id, job_id):
-            log.info("worker.duplicate_update", update_id=update_id, job_id=job_id)
-            return
+        async with self.lane.entered(attempts > 0):
+            claim = await self._claim(update_id, job_id)
+            if claim is None:
+                log.info("worker.duplicate_update", update_id=update_id, job_id=job_id)
+                return
+            if claim.given_up or claim.starts > self.bot.settings.max_job_attempts:
+                await self._give_up(update, job_id, claim)
+                return
+            try:
+                await self._run_turn(update, job_id)
+            except BaseException:  # the worker saw this start end: it is not a death
+                await asyncio.shield(self._unstart(update_id, job_id))
+                raise
+
+    async def _run_turn(self, update: dict[str, Any], job_id: int) -> None:
         message = await self.messenger.read_update(update)
         if isinstance(message, Incoming):
             if message.media_group_id is not None:
@@ -71,6 +91,24 @@ class Worker:
         elif isinstance(message, ButtonPress):
             await self.bot.handle_press(message, self.messenger)
 
+    async def _give_up(self, update: dict[str, Any], job_id: int, claim: Claim) -> None:
+        """Mark the update given up, then (the one start that marked it) tell its sender."""
+        assert self.messenger.me is not None
+        update_id = int(update["update_id"])
+        if claim.given_up or not await self.queue.give_up(self.messenger.me.id, update_id, job_id):
+            log.warning("worker.given_up_before", update_id=update_id, job_id=job_id)
+            return
+        message = await self.messenger.read_update(update)
+        incoming = message if isinstance(message, Incoming) else None
+        await tell_given_up(self.bot, self.messenger, incoming, update_id, claim.starts - 1)
+
+    async def _unstart(self, update_id: int, job_id: int) -> None:
+        assert self.messenger.me is not None
+        try:
+            await self.queue.unstart(self.messenger.me.id, update_id, job_id)
+        except (ConnectorException, OSError) as e:  # it then counts as one death, no more
+            log.warning("worker.start_not_taken_back", update_id=update_id, error=str(e))
+
     async def _whole_album(self, first: Incoming, job_id: int) -> Incoming:
         """An album's first part with the parts queued behind it, claimed for this job (their
         own jobs then find them claimed), so the album is one turn as with ``run``."""
@@ -80,13 +118,14 @@ class Worker:
         parts = [first]
         for update in await self.queue.album_parts(lock, first.media_group_id):
             update_id = int(update["update_id"])
-            if update_id != first.update_id and await self._claim(update_id, job_id):
+            if update_id != first.update_id and await self._claim(update_id, job_id) is not None:
                 part = await self.messenger.read_update(update)
                 parts += [part] if isinstance(part, Incoming) else []
         return gather(parts)
 
-    async def _claim(self, update_id: int, job_id: int) -> bool:
-        """Whether this job runs the update; retried while PostgreSQL is away."""
+    async def _claim(self, update_id: int, job_id: int) -> Claim | None:
+        """This job's hold on the update (``None``: another job's); retried while PostgreSQL
+        is away."""
         assert self.messenger.me is not None
         while True:
             try:
