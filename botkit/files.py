@@ -146,6 +146,14 @@ class FileReader:
             return self.transcribe is not None
         return kind in ("text", "photo", "document")
 
+    def readable(self, message: Incoming) -> bool:
+        """Whether ``message`` holds anything to read (text, or files of a kind that is read),
+        judged before anything is fetched."""
+        if not self.answers(message.kind):
+            return False
+        files = message.photo_ids or any(self.answers(a.kind) for a in message.attachments)
+        return bool(message.text or message.images or message.content or files)
+
     async def read(self, message: Incoming, messenger: Messenger, notify: Notify) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not.
 

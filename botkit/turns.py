@@ -215,22 +215,24 @@ class TurnPipeline:
             await self._reject(messenger, message, rejection)
             return "rejected"
         message = replace(message, user=await self.access.user_record(message))
-        read = await self.files.read(message, messenger, partial(self._reply, messenger, message))
-        if isinstance(read, str):
-            await self._reply(messenger, message, read)  # a file over a limit, or unreadable
-            return "unsupported"
-        message = read
-        if not self.files.answers(message.kind) or not (
-            message.text or message.images or message.content
-        ):
+        if not self.files.readable(message):
             await self._reply(messenger, message, self.bot.options.unsupported_text)
             return "unsupported"
+        # Every gate runs before a file is fetched: downloads and decoding cost CPU and memory.
         if message.command is not None:
             await self._reply(messenger, message, await self._answer_command(message))
             return "command"
         if await self.access.over_budget(message.user_id):
             await self._reply(messenger, message, self.bot.options.budget_text)
             return "budget"
+        read = await self._read_files(message, messenger)
+        if isinstance(read, str):
+            await self._reply(messenger, message, read)  # a file over a limit, or unreadable
+            return "unsupported"
+        message = read
+        if not (message.text or message.images or message.content):
+            await self._reply(messenger, message, self.bot.options.unsupported_text)
+            return "unsupported"
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
@@ -252,6 +254,10 @@ class TurnPipeline:
             )
             await self._reply(messenger, message, reply)
             return outcome
+
+    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
+        """``message`` with its files fetched and read, or the text telling the user why not."""
+        return await self.files.read(message, messenger, partial(self._reply, messenger, message))
 
     async def _reply(self, messenger: Messenger, message: Incoming, text: str | Reply) -> None:
         """Answer in the message's chat and topic; in a group, as a reply to it."""
