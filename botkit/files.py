@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 
 import structlog
 
-from botkit.images import MAX_IMAGE_SIDE, scale_image
+from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
 from botkit.types import ContentBlock, DocumentBlock, DocumentSource
 
@@ -89,6 +89,10 @@ class FileTexts:
     too_many_pages: str = "Sorry, {name} has {pages} pages: I can read PDFs of up to {limit} pages."
     bad_pdf: str = "Sorry, I couldn't open {name} as a PDF: is it damaged or password-protected?"
     bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
+    too_many_pixels: str = (
+        "Sorry, {name} is {width:,} by {height:,} pixels: I can take pictures of up to {limit} "
+        "million pixels."
+    )
     not_utf8: str = (
         "Sorry, I couldn't read {name}: it isn't UTF-8 text. Please save it as UTF-8 (or as a "
         "PDF) and send it again."
@@ -115,6 +119,8 @@ class FileLimits:
     max_pdf_pages: int = CLAUDE_PDF_PAGES
     max_text_chars: int = 100_000
     """A text file's characters (a long file would crowd the whole conversation out)."""
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+    """A picture's width times height (BOTKIT_MAX_IMAGE_PIXELS), read from its header."""
 
     @classmethod
     def from_megabytes(cls, max_file_mb: float, **others: int) -> FileLimits:
@@ -281,7 +287,15 @@ class FileReader:
         return DocumentBlock(source=source, title=name)
 
     def _image(self, data: bytes, name: str) -> bytes:
-        scaled = scale_image(data)
+        size = image_size(data)
+        most = self.limits.max_image_pixels
+        if size is not None and size[0] * size[1] > most:
+            log.info("files.too_many_pixels", width=size[0], height=size[1], limit=most)
+            width, height = size
+            limit = f"{most / 1_000_000:g}"
+            text = self.texts.too_many_pixels
+            raise _Refused(text.format(name=name, width=width, height=height, limit=limit))
+        scaled = scale_image(data, max_pixels=most)
         if scaled is None:
             raise _Refused(self.texts.bad_image.format(name=name))
         return scaled

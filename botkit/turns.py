@@ -178,7 +178,9 @@ class TurnPipeline:
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
         limits = FileLimits.from_megabytes(
-            bot.settings.max_file_mb, max_text_chars=bot.options.max_text_file_chars
+            bot.settings.max_file_mb,
+            max_text_chars=bot.options.max_text_file_chars,
+            max_image_pixels=bot.settings.max_image_pixels,
         )
         transcribe = bot.transcribe if bot.can_transcribe else None
         self.files = FileReader(limits, bot.options.file_texts, transcribe)

@@ -7,10 +7,17 @@ fake Messages API, which enforces the documented media limits.
 from __future__ import annotations
 
 import io
+import random
+import struct
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
+from botkit.images import MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, scale_image
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, make_bot
@@ -19,6 +26,7 @@ from botkit.testing.telegram import FakeTelegramServer
 USER = 2701
 ALLOWED = frozenset({USER})
 MB = 1024 * 1024
+linux_only = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM")
 
 
 def png(width: int, height: int) -> bytes:
@@ -53,3 +61,100 @@ async def test_a_command_sent_with_a_file_is_answered_without_fetching_it(
     assert "/help" in reply.text
     assert telegram.requests_for("getFile") == []
     assert claude.requests == []
+
+
+def blank_png(width: int, height: int) -> bytes:
+    """A black RGB PNG of any size, made without holding its pixels (a decompression bomb)."""
+    row = b"\0" * (1 + 3 * width)
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body).to_bytes(4, "big")
+        return len(body).to_bytes(4, "big") + kind + body + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunks = chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
+
+
+def peak_growth_mb(code: str, path: Path) -> tuple[str, float]:
+    """Run ``code`` (with ``data``, the bytes at ``path``, and ``images``, botkit.images) in a
+    fresh interpreter: what it set ``result`` to, and how far it raised the process's peak
+    memory, in MB. Pillow allocates outside tracemalloc's view, so it is the peak RSS
+    (VmHWM: unlike ru_maxrss, it does not start at the parent's peak after fork and exec)."""
+    program = (
+        "import importlib.util, io, sys\n"
+        "from PIL import Image, JpegImagePlugin, PngImagePlugin\n"
+        "spec = importlib.util.spec_from_file_location('images', sys.argv[2])\n"
+        "images = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(images)\n"
+        "def peak():\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    return int(status.split('VmHWM:')[1].split()[0]) / 1024\n"
+        "data = open(sys.argv[1], 'rb').read()\n"
+        "before = peak()\n"
+        f"{code}\n"
+        "print(result, peak() - before)\n"
+    )
+    module = Path(__file__).parents[1] / "botkit" / "images.py"
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(path), str(module)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    result, growth = done.stdout.splitlines()[-1].split()  # after any log lines
+    return result, float(growth)
+
+
+@linux_only
+def test_a_decompression_bomb_is_refused_from_its_header_without_decoding(
+    tmp_path: Path,
+) -> None:
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(blank_png(9400, 9400))
+    assert bomb.stat().st_size < 400 * 1024  # 88 million pixels in a few hundred KiB
+    result, growth = peak_growth_mb("result = images.scale_image(data) is None", bomb)
+    assert result == "True"
+    assert growth < 30, f"decoding would take 253 MB; the peak grew {growth:.0f} MB"
+
+
+@linux_only
+def test_a_large_jpeg_is_decoded_reduced(tmp_path: Path) -> None:
+    photo = tmp_path / "photo.jpg"
+    make = (
+        "from PIL import Image; import sys; "
+        "Image.new('RGB', (7000, 5000), (90, 140, 30)).save(sys.argv[1], quality=90)"
+    )
+    subprocess.run([sys.executable, "-c", make, str(photo)], check=True)
+    scaled = "result = Image.open(io.BytesIO(images.scale_image(data))).width"
+    result, growth = peak_growth_mb(scaled, photo)
+    assert result == "1568"
+    assert growth < 80, f"a full decode takes 190 MB; the peak grew {growth:.0f} MB"
+
+
+async def test_a_picture_over_the_pixel_limit_gets_a_reply_naming_it_and_no_llm_call(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, max_image_pixels=1_000_000)
+    async with running(bot, telegram):
+        telegram.send_document(USER, png(1200, 1000), file_name="big.png", mime_type="image/png")
+        [reply] = await telegram.wait_for_messages(USER)
+    assert reply.text == (
+        "Sorry, big.png is 1,200 by 1,000 pixels: I can take pictures of up to 1 million pixels."
+    )
+    assert claude.requests == []
+
+
+def noise_png(side: int = 1568) -> bytes:
+    """A picture of random pixels: PNG cannot compress it (1568 px: 7.4 MB)."""
+    out = io.BytesIO()
+    Image.frombytes("RGB", (side, side), random.randbytes(side * side * 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_a_picture_over_5_mb_is_reencoded_until_it_fits_the_api() -> None:
+    noise = noise_png()
+    assert len(noise) > 7 * MB
+    scaled = scale_image(noise)
+    assert scaled is not None and len(scaled) <= MAX_IMAGE_BYTES
+    assert Image.open(io.BytesIO(scaled)).size[0] <= MAX_IMAGE_SIDE
