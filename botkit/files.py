@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
@@ -21,6 +20,7 @@ import structlog
 
 from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
+from botkit.pdfpages import count_pages
 from botkit.types import ContentBlock, DocumentBlock, DocumentSource
 
 __all__ = [
@@ -88,6 +88,9 @@ class FileTexts:
     pdf_too_big: str = "Sorry, {name} is {size}: I can read PDFs of up to {limit}."
     too_many_pages: str = "Sorry, {name} has {pages} pages: I can read PDFs of up to {limit} pages."
     bad_pdf: str = "Sorry, I couldn't open {name} as a PDF: is it damaged or password-protected?"
+    pdf_too_slow: str = (
+        "Sorry, {name} took too long to open as a PDF. Please send a smaller or simpler one."
+    )
     bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
     too_many_pixels: str = (
         "Sorry, {name} is {width:,} by {height:,} pixels: I can take pictures of up to {limit} "
@@ -117,6 +120,8 @@ class FileLimits:
     """Any file; the smaller of Telegram's 20 MB and BOTKIT_MAX_FILE_MB."""
     max_pdf_bytes: int = CLAUDE_PDF_BYTES
     max_pdf_pages: int = CLAUDE_PDF_PAGES
+    pdf_seconds: float = 10.0
+    """How long counting a PDF's pages may take (in a child process) before it is refused."""
     max_text_chars: int = 100_000
     """A text file's characters (a long file would crowd the whole conversation out)."""
     max_image_pixels: int = DEFAULT_MAX_PIXELS
@@ -175,6 +180,9 @@ class FileReader:
                     said += await self._transcribed(attachment, messenger, notify)
                     continue
                 data = await self._download(attachment, messenger)
+                if _is_pdf(attachment) or data.startswith(b"%PDF-"):
+                    content.append(await self._pdf(_name(attachment), data))
+                    continue
                 block, image = await asyncio.to_thread(self._document, attachment, data)
                 content += [block] if block is not None else []
                 images += [image] if image is not None else []
@@ -252,21 +260,25 @@ class FileReader:
     ) -> tuple[ContentBlock | None, bytes | None]:
         """A sent file as a document block, or as a picture (screenshots sent as files)."""
         name = _name(attachment)
-        if _is_pdf(attachment) or data.startswith(b"%PDF-"):
-            return self._pdf(name, data), None
         if (attachment.mime_type or "").startswith("image/"):
             return None, self._image(data, name)
         if is_text_file(attachment.file_name, attachment.mime_type):
             return self._text(name, data), None
         raise _Refused(self.texts.unsupported.format(name=name))
 
-    def _pdf(self, name: str, data: bytes) -> DocumentBlock:
+    async def _pdf(self, name: str, data: bytes) -> DocumentBlock:
+        """A PDF as a document block, its pages counted off this process (with a time limit)."""
         if len(data) > self.limits.max_pdf_bytes:
             limit = _mb(self.limits.max_pdf_bytes)
             size = _mb(len(data))
             raise _Refused(self.texts.pdf_too_big.format(name=name, size=size, limit=limit))
-        pages = _pdf_pages(data)
+        counted = await count_pages(data, self.limits.max_pdf_pages, self.limits.pdf_seconds)
+        if counted.timed_out:
+            log.warning("files.pdf_too_slow", size=len(data), seconds=self.limits.pdf_seconds)
+            raise _Refused(self.texts.pdf_too_slow.format(name=name))
+        pages = counted.pages
         if pages is None:
+            log.info("files.pdf_unreadable", size=len(data))
             raise _Refused(self.texts.bad_pdf.format(name=name))
         if pages > self.limits.max_pdf_pages:
             log.info("files.too_many_pages", pages=pages, limit=self.limits.max_pdf_pages)
@@ -308,20 +320,6 @@ def is_text_file(file_name: str | None, mime_type: str | None) -> bool:
         return True
     suffix = PurePosixPath((file_name or "").lower()).suffix
     return suffix in TEXT_SUFFIXES or (file_name or "").lower() in TEXT_SUFFIXES
-
-
-def _pdf_pages(data: bytes) -> int | None:
-    """The PDF's page count; ``None`` when it is damaged or encrypted."""
-    from pypdf import PdfReader
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            return None
-        return len(reader.pages)
-    except Exception as e:  # pypdf raises many kinds for a bad file: it is just unreadable
-        log.info("files.pdf_unreadable", error=type(e).__name__)
-        return None
 
 
 def _is_pdf(attachment: Attachment) -> bool:

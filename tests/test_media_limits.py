@@ -6,18 +6,23 @@ fake Messages API, which enforces the documented media limits.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import random
 import struct
 import subprocess
 import sys
+import time
 import zlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from botkit.images import MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, scale_image
+from botkit.pdfpages import PageCount, count_pages
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, make_bot
@@ -158,3 +163,71 @@ def test_a_picture_over_5_mb_is_reencoded_until_it_fits_the_api() -> None:
     scaled = scale_image(noise)
     assert scaled is not None and len(scaled) <= MAX_IMAGE_BYTES
     assert Image.open(io.BytesIO(scaled)).size[0] <= MAX_IMAGE_SIDE
+
+
+def many_pages_pdf(pages: int) -> bytes:
+    """A valid PDF of ``pages`` blank pages, each its own object as in a real one, written
+    directly (pypdf's writer takes half a minute for 100,000 pages; this, half a second)."""
+    bodies = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = b" ".join(b"%d 0 R" % (n + 3) for n in range(pages))
+    bodies.append(b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages))
+    bodies += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] >>"] * pages
+    parts = [b"%PDF-1.4\n"]
+    size = len(parts[0])
+    offsets = []
+    for number, body in enumerate(bodies, start=1):
+        offsets.append(size)
+        parts.append(b"%d 0 obj\n%s\nendobj\n" % (number, body))
+        size += len(parts[-1])
+    parts.append(b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1))
+    parts += [b"%010d 00000 n \n" % offset for offset in offsets]
+    parts.append(b"trailer\n<< /Size %d /Root 1 0 R >>\n" % (len(bodies) + 1))
+    parts.append(b"startxref\n%d\n%%%%EOF\n" % size)
+    return b"".join(parts)
+
+
+@contextlib.asynccontextmanager
+async def loop_lag() -> AsyncIterator[list[float]]:
+    """The event loop's delays in waking a 5 ms timer while the block runs, in seconds."""
+    delays: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(0.005)
+            delays.append(time.monotonic() - started - 0.005)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield delays
+    finally:
+        ticker.cancel()
+
+
+async def test_a_pdf_of_100000_pages_is_refused_without_stalling_other_turns(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    pdf = many_pages_pdf(100_000)
+    assert len(pdf) > 9 * MB
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, max_file_mb=20)
+    async with running(bot, telegram):
+        await ask(telegram, USER, "warm up")
+        async with loop_lag() as delays:
+            telegram.send_document(USER, pdf, file_name="long.pdf", mime_type="application/pdf")
+            replies = await telegram.wait_for_messages(USER, 2, timeout=60)
+    assert replies[1].text == (
+        "Sorry, long.pdf has 100000 pages: I can read PDFs of up to 100 pages."
+    )
+    # Counting in a thread of this process stalled the loop 2.4 s; now the worst stall in the
+    # whole turn (10 MB downloaded, a child started) is 30-45 ms on a loaded 2-core machine.
+    assert max(delays) < 0.1, f"the event loop stalled {max(delays) * 1000:.0f} ms"
+    assert len(claude.requests) == 1
+
+
+async def test_a_pdf_that_takes_too_long_to_count_is_given_up_at_its_time_limit() -> None:
+    liar = many_pages_pdf(100_000).replace(b"/Count 100000", b"/Count 1")  # pypdf: 10 s of CPU
+    started = time.monotonic()
+    counted = await count_pages(liar, 100, seconds=1.0)
+    assert counted == PageCount(None, timed_out=True)
+    assert time.monotonic() - started < 5
+    assert await count_pages(many_pages_pdf(3), 100, seconds=30) == PageCount(3)
