@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 
 import structlog
 
+from botkit.agent.fitting import remember_pages
 from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
 from botkit.pdfpages import count_pages
@@ -285,6 +286,7 @@ class FileReader:
             most = self.limits.max_pdf_pages
             raise _Refused(self.texts.too_many_pages.format(name=name, pages=pages, limit=most))
         source = DocumentSource(type="base64", media_type="application/pdf", data=_b64(data))
+        remember_pages(source.data or "", pages)  # for fitting later requests to 100 pages
         return DocumentBlock(source=source, title=name)
 
     def _text(self, name: str, data: bytes) -> DocumentBlock:

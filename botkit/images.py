@@ -81,7 +81,8 @@ def scale_image(
                 return data
             image.draft("RGB", _target(image.size, max_side))  # JPEG: decoded at 1/2…1/8
             image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-            return _fitted(image, fmt)
+            scaled = image.size != (width, height) or fmt is None
+            return _fitted(image, fmt, same_bytes=None if scaled else data)
     except Exception as e:  # Pillow raises many kinds for a bad file: it is just unreadable
         log.info("files.image_unreadable", error=type(e).__name__)
         return None
@@ -93,11 +94,12 @@ def _target(size: tuple[int, int], max_side: int) -> tuple[int, int]:
     return max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
 
 
-def _fitted(image: Image.Image, fmt: str | None) -> bytes:
-    """The scaled picture encoded in its format, or as JPEG in steps until it is 5 MB or less."""
+def _fitted(image: Image.Image, fmt: str | None, same_bytes: bytes | None = None) -> bytes:
+    """The scaled picture encoded in its format, or as JPEG in steps until it is 5 MB or less
+    (``same_bytes``: the picture as it came, unscaled and already too large in its format)."""
     if fmt == "JPEG" and image.mode not in ("RGB", "L"):
         image = image.convert("RGB")
-    encoded = _encoded(image, fmt or "PNG", quality=85)
+    encoded = same_bytes or _encoded(image, fmt or "PNG", quality=85)
     if len(encoded) <= MAX_IMAGE_BYTES:
         return encoded
     flat = _flattened(image)

@@ -31,7 +31,13 @@ from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
 from botkit.config import Settings
-from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
+from botkit.errors import (
+    LLMAuthError,
+    LLMError,
+    LLMOverloadedError,
+    MediaTooLargeError,
+    PromptTooLongError,
+)
 from botkit.files import FileLimits, FileReader
 from botkit.images import image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
@@ -39,7 +45,15 @@ from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, Outg
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
-from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
+from botkit.types import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    ImageSource,
+    Message,
+    TextBlock,
+    Usage,
+)
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -245,7 +259,9 @@ class TurnPipeline:
         async with context.lock, self._typing(messenger, message, wanted=draft is None):
             if not context.has_turn(message.update_id):
                 await context.flush_pending()  # notes relayed since the last turn, in order
-                await context.append(self._user_turn(message, note), **_turn_meta(message))
+                # With media, recorded only once the API takes them: a refusal keeps nothing.
+                turn = self._user_turn(message, note)
+                await context.append(turn, provisional=_has_media(turn), **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
@@ -254,6 +270,7 @@ class TurnPipeline:
             reply, outcome = await self._answer(
                 message, messenger, context, system, tools, tool_context, draft
             )
+            await context.keep()  # a turn stopped before its first answer keeps its message
             await self._reply(messenger, message, reply)
             return outcome
 
@@ -421,7 +438,19 @@ class TurnPipeline:
                 emit=emit,
                 task_id=task_id,
             )
+        except MediaTooLargeError as e:
+            withdrawn = context.withdraw()  # its message, unless a first answer recorded it
+            user_id = context.user_id
+            log.warning("turn.media_refused", user_id=user_id, withdrawn=withdrawn, error=str(e))
+            text = self.bot.options.media_refused_text
+            if emit is not None:
+                error = ErrorEvent(
+                    context_id=context.user_id, task_id=task_id or "", error=str(e), message=text
+                )
+                await emit(error)
+            return text, "unsupported"
         except LLMError as e:
+            await context.keep()
             # A rejected key is reported once by the LLM client; users hear "unavailable".
             overloaded = isinstance(e, LLMOverloadedError | LLMAuthError)
             log.log(
@@ -571,6 +600,10 @@ def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
     if text:
         content.append(TextBlock(text=text))
     return Message(role="user", content=content)
+
+
+def _has_media(message: Message) -> bool:
+    return any(isinstance(block, ImageBlock | DocumentBlock) for block in message.content)
 
 
 def _b64(data: bytes) -> str:

@@ -7,6 +7,7 @@ fake Messages API, which enforces the documented media limits.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import io
 import random
@@ -17,13 +18,16 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import pytest
+from anthropic import AsyncAnthropic
 from PIL import Image
 
 from botkit.images import MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, scale_image
 from botkit.pdfpages import PageCount, count_pages
-from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, make_bot
 from botkit.testing.telegram import FakeTelegramServer
@@ -231,3 +235,122 @@ async def test_a_pdf_that_takes_too_long_to_count_is_given_up_at_its_time_limit(
     assert counted == PageCount(None, timed_out=True)
     assert time.monotonic() - started < 5
     assert await count_pages(many_pages_pdf(3), 100, seconds=30) == PageCount(3)
+
+
+GROUP = -2727
+
+
+def group_text(telegram: FakeTelegramServer, text: str) -> None:
+    telegram.send_text(USER, f"@botkit_test_bot {text}", chat_id=GROUP, chat_type="group")
+
+
+def image_blocks(request: FakeRequest) -> list[dict[str, Any]]:
+    return [
+        block
+        for message in request.messages
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    ]
+
+
+async def test_a_7_mb_noise_png_reaches_the_api_under_5_mb_and_the_group_goes_on(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    async with running(bot, telegram):
+        telegram.send_document(
+            USER,
+            noise_png(),
+            file_name="noise.png",
+            mime_type="image/png",
+            caption="@botkit_test_bot what is this?",
+            chat_id=GROUP,
+        )
+        await telegram.wait_for_messages(GROUP, timeout=60)
+        group_text(telegram, "and now?")
+        replies = await telegram.wait_for_messages(GROUP, 2, timeout=60)
+    assert [r.text.split(":")[0] for r in replies] == ["echo", "echo"], "both were answered"
+    [image] = image_blocks(claude.requests[-1])
+    assert len(base64.b64decode(image["source"]["data"])) <= 5 * MB
+
+
+async def test_pdfs_over_100_pages_in_one_request_leave_the_oldest_out_with_a_note(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    async with running(bot, telegram):
+        for n in (1, 2):
+            telegram.send_document(
+                USER, many_pages_pdf(60), file_name=f"part{n}.pdf", mime_type="application/pdf"
+            )
+            await telegram.wait_for_messages(USER, n)
+        replies = telegram.sent_messages(USER)
+    assert [r.text.split(":")[0] for r in replies] == ["echo", "echo"]
+    first, second = claude.requests[-1].messages[0]["content"], claude.requests[-1].messages[2]
+    assert first[0] == {
+        "type": "text",
+        "text": "[The document part1.pdf sent earlier is left out of this request: too large to "
+        "send again.]",
+    }
+    assert second["content"][0]["type"] == "document"
+    session = (tmp_path / "sessions" / f"{USER}.jsonl").read_text()
+    assert session.count('"type":"document"') == 2, "the session keeps both"
+
+
+async def test_media_the_api_refuses_fail_that_message_politely_and_are_not_kept(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    too_large = "Request exceeds the maximum allowed number of bytes."
+    claude.enqueue(FakeError(413, "request_too_large", too_large))
+    async with running(bot, telegram):
+        telegram.send_photo(USER, data=png(40, 40), caption="look")
+        [refused] = await telegram.wait_for_messages(USER)
+        answered = await ask(telegram, USER, "hello again")
+    assert refused.text == bot.options.media_refused_text
+    assert answered.text.startswith("echo")
+    assert image_blocks(claude.requests[-1]) == [], "the refused picture left the context"
+    assert not (tmp_path / "sessions" / "media").exists(), "nor is it stored"
+    session = (tmp_path / "sessions" / f"{USER}.jsonl").read_text()
+    assert "look" not in session and "hello again" in session
+
+
+async def test_the_fake_api_enforces_the_documented_media_limits(
+    claude: FakeAnthropicServer,
+) -> None:
+    client = AsyncAnthropic(api_key="k", base_url=claude.base_url, max_retries=0)
+
+    def image(data: bytes) -> dict[str, Any]:
+        encoded = base64.b64encode(data).decode()
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": encoded},
+        }
+
+    def pdf(pages: int) -> dict[str, Any]:
+        encoded = base64.b64encode(many_pages_pdf(pages)).decode()
+        source = {"type": "base64", "media_type": "application/pdf", "data": encoded}
+        return {"type": "document", "source": source}
+
+    async def send(*blocks: dict[str, Any]) -> Any:
+        content = [*blocks, {"type": "text", "text": "hi"}]
+        return await client.messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": content}]
+        )
+
+    try:
+        answer = await send(image(png(1500, 1000)))
+        hi = len('{"type":"text","text":"hi"}') // 4
+        assert answer.usage.input_tokens == 1500 * 1000 // 750 + hi  # not its base64
+        with pytest.raises(anthropic.BadRequestError, match="image exceeds 5 MB maximum"):
+            await send(image(noise_png()))
+        with pytest.raises(anthropic.BadRequestError, match="dimensions exceed"):
+            await send(image(png(8001, 10)))
+        with pytest.raises(anthropic.BadRequestError, match="100 PDF pages"):
+            await send(pdf(60), pdf(41))
+        big = noise_png(2048)  # 12 MB; three: over 32 MB
+        with pytest.raises(anthropic.APIStatusError, match="maximum allowed number of bytes") as e:
+            await send(image(big), image(big), image(big))
+        assert e.value.status_code == 413
+    finally:
+        await client.close()
