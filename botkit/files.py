@@ -28,12 +28,14 @@ __all__ = [
     "CLAUDE_PDF_BYTES",
     "CLAUDE_PDF_PAGES",
     "MAX_IMAGE_SIDE",
+    "MB",
     "TELEGRAM_DOWNLOAD_BYTES",
     "FileLimits",
     "FileReader",
     "FileTexts",
     "Transcribe",
     "is_text_file",
+    "megabytes",
     "scale_image",
 ]
 
@@ -109,6 +111,10 @@ class FileTexts:
         "source code) and pictures."
     )
     download_failed: str = "Sorry, I couldn't fetch {name}. Please send it again."
+    over_media_quota: str = (
+        "Sorry, I can't take more files from you: those you've sent me take {stored}, and I "
+        "keep at most {limit} per person."
+    )
     heard: str = "🎤 I understood: “{text}”"
     not_heard: str = "Sorry, I couldn't make out that voice message. Please write it instead."
 
@@ -338,8 +344,12 @@ def _name(attachment: Attachment) -> str:
     )
 
 
-def _mb(size: int) -> str:
+def megabytes(size: int) -> str:
+    """``size`` bytes as users read it: ``20 MB``, ``7.4 MB``."""
     return f"{size / MB:.1f} MB" if size % MB else f"{size // MB} MB"
+
+
+_mb = megabytes
 
 
 def _b64(data: bytes) -> str:

@@ -38,7 +38,7 @@ from botkit.errors import (
     MediaTooLargeError,
     PromptTooLongError,
 )
-from botkit.files import FileLimits, FileReader
+from botkit.files import MB, FileLimits, FileReader, megabytes
 from botkit.images import image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
@@ -276,7 +276,27 @@ class TurnPipeline:
 
     async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not."""
+        refusal = await self._over_media_quota(message)
+        if refusal is not None:
+            return refusal
         return await self.files.read(message, messenger, partial(self._reply, messenger, message))
+
+    async def _over_media_quota(self, message: Incoming) -> str | None:
+        """The text refusing the message's pictures and documents when, with what the sender
+        has stored in this conversation, they would pass BOTKIT_MAX_MEDIA_MB (before download)."""
+        documents = [a for a in message.attachments if a.kind == "document"]
+        measure = getattr(self.contexts.sessions, "media_bytes", None)
+        if not (documents or message.photo_ids) or measure is None:
+            return None
+        conversation = conversation_of(message, self.bot.settings.group_context)
+        stored: int = await measure(conversation.key or conversation.owner_id, message.user_id)
+        incoming = sum(a.file_size or 0 for a in documents)
+        quota = int(self.bot.settings.max_media_mb * MB)
+        if stored + incoming <= quota and stored < quota:
+            return None
+        log.info("files.media_quota", user_id=message.user_id, stored=stored, limit=quota)
+        texts = self.bot.options.file_texts
+        return texts.over_media_quota.format(stored=megabytes(stored), limit=megabytes(quota))
 
     async def _reply(self, messenger: Messenger, message: Incoming, text: str | Reply) -> None:
         """Answer in the message's chat and topic; in a group, as a reply to it."""

@@ -27,10 +27,13 @@ from PIL import Image
 
 from botkit.images import MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, scale_image
 from botkit.pdfpages import PageCount, count_pages
+from botkit.sessions import JsonlSessionStore, PostgresSessionStore, SessionEntry
+from botkit.stores.migrate import migrate
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, make_bot
 from botkit.testing.telegram import FakeTelegramServer
+from botkit.types import ImageBlock, ImageSource, Message, TextBlock
 
 USER = 2701
 ALLOWED = frozenset({USER})
@@ -354,3 +357,70 @@ async def test_the_fake_api_enforces_the_documented_media_limits(
         assert e.value.status_code == 413
     finally:
         await client.close()
+
+
+async def test_over_the_media_quota_a_file_is_refused_before_download(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    picture = noise_png(100)  # 30 KB that PNG cannot compress
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, max_media_mb=0.05)  # 52 KB
+    async with running(bot, telegram):
+        telegram.send_document(USER, picture, file_name="one.png", mime_type="image/png")
+        await telegram.wait_for_messages(USER)
+        telegram.send_document(USER, noise_png(100), file_name="two.png", mime_type="image/png")
+        replies = await telegram.wait_for_messages(USER, 2)
+    assert replies[0].text.startswith("echo")
+    assert replies[1].text == (
+        "Sorry, I can't take more files from you: those you've sent me take 0.0 MB, and I keep "
+        "at most 0.0 MB per person."
+    )
+    assert len(telegram.requests_for("getFile")) == 1, "the second was never fetched"
+    assert len(claude.requests) == 1
+
+
+@pytest.fixture(params=["jsonl", "postgres"])
+def store_place(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where sessions live: a folder of JSONL files, or a PostgreSQL database."""
+    if request.param == "jsonl":
+        return tmp_path / "sessions"
+    dsn: str = request.getfixturevalue("postgres_db")
+    return dsn
+
+
+@pytest.fixture
+async def session_store(
+    store_place: Path | str,
+) -> AsyncIterator[JsonlSessionStore | PostgresSessionStore]:
+    """A session store of each kind on ``store_place`` (the database migrated)."""
+    if isinstance(store_place, Path):
+        yield JsonlSessionStore(store_place)
+        return
+    await migrate(store_place)
+    store = await PostgresSessionStore.connect(store_place)
+    yield store
+    await store.close()
+
+
+async def test_each_store_counts_the_media_a_user_stored_in_a_conversation_once_each(
+    session_store: JsonlSessionStore | PostgresSessionStore,
+) -> None:
+    one, two = png(30, 30), png(31, 30)
+
+    def said(user_id: int, *pictures: bytes, key: str | None = None) -> SessionEntry:
+        blocks = [
+            ImageBlock(
+                source=ImageSource(media_type="image/png", data=base64.b64encode(p).decode())
+            )
+            for p in pictures
+        ]
+        message = Message(role="user", content=[*blocks, TextBlock(text="see")])
+        return SessionEntry.of(user_id, message, conversation=key)
+
+    group = "chat_-5"
+    for entry in (said(USER, one), said(USER, one, two), said(USER, two, key=group)):
+        await session_store.append(entry)
+    await session_store.append(said(USER + 1, one, key=group))
+    assert await session_store.media_bytes(USER, USER) == len(one) + len(two)
+    assert await session_store.media_bytes(group, USER) == len(two)
+    assert await session_store.media_bytes(group, USER + 1) == len(one)
+    assert await session_store.media_bytes(USER + 2, USER + 2) == 0

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from botkit.errors import SessionError
 from botkit.sessions.media import MEDIA_DIR, MediaFiles, externalize, references, resolve
+from botkit.sessions.usage import stored_media
 from botkit.types import ContentBlock, Message, Role, Usage
 
 __all__ = [
@@ -247,6 +248,16 @@ class JsonlSessionStore:
     async def load(self, key: int | str) -> SessionFile:
         """Everything recorded for a conversation (a user id, or a group's key)."""
         return read_session_file(self.path_for(key))
+
+    async def media_bytes(self, key: int | str, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
+        try:
+            lines = self.path_for(key).read_bytes().splitlines()
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            raise SessionError(f"cannot read session file {self.path_for(key)}: {e}") from e
+        return sum(self._media.size(name) for name in stored_media(lines, user_id))
 
     def _mend_torn_tail(self, path: Path) -> bytes:
         """A newline to end a torn last line, so the next entry starts on its own line."""

@@ -33,6 +33,7 @@ from botkit.sessions.jsonl import (
     with_media,
 )
 from botkit.sessions.media import externalize, references
+from botkit.sessions.usage import stored_media
 
 __all__ = ["PostgresSessionStore"]
 
@@ -62,6 +63,9 @@ _COLUMNS = ["conversation", "seq", "entry", "recorded_at"]
 _PUT_MEDIA = """
     INSERT INTO botkit_session_media (name, data) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"""
 _GET_MEDIA = "SELECT name, data FROM botkit_session_media WHERE name = ANY($1::text[])"
+_MEDIA_BYTES = """
+    SELECT coalesce(sum(octet_length(data)), 0) FROM botkit_session_media
+    WHERE name = ANY($1::text[])"""
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -183,6 +187,15 @@ class PostgresSessionStore:
             return {}
         async with self._connection() as conn:
             return await _fetch_media(conn, wanted)
+
+    async def media_bytes(self, key: int | str, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_LOAD_AFTER, str(key), 0)
+            names = stored_media((row["entry"] for row in rows), user_id)
+            if not names:
+                return 0
+            return int(await conn.fetchval(_MEDIA_BYTES, sorted(names)))
 
     async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
         if blobs:
