@@ -424,3 +424,19 @@ async def test_each_store_counts_the_media_a_user_stored_in_a_conversation_once_
     assert await session_store.media_bytes(group, USER) == len(two)
     assert await session_store.media_bytes(group, USER + 1) == len(one)
     assert await session_store.media_bytes(USER + 2, USER + 2) == 0
+
+
+async def test_a_refusal_of_older_media_is_retried_once_with_the_newest_messages_only(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    async with running(bot, telegram):
+        telegram.send_photo(USER, data=png(40, 40), caption="look")
+        await telegram.wait_for_messages(USER)
+        refusal = "messages.0.content.0.image.source.base64: image exceeds 5 MB maximum"
+        claude.enqueue(FakeError.invalid_request(refusal))
+        answered = await ask(telegram, USER, "and now?")
+    assert answered.text.startswith("echo")
+    refused, retried = claude.requests[-2:]
+    assert len(image_blocks(refused)) == 1
+    assert image_blocks(retried) == [], "the older picture is left out of the retry"
