@@ -7,7 +7,8 @@ All of them derive from :class:`BotkitError`::
     ├── LLMError               the model could not answer
     │   ├── LLMAuthError           the API rejected the key (wrong or revoked)
     │   ├── LLMOverloadedError     overloaded / rate limited after the SDK's retries
-    │   └── PromptTooLongError     the request does not fit the context window
+    │   ├── PromptTooLongError     the request does not fit the context window
+    │   └── MediaTooLargeError     the API refused the request's media (size, pages, pixels)
     ├── ToolError              raised by a tool to report a failure to the model
     ├── MessengerError         the messenger could not deliver or receive
     ├── MCPConnectError        an MCP server could not be started or connected to
@@ -27,6 +28,7 @@ __all__ = [
     "LLMError",
     "LLMOverloadedError",
     "MCPConnectError",
+    "MediaTooLargeError",
     "MessengerError",
     "PromptTooLongError",
     "SessionError",
@@ -60,6 +62,11 @@ class LLMOverloadedError(LLMError):
 
 class PromptTooLongError(LLMError):
     """The request is larger than the model's context window."""
+
+
+class MediaTooLargeError(LLMError):
+    """The Messages API refused the request for its media: a picture over 5 MB or 8000 px,
+    over 100 PDF pages, or a body over 32 MB (HTTP 400 or 413)."""
 
 
 class ToolError(BotkitError):

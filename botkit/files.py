@@ -12,27 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 import structlog
 
-from botkit.images import MAX_IMAGE_SIDE, scale_image
+from botkit.agent.fitting import remember_pages
+from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
+from botkit.pdfpages import count_pages
 from botkit.types import ContentBlock, DocumentBlock, DocumentSource
 
 __all__ = [
     "CLAUDE_PDF_BYTES",
     "CLAUDE_PDF_PAGES",
     "MAX_IMAGE_SIDE",
+    "MB",
     "TELEGRAM_DOWNLOAD_BYTES",
     "FileLimits",
     "FileReader",
     "FileTexts",
     "Transcribe",
     "is_text_file",
+    "megabytes",
     "scale_image",
 ]
 
@@ -88,7 +91,14 @@ class FileTexts:
     pdf_too_big: str = "Sorry, {name} is {size}: I can read PDFs of up to {limit}."
     too_many_pages: str = "Sorry, {name} has {pages} pages: I can read PDFs of up to {limit} pages."
     bad_pdf: str = "Sorry, I couldn't open {name} as a PDF: is it damaged or password-protected?"
+    pdf_too_slow: str = (
+        "Sorry, {name} took too long to open as a PDF. Please send a smaller or simpler one."
+    )
     bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
+    too_many_pixels: str = (
+        "Sorry, {name} is {width:,} by {height:,} pixels: I can take pictures of up to {limit} "
+        "million pixels."
+    )
     not_utf8: str = (
         "Sorry, I couldn't read {name}: it isn't UTF-8 text. Please save it as UTF-8 (or as a "
         "PDF) and send it again."
@@ -101,6 +111,10 @@ class FileTexts:
         "source code) and pictures."
     )
     download_failed: str = "Sorry, I couldn't fetch {name}. Please send it again."
+    over_media_quota: str = (
+        "Sorry, I can't take more files from you: those you've sent me take {stored}, and I "
+        "keep at most {limit} per person."
+    )
     heard: str = "🎤 I understood: “{text}”"
     not_heard: str = "Sorry, I couldn't make out that voice message. Please write it instead."
 
@@ -113,8 +127,12 @@ class FileLimits:
     """Any file; the smaller of Telegram's 20 MB and BOTKIT_MAX_FILE_MB."""
     max_pdf_bytes: int = CLAUDE_PDF_BYTES
     max_pdf_pages: int = CLAUDE_PDF_PAGES
+    pdf_seconds: float = 10.0
+    """How long counting a PDF's pages may take (in a child process) before it is refused."""
     max_text_chars: int = 100_000
     """A text file's characters (a long file would crowd the whole conversation out)."""
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+    """A picture's width times height (BOTKIT_MAX_IMAGE_PIXELS), read from its header."""
 
     @classmethod
     def from_megabytes(cls, max_file_mb: float, **others: int) -> FileLimits:
@@ -146,6 +164,14 @@ class FileReader:
             return self.transcribe is not None
         return kind in ("text", "photo", "document")
 
+    def readable(self, message: Incoming) -> bool:
+        """Whether ``message`` holds anything to read (text, or files of a kind that is read),
+        judged before anything is fetched."""
+        if not self.answers(message.kind):
+            return False
+        files = message.photo_ids or any(self.answers(a.kind) for a in message.attachments)
+        return bool(message.text or message.images or message.content or files)
+
     async def read(self, message: Incoming, messenger: Messenger, notify: Notify) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not.
 
@@ -161,6 +187,9 @@ class FileReader:
                     said += await self._transcribed(attachment, messenger, notify)
                     continue
                 data = await self._download(attachment, messenger)
+                if _is_pdf(attachment) or data.startswith(b"%PDF-"):
+                    content.append(await self._pdf(_name(attachment), data))
+                    continue
                 block, image = await asyncio.to_thread(self._document, attachment, data)
                 content += [block] if block is not None else []
                 images += [image] if image is not None else []
@@ -238,27 +267,32 @@ class FileReader:
     ) -> tuple[ContentBlock | None, bytes | None]:
         """A sent file as a document block, or as a picture (screenshots sent as files)."""
         name = _name(attachment)
-        if _is_pdf(attachment) or data.startswith(b"%PDF-"):
-            return self._pdf(name, data), None
         if (attachment.mime_type or "").startswith("image/"):
             return None, self._image(data, name)
         if is_text_file(attachment.file_name, attachment.mime_type):
             return self._text(name, data), None
         raise _Refused(self.texts.unsupported.format(name=name))
 
-    def _pdf(self, name: str, data: bytes) -> DocumentBlock:
+    async def _pdf(self, name: str, data: bytes) -> DocumentBlock:
+        """A PDF as a document block, its pages counted off this process (with a time limit)."""
         if len(data) > self.limits.max_pdf_bytes:
             limit = _mb(self.limits.max_pdf_bytes)
             size = _mb(len(data))
             raise _Refused(self.texts.pdf_too_big.format(name=name, size=size, limit=limit))
-        pages = _pdf_pages(data)
+        counted = await count_pages(data, self.limits.max_pdf_pages, self.limits.pdf_seconds)
+        if counted.timed_out:
+            log.warning("files.pdf_too_slow", size=len(data), seconds=self.limits.pdf_seconds)
+            raise _Refused(self.texts.pdf_too_slow.format(name=name))
+        pages = counted.pages
         if pages is None:
+            log.info("files.pdf_unreadable", size=len(data))
             raise _Refused(self.texts.bad_pdf.format(name=name))
         if pages > self.limits.max_pdf_pages:
             log.info("files.too_many_pages", pages=pages, limit=self.limits.max_pdf_pages)
             most = self.limits.max_pdf_pages
             raise _Refused(self.texts.too_many_pages.format(name=name, pages=pages, limit=most))
         source = DocumentSource(type="base64", media_type="application/pdf", data=_b64(data))
+        remember_pages(source.data or "", pages)  # for fitting later requests to 100 pages
         return DocumentBlock(source=source, title=name)
 
     def _text(self, name: str, data: bytes) -> DocumentBlock:
@@ -273,7 +307,15 @@ class FileReader:
         return DocumentBlock(source=source, title=name)
 
     def _image(self, data: bytes, name: str) -> bytes:
-        scaled = scale_image(data)
+        size = image_size(data)
+        most = self.limits.max_image_pixels
+        if size is not None and size[0] * size[1] > most:
+            log.info("files.too_many_pixels", width=size[0], height=size[1], limit=most)
+            width, height = size
+            limit = f"{most / 1_000_000:g}"
+            text = self.texts.too_many_pixels
+            raise _Refused(text.format(name=name, width=width, height=height, limit=limit))
+        scaled = scale_image(data, max_pixels=most)
         if scaled is None:
             raise _Refused(self.texts.bad_image.format(name=name))
         return scaled
@@ -286,20 +328,6 @@ def is_text_file(file_name: str | None, mime_type: str | None) -> bool:
         return True
     suffix = PurePosixPath((file_name or "").lower()).suffix
     return suffix in TEXT_SUFFIXES or (file_name or "").lower() in TEXT_SUFFIXES
-
-
-def _pdf_pages(data: bytes) -> int | None:
-    """The PDF's page count; ``None`` when it is damaged or encrypted."""
-    from pypdf import PdfReader
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            return None
-        return len(reader.pages)
-    except Exception as e:  # pypdf raises many kinds for a bad file: it is just unreadable
-        log.info("files.pdf_unreadable", error=type(e).__name__)
-        return None
 
 
 def _is_pdf(attachment: Attachment) -> bool:
@@ -316,8 +344,12 @@ def _name(attachment: Attachment) -> str:
     )
 
 
-def _mb(size: int) -> str:
+def megabytes(size: int) -> str:
+    """``size`` bytes as users read it: ``20 MB``, ``7.4 MB``."""
     return f"{size / MB:.1f} MB" if size % MB else f"{size // MB} MB"
+
+
+_mb = megabytes
 
 
 def _b64(data: bytes) -> str:

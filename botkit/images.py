@@ -1,26 +1,69 @@
-"""Pictures scaled for Claude: the long side at most 1,568 px, in a format the API reads."""
+"""Pictures made fit for Claude: the long side at most 1,568 px, at most 5 MB, in a format the
+API reads.
+
+A picture's size is read from its header before it is decoded: one of more pixels than the
+limit is refused without the gigabyte its decoding would take, and a JPEG is decoded already
+reduced (draft mode) when it is larger than needed. A picture still over the API's 5 MB after
+scaling (noise, a photo saved as PNG) is re-encoded as JPEG in steps until it fits.
+"""
 
 from __future__ import annotations
 
 import io
 import warnings
+from typing import TYPE_CHECKING
 
 import structlog
 
-__all__ = ["IMAGE_FORMATS", "MAX_IMAGE_SIDE", "image_type", "scale_image"]
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "IMAGE_FORMATS",
+    "MAX_IMAGE_BYTES",
+    "MAX_IMAGE_SIDE",
+    "image_size",
+    "image_type",
+    "scale_image",
+]
 
 log = structlog.get_logger(__name__)
 
 MAX_IMAGE_SIDE = 1568
 """Claude scales a longer side down anyway: sending it costs upload time and tokens."""
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+"""The Messages API refuses a picture over 5 MB (its decoded bytes)."""
+DEFAULT_MAX_PIXELS = 60_000_000
+"""BOTKIT_MAX_IMAGE_PIXELS's default: phone photos and A4 scans at 600 dpi fit."""
 IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """Pillow's format names of the pictures Claude reads, and their MIME types."""
+_JPEG_STEPS = ((1.0, 85), (1.0, 70), (0.75, 70), (0.5, 70), (0.35, 60), (0.25, 50))
+"""(scale, quality) tried in turn for a picture too large for the API as it is."""
 
 
-def scale_image(data: bytes, max_side: int = MAX_IMAGE_SIDE) -> bytes | None:
-    """The picture with its long side at most ``max_side``, as JPEG, PNG, GIF or WebP.
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """A picture's width and height, read from its header (nothing is decoded); ``None`` when
+    it is not a picture Pillow knows."""
+    from PIL import Image
 
-    A picture in another format (BMP, TIFF…) becomes PNG; ``None`` when it cannot be read.
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                return image.size
+    except Exception:  # Pillow raises many kinds for a bad file: it is just unreadable
+        return None
+
+
+def scale_image(
+    data: bytes, max_side: int = MAX_IMAGE_SIDE, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> bytes | None:
+    """The picture with its long side at most ``max_side`` and at most 5 MB, as JPEG, PNG, GIF
+    or WebP.
+
+    A picture in another format (BMP, TIFF…) becomes PNG (JPEG if that is too large); ``None``
+    when it cannot be read, or has more than ``max_pixels`` pixels (refused undecoded).
     """
     from PIL import Image
 
@@ -28,18 +71,65 @@ def scale_image(data: bytes, max_side: int = MAX_IMAGE_SIDE) -> bytes | None:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image: Image.Image = Image.open(io.BytesIO(data))
-            image.load()
+            width, height = image.size
+            if width * height > max_pixels:
+                log.info("files.image_too_many_pixels", width=width, height=height)
+                return None
+            fmt = image.format if image.format in IMAGE_FORMATS else None
+            if fmt is not None and max(image.size) <= max_side and len(data) <= MAX_IMAGE_BYTES:
+                image.load()  # a damaged file fails here, not at the API
+                return data
+            image.draft("RGB", _target(image.size, max_side))  # JPEG: decoded at 1/2…1/8
+            image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+            scaled = image.size != (width, height) or fmt is None
+            return _fitted(image, fmt, same_bytes=None if scaled else data)
     except Exception as e:  # Pillow raises many kinds for a bad file: it is just unreadable
         log.info("files.image_unreadable", error=type(e).__name__)
         return None
-    fmt = image.format if image.format in IMAGE_FORMATS else None
-    if fmt is not None and max(image.size) <= max_side:
-        return data
-    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+
+
+def _target(size: tuple[int, int], max_side: int) -> tuple[int, int]:
+    """``size`` scaled (keeping its ratio) so that its long side is ``max_side``."""
+    scale = min(1.0, max_side / max(size))
+    return max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
+
+
+def _fitted(image: Image.Image, fmt: str | None, same_bytes: bytes | None = None) -> bytes:
+    """The scaled picture encoded in its format, or as JPEG in steps until it is 5 MB or less
+    (``same_bytes``: the picture as it came, unscaled and already too large in its format)."""
     if fmt == "JPEG" and image.mode not in ("RGB", "L"):
         image = image.convert("RGB")
+    encoded = same_bytes or _encoded(image, fmt or "PNG", quality=85)
+    if len(encoded) <= MAX_IMAGE_BYTES:
+        return encoded
+    flat = _flattened(image)
+    for scale, quality in _JPEG_STEPS:
+        smaller = flat
+        if scale < 1:
+            size = (max(1, round(flat.width * scale)), max(1, round(flat.height * scale)))
+            smaller = flat.resize(size)
+        encoded = _encoded(smaller, "JPEG", quality=quality)
+        if len(encoded) <= MAX_IMAGE_BYTES:
+            log.info("files.image_reencoded", size=len(encoded), quality=quality, scale=scale)
+            break
+    return encoded
+
+
+def _flattened(image: Image.Image) -> Image.Image:
+    """The picture as RGB, transparent parts on white (JPEG has no transparency)."""
+    from PIL import Image
+
+    if image.mode in ("RGB", "L"):
+        return image
+    rgba = image.convert("RGBA")
+    background = Image.new("RGB", rgba.size, (255, 255, 255))
+    background.paste(rgba, mask=rgba.getchannel("A"))
+    return background
+
+
+def _encoded(image: Image.Image, fmt: str, *, quality: int) -> bytes:
     out = io.BytesIO()
-    image.save(out, format=fmt or "PNG", **({"quality": 85} if fmt == "JPEG" else {}))
+    image.save(out, format=fmt, **({"quality": quality} if fmt == "JPEG" else {}))
     return out.getvalue()
 
 

@@ -84,6 +84,11 @@ class BotOptions:
     invite_expired_text: str = "This invite link has expired. Ask for a new one."
     invite_used_up_text: str = "This invite link has already been used. Ask for a new one."
     budget_text: str = "You've used today's allowance of tokens. Please come back tomorrow."
+    media_refused_text: str = (
+        "Sorry, Claude could not take the files of that message (too large, or too many pages "
+        "or pixels), so I've set it aside. Please send smaller files, or fewer at once."
+    )
+    """The API refused a message's media: the message is not kept in the conversation."""
     help_text: str = (
         "Just write to me, or send photos (albums too), PDFs and text files (.txt, .md, .csv, "
         ".json, source code); I can also use tools when they help. Commands:"

@@ -31,15 +31,29 @@ from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
 from botkit.config import Settings
-from botkit.errors import LLMAuthError, LLMError, LLMOverloadedError, PromptTooLongError
-from botkit.files import FileLimits, FileReader
+from botkit.errors import (
+    LLMAuthError,
+    LLMError,
+    LLMOverloadedError,
+    MediaTooLargeError,
+    PromptTooLongError,
+)
+from botkit.files import MB, FileLimits, FileReader, megabytes
 from botkit.images import image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
-from botkit.types import ContentBlock, ImageBlock, ImageSource, Message, TextBlock, Usage
+from botkit.types import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    ImageSource,
+    Message,
+    TextBlock,
+    Usage,
+)
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -178,7 +192,9 @@ class TurnPipeline:
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
         limits = FileLimits.from_megabytes(
-            bot.settings.max_file_mb, max_text_chars=bot.options.max_text_file_chars
+            bot.settings.max_file_mb,
+            max_text_chars=bot.options.max_text_file_chars,
+            max_image_pixels=bot.settings.max_image_pixels,
         )
         transcribe = bot.transcribe if bot.can_transcribe else None
         self.files = FileReader(limits, bot.options.file_texts, transcribe)
@@ -215,22 +231,24 @@ class TurnPipeline:
             await self._reject(messenger, message, rejection)
             return "rejected"
         message = replace(message, user=await self.access.user_record(message))
-        read = await self.files.read(message, messenger, partial(self._reply, messenger, message))
-        if isinstance(read, str):
-            await self._reply(messenger, message, read)  # a file over a limit, or unreadable
-            return "unsupported"
-        message = read
-        if not self.files.answers(message.kind) or not (
-            message.text or message.images or message.content
-        ):
+        if not self.files.readable(message):
             await self._reply(messenger, message, self.bot.options.unsupported_text)
             return "unsupported"
+        # Every gate runs before a file is fetched: downloads and decoding cost CPU and memory.
         if message.command is not None:
             await self._reply(messenger, message, await self._answer_command(message))
             return "command"
         if await self.access.over_budget(message.user_id):
             await self._reply(messenger, message, self.bot.options.budget_text)
             return "budget"
+        read = await self._read_files(message, messenger)
+        if isinstance(read, str):
+            await self._reply(messenger, message, read)  # a file over a limit, or unreadable
+            return "unsupported"
+        message = read
+        if not (message.text or message.images or message.content):
+            await self._reply(messenger, message, self.bot.options.unsupported_text)
+            return "unsupported"
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
         system = _with_note(await self.bot.build_prompt(message), group_note(message))
@@ -241,7 +259,9 @@ class TurnPipeline:
         async with context.lock, self._typing(messenger, message, wanted=draft is None):
             if not context.has_turn(message.update_id):
                 await context.flush_pending()  # notes relayed since the last turn, in order
-                await context.append(self._user_turn(message, note), **_turn_meta(message))
+                # With media, recorded only once the API takes them: a refusal keeps nothing.
+                turn = self._user_turn(message, note)
+                await context.append(turn, provisional=_has_media(turn), **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
@@ -250,8 +270,33 @@ class TurnPipeline:
             reply, outcome = await self._answer(
                 message, messenger, context, system, tools, tool_context, draft
             )
+            await context.keep()  # a turn stopped before its first answer keeps its message
             await self._reply(messenger, message, reply)
             return outcome
+
+    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
+        """``message`` with its files fetched and read, or the text telling the user why not."""
+        refusal = await self._over_media_quota(message)
+        if refusal is not None:
+            return refusal
+        return await self.files.read(message, messenger, partial(self._reply, messenger, message))
+
+    async def _over_media_quota(self, message: Incoming) -> str | None:
+        """The text refusing the message's pictures and documents when, with what the sender
+        has stored in this conversation, they would pass BOTKIT_MAX_MEDIA_MB (before download)."""
+        documents = [a for a in message.attachments if a.kind == "document"]
+        measure = getattr(self.contexts.sessions, "media_bytes", None)
+        if not (documents or message.photo_ids) or measure is None:
+            return None
+        conversation = conversation_of(message, self.bot.settings.group_context)
+        stored: int = await measure(conversation.key or conversation.owner_id, message.user_id)
+        incoming = sum(a.file_size or 0 for a in documents)
+        quota = int(self.bot.settings.max_media_mb * MB)
+        if stored + incoming <= quota and stored < quota:
+            return None
+        log.info("files.media_quota", user_id=message.user_id, stored=stored, limit=quota)
+        texts = self.bot.options.file_texts
+        return texts.over_media_quota.format(stored=megabytes(stored), limit=megabytes(quota))
 
     async def _reply(self, messenger: Messenger, message: Incoming, text: str | Reply) -> None:
         """Answer in the message's chat and topic; in a group, as a reply to it."""
@@ -413,7 +458,19 @@ class TurnPipeline:
                 emit=emit,
                 task_id=task_id,
             )
+        except MediaTooLargeError as e:
+            withdrawn = context.withdraw()  # its message, unless a first answer recorded it
+            user_id = context.user_id
+            log.warning("turn.media_refused", user_id=user_id, withdrawn=withdrawn, error=str(e))
+            text = self.bot.options.media_refused_text
+            if emit is not None:
+                error = ErrorEvent(
+                    context_id=context.user_id, task_id=task_id or "", error=str(e), message=text
+                )
+                await emit(error)
+            return text, "unsupported"
         except LLMError as e:
+            await context.keep()
             # A rejected key is reported once by the LLM client; users hear "unavailable".
             overloaded = isinstance(e, LLMOverloadedError | LLMAuthError)
             log.log(
@@ -563,6 +620,10 @@ def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
     if text:
         content.append(TextBlock(text=text))
     return Message(role="user", content=content)
+
+
+def _has_media(message: Message) -> bool:
+    return any(isinstance(block, ImageBlock | DocumentBlock) for block in message.content)
 
 
 def _b64(data: bytes) -> str:

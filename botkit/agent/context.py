@@ -59,6 +59,8 @@ class ContextManager:
         """Messages injected with ``defer`` (already recorded); they join at the next turn."""
         self.usage_by_model: dict[str, Usage] = {}
         """Everything this user's calls cost, per model, resets and compactions included."""
+        self._provisional: tuple[SessionEntry, int] | None = None
+        """A message added but not recorded yet, and its index."""
 
     @classmethod
     def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
@@ -119,19 +121,50 @@ class ContextManager:
         return len(self._messages)
 
     async def append(
-        self, message: Message, *, user_id: int | None = None, **meta: object
+        self,
+        message: Message,
+        *,
+        user_id: int | None = None,
+        provisional: bool = False,
+        **meta: object,
     ) -> SessionEntry:
         """Record ``message`` through the ``on_append`` hooks, then add it to the context.
 
         ``meta`` (e.g. ``update_id``, ``model``, ``stop_reason``; in a group, the ``speaker``'s
         name) goes into the record only, with ``user_id`` when someone else than the
-        context's user wrote it (a group member).
+        context's user wrote it (a group member). A ``provisional`` message (one with media
+        the API may refuse) is recorded only with the next change (the answer), or by
+        ``keep``; ``withdraw`` takes it back unrecorded.
         """
         author = self.user_id if user_id is None else user_id
         entry = SessionEntry.of(author, message, conversation=self.conversation, **meta)
-        await self._record(entry)
+        if provisional:
+            await self.keep()  # one provisional message at a time
+            self._provisional = (entry, len(self._messages))
+        else:
+            await self._record(entry)
         self._add(message, entry.update_id)
         return entry
+
+    async def keep(self) -> None:
+        """Record the provisional message, if any (its call was accepted, or failed otherwise)."""
+        if self._provisional is not None:
+            entry, _ = self._provisional
+            self._provisional = None
+            await self._record(entry)
+
+    def withdraw(self) -> bool:
+        """Take the provisional message back out of the context, never recorded (the API
+        refused its media); whether there was one."""
+        if self._provisional is None:
+            return False
+        entry, index = self._provisional
+        self._provisional = None
+        del self._messages[index:]
+        self.appended -= 1
+        if entry.update_id is not None:
+            self._turn_starts.pop(entry.update_id, None)
+        return True
 
     def _add(self, message: Message, update_id: int | None) -> None:
         if update_id is not None:
@@ -217,8 +250,11 @@ class ContextManager:
         self._messages.clear()
         self.pending.clear()
         self._turn_starts.clear()
+        self._provisional = None
 
     async def _record(self, entry: Entry) -> None:
+        if self._provisional is not None and not getattr(entry, "deferred", False):
+            await self.keep()  # anything recorded after it confirms it, in order
         for hook in self.on_append:
             await hook(entry)
         self._count(entry)

@@ -25,7 +25,8 @@ from botkit.agent.events import (
     ToolStart,
     UsageEvent,
 )
-from botkit.errors import PromptTooLongError
+from botkit.agent.fitting import fit_media
+from botkit.errors import MediaTooLargeError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
 from botkit.types import Message, ToolResultBlock, ToolUseBlock, Usage
@@ -124,10 +125,12 @@ class AgentLoop:
         shrinkers: list[Shrinker] = []
         if self.compactor is not None:
             shrinkers = [self.compactor.shrink, self.compactor.truncate]
+        newest_only = False
         while True:
+            messages = context.prepare()
             request = LLMRequest(
                 system=system,
-                messages=context.prepare(),
+                messages=fit_media(messages, newest_only=newest_only),
                 tools=tools.definitions(),
                 model=self.model,
             )
@@ -137,6 +140,12 @@ class AgentLoop:
                 if not await _first_that_works(shrinkers, context):
                     raise
                 log.warning("loop.prompt_too_long_retry", user_id=context.user_id)
+            except MediaTooLargeError as e:
+                # Our estimate of older media was off: once more, with the newest message's only.
+                if newest_only or fit_media(messages, newest_only=True) == request.messages:
+                    raise
+                log.warning("loop.media_refused_retry", user_id=context.user_id, error=str(e))
+                newest_only = True
 
 
 class _Turn:

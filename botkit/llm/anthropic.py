@@ -24,6 +24,7 @@ from botkit.errors import (
     LLMAuthError,
     LLMError,
     LLMOverloadedError,
+    MediaTooLargeError,
     PromptTooLongError,
 )
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
@@ -212,7 +213,25 @@ def _status_error(e: anthropic.APIStatusError) -> LLMError:
         return LLMOverloadedError(f"the Messages API is overloaded: {detail}")
     if e.status_code in (400, 413) and "prompt is too long" in detail.lower():
         return PromptTooLongError(detail)
+    if e.status_code == 413 or (e.status_code == 400 and _about_media(detail)):
+        return MediaTooLargeError(f"the Messages API refused the request's media: {detail}")
     return LLMError(f"Messages API error {e.status_code}: {detail}")
+
+
+_MEDIA_REFUSALS = (
+    "exceeds 5 mb maximum",
+    "image dimensions exceed",
+    "pdf pages may be provided",
+    "pdf exceeds",
+    "too many images",
+    "maximum allowed number of bytes",
+)
+"""How the API's 400s about a request's pictures and PDFs begin or end (lowercased)."""
+
+
+def _about_media(detail: str) -> bool:
+    lowered = detail.lower()
+    return any(phrase in lowered for phrase in _MEDIA_REFUSALS)
 
 
 def _detail(e: anthropic.APIStatusError) -> str:

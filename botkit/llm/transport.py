@@ -14,6 +14,7 @@ them. tests/test_anthropic_llm.py holds all of this against the SDK sending the 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -26,6 +27,9 @@ from anthropic._models import FinalRequestOptions
 from yarl import URL
 
 __all__ = ["MessagesTransport"]
+
+_LARGE_BODY = 1 << 20
+"""aiohttp warns that raw bytes above this may hold up the event loop; a stream it is."""
 
 MESSAGES = "/v1/messages"
 MAX_CONNECTIONS = 1000
@@ -109,9 +113,11 @@ class MessagesTransport:
     async def _send(self, body: bytes, retries_taken: int) -> aiohttp.ClientResponse:
         session = self._session or self._open()
         try:
+            # A body with pictures or PDFs (over 1 MB) goes as a stream, written in chunks.
+            data = io.BytesIO(body) if len(body) > _LARGE_BODY else body
             return await session.post(
                 self.url,
-                data=body,
+                data=data,
                 headers=self._headers_for(retries_taken),
                 timeout=self._timeout,
                 allow_redirects=False,

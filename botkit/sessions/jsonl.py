@@ -37,6 +37,7 @@ from botkit.sessions.media import (
     resolve,
     write_all,
 )
+from botkit.sessions.usage import stored_media
 from botkit.types import ContentBlock, Message, Role, Usage
 
 __all__ = [
@@ -338,6 +339,16 @@ class JsonlSessionStore:
         """The stored media of these names (those that are gone are left out, and logged)."""
         found = {name: self._media.get(name) for name in set(names)}
         return {name: data for name, data in found.items() if data is not None}
+
+    async def media_bytes(self, key: int | str, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
+        try:
+            lines = self.path_for(key).read_bytes().splitlines()
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            raise SessionError(f"cannot read session file {self.path_for(key)}: {e}") from e
+        return sum(self._media.size(name) for name in stored_media(lines, user_id))
 
 
 def _media_apart(entry: AnyEntry) -> tuple[AnyEntry, Blobs]:

@@ -135,6 +135,15 @@ class MediaFiles:
             log.warning("session.media_missing", media=name, error=type(e).__name__)
             return None
 
+    def size(self, name: str) -> int:
+        """The bytes stored under ``name`` (0 when it is gone, or not a media name)."""
+        if not _NAME.fullmatch(name):
+            return 0
+        try:
+            return (self.directory / name).stat().st_size
+        except OSError:
+            return 0
+
     def _write(self, path: Path, data: bytes) -> None:
         self.directory.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
         if not self._private:  # once a run: a folder left readable by others is made private

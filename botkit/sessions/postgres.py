@@ -34,6 +34,7 @@ from botkit.sessions.jsonl import (
 )
 from botkit.sessions.locks import KeyedLocks
 from botkit.sessions.media import externalize, references
+from botkit.sessions.usage import stored_media
 
 __all__ = ["PostgresSessionStore"]
 
@@ -76,6 +77,9 @@ _UNREFERENCED = """
             SELECT * FROM unnest($1::text[], $2::bigint[]) AS gone (conversation, seq)))"""
 _COUNT_UNREFERENCED = "SELECT name, octet_length(data) AS size" + _UNREFERENCED
 _DELETE_UNREFERENCED = "DELETE" + _UNREFERENCED + " RETURNING name, octet_length(data) AS size"
+_MEDIA_BYTES = """
+    SELECT coalesce(sum(octet_length(data)), 0) FROM botkit_session_media
+    WHERE name = ANY($1::text[])"""
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -237,6 +241,15 @@ class PostgresSessionStore:
                     await conn.execute(_MEDIA_SWEEP)
                     rows = await conn.fetch(_DELETE_UNREFERENCED, *gone)
         return sorted((row["name"], int(row["size"])) for row in rows)
+
+    async def media_bytes(self, key: int | str, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_LOAD_AFTER, str(key), 0)
+            names = stored_media((row["entry"] for row in rows), user_id)
+            if not names:
+                return 0
+            return int(await conn.fetchval(_MEDIA_BYTES, sorted(names)))
 
     async def _put_media(self, conn: Any, blobs: dict[str, bytes]) -> None:
         if blobs:

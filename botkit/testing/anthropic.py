@@ -23,12 +23,16 @@ Replies come from a FIFO filled with :meth:`FakeAnthropicServer.enqueue`, then f
 :attr:`FakeAnthropicServer.responder` (by default an echo). Requests are checked like the real
 API checks them (missing fields, empty text blocks, ``tool_use``/``tool_result`` pairing, more
 than four cache breakpoints, prompts over the context window) and answered 400 if invalid; such
-requests do not consume a scripted reply.
+requests do not consume a scripted reply. The documented media limits are enforced the same way:
+a picture over 5 MB (decoded) or 8000 px a side (2000 px when a request holds more than 20), more
+than 100 pictures or 100 PDF pages in one request are answered 400 ``invalid_request_error``,
+a request body over 32 MB 413 ``request_too_large``.
 
 Token usage is deterministic: one token per four characters of the JSON of the tools, the
-system prompt and the messages (at least one), and of the output. Prompt caching is simulated:
-each ``cache_control`` breakpoint stores the prefix (tools, then system, then messages) up to
-it; a later request that repeats the longest stored prefix reports it as
+system prompt and the messages (at least one), and of the output; a picture counts width
+times height / 750 tokens and a PDF 1,500 tokens a page instead of its base64. Prompt caching
+is simulated: each ``cache_control`` breakpoint stores the prefix (tools, then system, then
+messages) up to it; a later request that repeats the longest stored prefix reports it as
 ``cache_read_input_tokens``, what it adds up to its last breakpoint as
 ``cache_creation_input_tokens``, and the rest as ``input_tokens``.
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
 import math
 import random
@@ -75,6 +80,16 @@ _TEXT_CHUNK = 20
 _JSON_CHUNK = 16
 _BASE62 = string.ascii_letters + string.digits
 _MAX_BODY = 64 * 1024 * 1024
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+"""The largest request body the Messages API takes: a larger one is answered 413."""
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGE_SIDE = 8000
+MAX_IMAGE_SIDE_MANY = 2000
+"""The longest side of each picture when a request holds more than 20 of them."""
+MAX_IMAGES = 100
+MAX_PDF_PAGES = 100
+_TOKENS_PER_PDF_PAGE = 1500
+_PIXELS_PER_TOKEN = 750
 _AUTO = ""  # FakeReply.stop_reason placeholder: derive it from the content
 
 
@@ -423,7 +438,7 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
         if isinstance(unit, dict) and "cache_control" in unit:
             unit = {key: value for key, value in unit.items() if key != "cache_control"}
         text = _dumps(unit)
-        chars += len(text)
+        chars += _media_chars(unit) or len(text)
         piece = f"{tag}\0{text}".encode()
         hasher.update(len(piece).to_bytes(8, "big") + piece)
         segments.append(_Segment(hasher.copy().hexdigest(), chars, marked))
@@ -432,6 +447,98 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
         last = segments[-1]
         segments[-1] = _Segment(last.digest, last.chars, True)
     return segments
+
+
+def _media_chars(unit: Any) -> int:
+    """What a picture or PDF block counts, in characters (tokens x 4), instead of its base64;
+    0 for anything else."""
+    if not isinstance(unit, dict):
+        return 0
+    if unit.get("type") == "tool_result" and isinstance(unit.get("content"), list):
+        parts = unit["content"]
+        media = sum(_media_chars(part) for part in parts)
+        rest = [part for part in parts if not _media_chars(part)]
+        return media + len(_dumps({**unit, "content": rest})) if media else 0
+    data = _base64_of(unit)
+    if data is None:
+        return 0
+    if unit["type"] == "image":
+        width, height = _image_size(data) or (0, 0)
+        return max(1, width * height // _PIXELS_PER_TOKEN) * _CHARS_PER_TOKEN
+    return _pdf_pages(data) * _TOKENS_PER_PDF_PAGE * _CHARS_PER_TOKEN
+
+
+def _base64_of(block: dict[str, Any]) -> bytes | None:
+    """The decoded bytes of an image or PDF block's base64 source (``None`` if it has none)."""
+    source = block.get("source")
+    if block.get("type") not in ("image", "document") or not isinstance(source, dict):
+        return None
+    if source.get("type") != "base64":
+        return None
+    try:
+        return base64.b64decode(str(source.get("data")), validate=True)
+    except ValueError:
+        return None
+
+
+def _image_size(data: bytes) -> tuple[int, int] | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.size
+    except Exception:
+        return None
+
+
+def _pdf_pages(data: bytes) -> int:
+    from pypdf import PdfReader
+
+    try:
+        return len(PdfReader(io.BytesIO(data)).pages)
+    except Exception:
+        return 1
+
+
+def _request_media_problem(body: dict[str, Any]) -> str | None:
+    """The real API's complaint about the media of the request as a whole, or ``None``."""
+    images: list[tuple[str, bytes]] = []
+    pages = 0
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            nested = block.get("content") if isinstance(block, dict) else None
+            parts = [(f"messages.{i}.content.{j}", block)]
+            parts += [
+                (f"messages.{i}.content.{j}.content.{k}", part)
+                for k, part in enumerate(nested if isinstance(nested, list) else [])
+            ]
+            for where, part in parts:
+                data = _base64_of(part) if isinstance(part, dict) else None
+                if data is None:
+                    continue
+                if part["type"] == "image":
+                    images.append((where, data))
+                else:
+                    pages += _pdf_pages(data)
+    if len(images) > MAX_IMAGES:
+        return f"Too many images: {len(images)} > {MAX_IMAGES} maximum images per request"
+    if pages > MAX_PDF_PAGES:
+        return f"A maximum of {MAX_PDF_PAGES} PDF pages may be provided."
+    side = MAX_IMAGE_SIDE_MANY if len(images) > 20 else MAX_IMAGE_SIDE
+    for where, data in images:
+        if len(data) > MAX_IMAGE_BYTES:
+            return (
+                f"{where}.image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > "
+                f"{MAX_IMAGE_BYTES} bytes"
+            )
+        size = _image_size(data)
+        if size is not None and max(size) > side:
+            return (
+                f"{where}.image.source.base64.data: At least one of the image dimensions exceed "
+                f"max allowed size: {side} pixels"
+            )
+    return None
 
 
 def _input_tokens(segments: list[_Segment]) -> int:
@@ -639,7 +746,7 @@ def _validate(body: dict[str, Any], *, create: bool) -> str | None:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {breakpoints}."
         )
-    return None
+    return _request_media_problem(body)
 
 
 # ---------------------------------------------------------------------------------- streaming
@@ -788,10 +895,17 @@ class FakeAnthropicServer(LoopbackServer):
         return self._error_response(FakeError(404, "not_found_error", "Not Found"))
 
     async def _read_body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        raw = await request.read()
         try:
-            body = json.loads(await request.read())
+            body = json.loads(raw)
         except ValueError:
             body = None
+        if len(raw) > MAX_REQUEST_BYTES:
+            if isinstance(body, dict) and request.path == "/v1/messages":
+                headers = {key.lower(): value for key, value in request.headers.items()}
+                self.requests.append(FakeRequest(body, headers, time.monotonic()))
+            message = "Request exceeds the maximum allowed number of bytes."
+            return self._error_response(FakeError(413, "request_too_large", message))
         if not isinstance(body, dict):
             return self._error_response(
                 FakeError.invalid_request(

@@ -692,6 +692,8 @@ class FakeTelegramServer(LoopbackServer):
         }
         if caption is not None:
             message["caption"] = caption
+            if entities := _text_entities(caption):  # a mention addresses the bot in a group
+                message["caption_entities"] = entities
         message.update(extra)
         return self.inject_update({"message": message})
 
