@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rerun_shop import FORMAL_PROMPT, shop_bot
@@ -13,14 +14,18 @@ from test_rerun import CHAT, record, shop_responder
 
 from botkit import Bot
 from botkit.errors import SessionError
+from botkit.reminders.tools import RERUN_TEXT
+from botkit.rerun.scratch import QuietMessenger
 from botkit.testing import (
     FakeAnthropicServer,
     FakeReply,
     FakeTelegramServer,
+    ask,
     assert_unchanged,
     fake_llm,
     make_settings,
     rerun,
+    running,
 )
 from botkit.testing.anthropic import FakeRequest
 
@@ -130,3 +135,57 @@ async def test_a_missing_or_damaged_golden_session_is_an_error(
         await rerun(bot, tmp_path / "missing.jsonl")
     with pytest.raises(SessionError, match="line 2"):
         await rerun(bot, damaged)
+
+
+class RelayingBot(Bot):
+    """Reminders on, and ``send_user_message`` to anyone allowed (no user records needed)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.tools.register_tool(self.send_user_message_tool())
+
+    async def can_relay(self, sender_id: int, recipient_id: int) -> bool:
+        return recipient_id in self.settings.allowed_users
+
+
+def errands(request: FakeRequest) -> FakeReply:
+    """ "remind me" → remind(10m); "tell 43" → send_user_message(43); results read back."""
+    results = request.tool_results()
+    if results:
+        return FakeReply.text(f"Done: {results[0].get('content')}")
+    said = request.last_user_text()
+    if said == "remind me":
+        return FakeReply.tool_use("remind", {"when": "10m", "text": "Call the plumber"})
+    if said == "tell 43":
+        return FakeReply.tool_use("send_user_message", {"user_id": 43, "text": "Lunch at one?"})
+    return FakeReply.text(f"echo: {said}")
+
+
+async def test_a_rerun_schedules_nothing_and_relays_nothing(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    claude.responder = errands
+    settings = make_settings(tmp_path, allowed_users=frozenset({42, 43}))
+    serving = RelayingBot(settings=settings, llm=fake_llm(claude, model=settings.model))
+    async with running(serving, telegram):
+        await ask(telegram, 42, "remind me")
+        await ask(telegram, 42, "tell 43")
+    await serving.aclose()
+    sessions = tmp_path / "sessions"
+    recipient = (sessions / "43.jsonl").read_bytes()
+    to_43 = len(telegram.sent_messages(43))
+    rerunning = RelayingBot(settings=settings, llm=fake_llm(claude, model=settings.model))
+    rerunning.messenger = QuietMessenger()  # as the command line gives it
+    try:
+        scheduled = await rerunning.reminders.pending(42)
+
+        report = await rerun(rerunning, sessions / "42.jsonl", llm="recorded")
+
+        assert len(await rerunning.reminders.pending(42)) == len(scheduled) == 1
+    finally:
+        await rerunning.aclose()
+    assert (sessions / "43.jsonl").read_bytes() == recipient, "no note in the recipient's"
+    assert len(telegram.sent_messages(43)) == to_43
+    first, second = report.turns
+    assert first.now.calls[0].result == RERUN_TEXT and first.changed_results == ["remind"]
+    assert second.now.calls[0].result == "Delivered to user 43." and not second.changed
