@@ -371,3 +371,14 @@ def test_rerun_flags_without_rerun_are_refused(tmp_path: Path, flag: str) -> Non
         timeout=60,
     )
     assert result.returncode == 2 and result.stderr.endswith("goes with --rerun\n")
+
+
+async def test_live_without_an_api_key_is_one_line_and_exit_2(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    await record(tmp_path, telegram, claude, ["hello"])
+
+    result = await rerun_cli(tmp_path, claude, str(USER), ANTHROPIC_API_KEY="")
+
+    assert result.returncode == 2 and result.stdout == ""
+    assert "ANTHROPIC_API_KEY" in result.stderr and len(result.stderr.splitlines()) == 1

@@ -53,6 +53,8 @@ def rerun_command(session: str | None, options: RerunOptions, out: TextIO | None
         from botkit.targets import load_bot
 
         bot = load_bot(options.target)
+        if options.llm == "live":
+            bot.llm  # noqa: B018 - a missing API key is a ConfigError now, not in every turn
     except BotkitError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
