@@ -94,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--model", help="re-run with this model instead of the configured one")
     replay.add_argument("--report", metavar="FILE.html", help="also write an HTML comparison")
     replay.add_argument("--all", action="store_true", help="re-run every stored session")
+    replay.add_argument(
+        "--judge",
+        metavar="RUBRIC",
+        help="have the model grade each changed answer against the recorded one by RUBRIC",
+    )
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
@@ -132,10 +137,11 @@ def _replay(args: argparse.Namespace) -> int:
 
         report = Path(args.report) if args.report else None
         options = RerunOptions(
-            args.bot, args.llm, args.free, args.model, args.json, report, args.all
+            args.bot, args.llm, args.free, args.model, args.json, report, args.all, args.judge
         )
         return rerun_command(args.session, options)
-    rerun_only = [flag for flag in ("bot", "model", "report", "all", "free") if getattr(args, flag)]
+    flags = ("bot", "model", "report", "all", "free", "judge")
+    rerun_only = [flag for flag in flags if getattr(args, flag)]
     if rerun_only or args.llm != "live":
         flag = f"--{rerun_only[0]}" if rerun_only else "--llm"
         print(f"botkit: {flag} goes with --rerun", file=sys.stderr)

@@ -37,6 +37,8 @@ CHAT = ["hello", "order 7", "thanks"]
 def shop_responder(request: FakeRequest) -> FakeReply:
     """ "order N" → lookup_order(id=N); "cancel N" → cancel_order(id=N); a tool's result is
     read back; anything else is echoed (``Dear customer,`` first when the prompt is formal)."""
+    if "RECORDED ANSWER" in request.last_user_text():
+        return FakeReply.text("better: it greets the customer")
     results = request.tool_results()
     if results:
         content = results[0].get("content")
@@ -382,3 +384,48 @@ async def test_live_without_an_api_key_is_one_line_and_exit_2(
 
     assert result.returncode == 2 and result.stdout == ""
     assert "ANTHROPIC_API_KEY" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+async def test_judge_grades_each_changed_answer_against_the_recorded_one(
+    tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
+) -> None:
+    await record(tmp_path, telegram, claude, CHAT)
+    calls = len(claude.requests)
+    report = tmp_path / "report.html"
+
+    result = await rerun_cli(
+        tmp_path,
+        claude,
+        str(USER),
+        "--judge",
+        "Politeness counts.",
+        "--report",
+        str(report),
+        SHOP_PROMPT=FORMAL_PROMPT,
+    )
+    first_run = claude.requests[calls:]
+    as_json = await rerun_cli(
+        tmp_path,
+        claude,
+        str(USER),
+        "--json",
+        "--judge",
+        "Politeness counts.",
+        SHOP_PROMPT=FORMAL_PROMPT,
+    )
+
+    assert result.returncode == 1, result.stderr
+    first, second, third = lines(result)[:3]
+    assert first.startswith("turn 1: changed — answer (similarity 0.")
+    assert "; judged better: it greets the customer; system prompt changed" in first
+    assert "judged" not in second, "an unchanged answer is not judged"
+    assert "judged better: it greets the customer" in third
+    judged = [r for r in first_run if "RECORDED ANSWER" in r.last_user_text()]
+    assert len(judged) == 2
+    assert "Politeness counts." in judged[0].system_text
+    asked = judged[0].last_user_text()
+    assert "RECORDED ANSWER:\necho: hello" in asked
+    assert "NEW ANSWER:\nDear customer, echo: hello" in asked
+    assert "judged better: it greets the customer" in report.read_text()
+    verdict = json.loads(lines(as_json)[0])["judge"]
+    assert verdict == {"grade": "better", "why": "it greets the customer"}

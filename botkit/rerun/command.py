@@ -41,6 +41,7 @@ class RerunOptions:
     as_json: bool = False
     report: Path | None = None
     all_sessions: bool = False
+    judge: str | None = None
 
 
 def rerun_command(session: str | None, options: RerunOptions, out: TextIO | None = None) -> int:
@@ -53,7 +54,7 @@ def rerun_command(session: str | None, options: RerunOptions, out: TextIO | None
         from botkit.targets import load_bot
 
         bot = load_bot(options.target)
-        if options.llm == "live":
+        if options.llm == "live" or options.judge:
             bot.llm  # noqa: B018 - a missing API key is a ConfigError now, not in every turn
     except BotkitError as e:
         print(f"botkit: {e}", file=sys.stderr)
@@ -126,6 +127,7 @@ async def _rerun_all(
                     llm=options.llm,
                     free=options.free,
                     model=options.model,
+                    judge=options.judge,
                 )
         if progress is not None:
             progress.step()

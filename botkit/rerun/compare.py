@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botkit.pricing import estimate
+from botkit.rerun.judge import Verdict
 from botkit.rerun.recorded import ToolCall
 from botkit.types import Usage
 
@@ -43,6 +44,8 @@ class TurnReport:
     offers differently (tools, prompt) when the record says what it offered then."""
     failed: str | None = None
     """The reason the re-run's turn ended without an answer, if it did."""
+    verdict: Verdict | None = None
+    """The judge's grade of a changed answer (``--judge``)."""
 
     @property
     def call_changes(self) -> list[str]:
@@ -102,6 +105,8 @@ class TurnReport:
             parts.append("tool results: " + ", ".join(self.changed_results))
         if not self.answer_same:
             parts.append(f"answer (similarity {self.similarity:.2f})")
+        if self.verdict is not None:
+            parts.append(self.verdict.line())
         parts += [note for note in self.notes if note != self.failed]
         return f"turn {self.number}: changed — " + "; ".join(parts)
 
@@ -128,6 +133,9 @@ class TurnReport:
             "cost": {"recorded": round(self.recorded.cost, 6), "now": round(self.now.cost, 6)},
             "failed": self.failed,
             "notes": self.notes,
+            "judge": (
+                {"grade": self.verdict.grade, "why": self.verdict.why} if self.verdict else None
+            ),
         }
 
 

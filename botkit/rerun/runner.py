@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from botkit.agent.compaction import SUMMARY_PROMPT
@@ -11,6 +12,7 @@ from botkit.agent.pool import ContextPool
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.metrics import Metrics
 from botkit.rerun.compare import RerunReport, Side, TurnReport
+from botkit.rerun.judge import Verdict, judge_answer
 from botkit.rerun.playback import RecordedLLM
 from botkit.rerun.recorded import (
     Entry,
@@ -39,13 +41,15 @@ async def rerun_session(
     llm: LLMMode | LLM = "live",
     free: bool = False,
     model: str | None = None,
+    judge: str | None = None,
 ) -> RerunReport:
     """Run each recorded user turn of ``session`` again through ``bot``'s pipeline and compare.
 
     ``llm``: ``live`` asks the bot's model (``model`` overrides which), ``recorded`` plays the
     recorded answers back (no request sent), or any ``LLM``. Anchored (the default), each turn
     starts from the recorded history before it; ``free`` carries the re-run's own answers on.
-    Nothing is sent anywhere and nothing is written but to a scratch store in memory.
+    Nothing is sent anywhere and nothing is written but to a scratch store in memory. With
+    ``judge`` (a rubric), the bot's model grades each changed answer against the recorded one.
     """
     entries = list(session.entries)
     turns = recorded_turns(entries)
@@ -59,10 +63,18 @@ async def rerun_session(
         else:
             history = entries[: turn.start]
         report, carried = await _rerun_turn(bot, turn, history, llm, model, metrics)
+        if judge and report.changed and not report.answer_same:
+            report = replace(report, verdict=await _judged(bot, judge, report, model))
         reports.append(report)
         previous = turn.start + 1
     mode = llm if isinstance(llm, str) else type(llm).__name__
     return RerunReport(source, reports, mode, anchored=not free, model=model)
+
+
+async def _judged(bot: BotSteps, rubric: str, report: TurnReport, model: str | None) -> Verdict:
+    """The bot's model grades the re-run's answer against the recorded one."""
+    recorded, now = report.recorded.answer, report.now.answer
+    return await judge_answer(bot.llm, rubric, report.user_text, recorded, now, model=model)
 
 
 def _inputs(entries: Sequence[Entry], *, first: bool) -> list[Entry]:

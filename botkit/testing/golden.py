@@ -32,18 +32,22 @@ async def rerun(
     llm: LLMMode | LLM = "live",
     free: bool = False,
     model: str | None = None,
+    judge: str | None = None,
 ) -> RerunReport:
     """Re-run a recorded session (a session file, or one already read) through ``bot``.
 
     ``llm``: ``live`` asks the bot's own model (the fake one in tests), ``recorded`` plays the
     recorded answers back with no request made, or any ``LLM``. A file that is missing or has
-    unreadable lines raises ``SessionError``: a golden session must be whole.
+    unreadable lines raises ``SessionError``: a golden session must be whole. ``judge`` (a
+    rubric) has the bot's model grade each changed answer (``TurnReport.verdict``).
     """
     if isinstance(session, SessionFile):
         file, source = session, "session"
     else:
         file, source = _read(Path(session)), str(session)
-    return await rerun_session(bot, file, source=source, llm=llm, free=free, model=model)
+    return await rerun_session(
+        bot, file, source=source, llm=llm, free=free, model=model, judge=judge
+    )
 
 
 def _read(path: Path) -> SessionFile:
