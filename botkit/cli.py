@@ -70,8 +70,36 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay", help="print a session as a readable transcript (or JSON)"
     )
-    replay.add_argument("session", help="a session file, or a user id (looked up in sessions)")
+    replay.add_argument(
+        "session",
+        nargs="?",
+        help="a session file, a user id or conversation key (looked up in sessions); "
+        "with --rerun also a folder of session files",
+    )
     replay.add_argument("--json", action="store_true", help="one JSON object per line")
+    replay.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run each recorded turn again through a bot and compare (exit 1: something changed)",
+    )
+    replay.add_argument("--bot", metavar="TARGET", help="the bot to re-run, as for 'run'")
+    replay.add_argument(
+        "--llm",
+        choices=["live", "recorded"],
+        default="live",
+        help="live: ask the model (default); recorded: play the recorded answers back",
+    )
+    replay.add_argument(
+        "--free", action="store_true", help="carry the re-run's own answers on (not anchored)"
+    )
+    replay.add_argument("--model", help="re-run with this model instead of the configured one")
+    replay.add_argument("--report", metavar="FILE.html", help="also write an HTML comparison")
+    replay.add_argument("--all", action="store_true", help="re-run every stored session")
+    replay.add_argument(
+        "--judge",
+        metavar="RUBRIC",
+        help="have the model grade each changed answer against the recorded one by RUBRIC",
+    )
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
@@ -113,6 +141,32 @@ def _code_kept_positional(argv: Sequence[str]) -> list[str]:
     return args
 
 
+def _replay(args: argparse.Namespace) -> int:
+    """``replay``: print a session, or (``--rerun``) run it again and compare."""
+    if args.rerun:
+        from pathlib import Path
+
+        from botkit.rerun.command import RerunOptions, rerun_command
+
+        report = Path(args.report) if args.report else None
+        options = RerunOptions(
+            args.bot, args.llm, args.free, args.model, args.json, report, args.all, args.judge
+        )
+        return rerun_command(args.session, options)
+    flags = ("bot", "model", "report", "all", "free", "judge")
+    rerun_only = [flag for flag in flags if getattr(args, flag)]
+    if rerun_only or args.llm != "live":
+        flag = f"--{rerun_only[0]}" if rerun_only else "--llm"
+        print(f"botkit: {flag} goes with --rerun", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.session is None:
+        print("botkit: name a session: a file, a user id or a conversation key", file=sys.stderr)
+        return EXIT_CONFIG
+    from botkit.replay import replay
+
+    return replay(args.session, as_json=args.json)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
@@ -136,9 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "invite":
             return _invite(args.role, args.uses, args.expires, args.bot_username)
         if args.command == "replay":
-            from botkit.replay import replay
-
-            return replay(args.session, as_json=args.json)
+            return _replay(args)
         if args.command in ("users", "invites", "usage"):
             from botkit.admin import run_command
 

@@ -60,15 +60,20 @@ class RelayHost(Protocol):
         ...
 
 
-async def relay(host: RelayHost, sender_id: int, recipient_id: int, text: str) -> str:
-    """Send ``text`` from ``sender_id``'s assistant to another user, and tell their context."""
-    if host.messenger is None:
-        raise ToolError("this bot is not connected to a messenger")
+async def relay(
+    host: RelayHost, sender_id: int, recipient_id: int, text: str, *, rerun: bool = False
+) -> str:
+    """Send ``text`` from ``sender_id``'s assistant to another user, and tell their context;
+    in a re-run (``replay --rerun``) only check that it could."""
     if recipient_id == sender_id:
         raise ToolError("that is the user you are talking to; just answer them")
     if recipient_id <= 0 or not await host.can_relay(sender_id, recipient_id):
         log.info("relay.refused", sender=sender_id, recipient=recipient_id)
         raise ToolError(UNREACHABLE)
+    if rerun:
+        return f"Delivered to user {recipient_id}."
+    if host.messenger is None:
+        raise ToolError("this bot is not connected to a messenger")
     sender = await host.display_name(sender_id)
     header = f"Message from {escape_markdown(sender)}:"
     await host.messenger.send_text(recipient_id, f"{header}\n{text}")
@@ -112,7 +117,7 @@ def send_user_message_tool(host: RelayHost) -> Tool:
         while len(sent) > 10_000:
             sent.popitem(last=False)
         try:
-            return await relay(host, ctx.user_id, user_id, text)
+            return await relay(host, ctx.user_id, user_id, text, rerun=ctx.rerun)
         except BaseException:
             sent[turn] -= 1
             raise

@@ -40,7 +40,7 @@ from botkit.types import (
     Usage,
 )
 
-__all__ = ["format_transcript", "replay"]
+__all__ = ["all_sessions", "format_transcript", "read_session", "replay", "session_files"]
 
 EXIT_OK = 0
 EXIT_BROKEN_PIPE = 1
@@ -98,6 +98,47 @@ def format_transcript(file: SessionFile, *, source: str) -> str:
 
 
 # --- finding and reading the session ------------------------------------------------------------
+
+
+def read_session(session: str) -> tuple[str, SessionFile]:
+    """Where ``session`` (a file, a user id or a conversation key) was found, and what it holds;
+    a ``SessionError`` saying in one sentence why it cannot be read."""
+    try:
+        source, file, _ = _load(session)
+    except _ReplayError as e:
+        raise SessionError(str(e)) from None
+    return source, file
+
+
+def all_sessions() -> list[str]:
+    """Every session there is: PostgreSQL's conversations when BOTKIT_DATABASE_URL is set,
+    else the session files of the sessions folder; a ``SessionError`` when they cannot be
+    listed."""
+    try:
+        settings = _settings()
+    except _ReplayError as e:
+        raise SessionError(str(e)) from None
+    if settings.database_url is not None:
+        return asyncio.run(_conversations(settings.database_url.get_secret_value()))
+    return [str(path) for path in session_files(settings.sessions_dir)]
+
+
+def session_files(folder: Path) -> list[Path]:
+    """The session files in ``folder`` (named by a conversation key), in name order."""
+    return sorted(
+        path for path in folder.glob("*.jsonl") if path.is_file() and is_conversation_key(path.stem)
+    )
+
+
+async def _conversations(dsn: str) -> list[str]:
+    try:
+        store = await PostgresSessionStore.connect(dsn)
+        try:
+            return await store.conversations()
+        finally:
+            await store.close()
+    except BotkitError as e:
+        raise SessionError(f"cannot read sessions from the database: {e}") from None
 
 
 def _load(session: str) -> tuple[str, SessionFile, list[int]]:

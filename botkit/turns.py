@@ -548,6 +548,23 @@ class TurnPipeline:
         finally:
             await events.put(None)
 
+    async def rerun_turn(self, message: Incoming, turn: Message, messenger: Messenger) -> str:
+        """Run a recorded user ``turn`` again (``replay --rerun``): the bot's build_extra,
+        build_tools, build_prompt and the tool loop, on ``message``'s conversation, with
+        ``ToolContext.rerun`` set. No gates or commands; the reply is returned, not sent."""
+        extra = await self.bot.build_extra(message)
+        tools = as_registry(await self.bot.build_tools(message))
+        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        context = await self.context_for(message)
+        async with context.lock:
+            await context.flush_pending()
+            await context.append(turn, **_turn_meta(message))
+            tool_context = replace(self._tool_context(message, extra, messenger), rerun=True)
+            reply, _ = await self._answer(
+                message, messenger, context, system, tools, tool_context, None
+            )
+        return reply
+
     def _tool_context(
         self, message: Incoming, extra: Any, messenger: Messenger | None = None
     ) -> ToolContext:

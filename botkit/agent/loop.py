@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -172,6 +173,7 @@ class _Turn:
             "task_id": task_id or uuid.uuid4().hex[:12],
         }
         self.streamed_text = False
+        self.recorded: dict[str, Any] | None = None
 
     async def notify(self, event: Event) -> None:
         """Send ``event`` to the sink and to the hooks of its kind."""
@@ -200,7 +202,10 @@ class _Turn:
             self.streamed_text = bool(response.message.text)
             await self.notify(UsageEvent(usage=response.usage, model=response.model, **self.stamp))
             await self.context.append(
-                response.message, model=response.model, stop_reason=response.stop_reason
+                response.message,
+                model=response.model,
+                stop_reason=response.stop_reason,
+                **self.call_record(system),
             )
             reply = await self.step(response)
             await self.notify(
@@ -211,6 +216,16 @@ class _Turn:
         log.warning("loop.exhausted", user_id=self.context.user_id)
         text = self.texts.exhausted.format(n=self.loop.max_iterations)
         return TurnResult(text, usage, self.loop.max_iterations, "max_iterations")
+
+    def call_record(self, system: str) -> dict[str, Any]:
+        """What the session records beside an answer so a re-run can compare: the tools the
+        call offered and a hash of its system prompt (computed once a turn)."""
+        if self.recorded is None:
+            self.recorded = {
+                "tools": [definition.name for definition in self.tools.definitions()],
+                "system_sha256": hashlib.sha256(system.encode()).hexdigest(),
+            }
+        return self.recorded
 
     async def step(self, response: LLMResponse) -> str | None:
         """Act on one answer; the reply text when the turn is over, else ``None``."""

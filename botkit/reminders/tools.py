@@ -34,6 +34,10 @@ def _place(ctx: ToolContext) -> Place:
     return Place(ctx.user_id, ctx.chat_id, ctx.thread_id, ctx.chat_type)
 
 
+RERUN_TEXT = "Not done: this is a re-run of a recorded conversation (replay --rerun)."
+"""What a scheduling tool that would change the schedule answers in a re-run."""
+
+
 def scheduling_tools(reminders: Reminders) -> list[Tool]:
     """``remind``, ``schedule_task``, ``list_scheduled``, ``cancel_scheduled``, ``set_timezone``."""
 
@@ -52,6 +56,8 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
             text: The reminder exactly as the user should read it, e.g. "Call the plumber".
             repeat: Leave out for once; or "daily", "weekly", "every 2h", or cron "0 9 * * 1-5".
         """
+        if ctx.rerun:
+            return RERUN_TEXT
         made = await reminders.add(_place(ctx), "reminder", text, when, repeat)
         return await confirmation(f"Reminder #{made.id}", ctx, made.due_at, made.repeat)
 
@@ -68,6 +74,8 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
             instruction: What to do then, written to yourself, e.g. "Summarise my open tasks".
             repeat: Leave out for once; or "daily", "weekly", "every 2h", or cron "0 8 * * 1".
         """
+        if ctx.rerun:
+            return RERUN_TEXT
         made = await reminders.add(_place(ctx), "task", instruction, when, repeat)
         return await confirmation(f"Task #{made.id}", ctx, made.due_at, made.repeat)
 
@@ -89,6 +97,8 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
         Args:
             id: Its number, as list_scheduled shows it (without the #).
         """
+        if ctx.rerun:
+            return RERUN_TEXT
         cancelled = await reminders.cancel(ctx.user_id, id)
         if cancelled is None:
             raise ToolError(f"the user has no pending reminder or task #{id}: see list_scheduled.")
@@ -101,6 +111,8 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
         Args:
             name: An IANA time zone name, e.g. "Europe/Berlin", "America/New_York", "UTC".
         """
+        if ctx.rerun:
+            return RERUN_TEXT
         zone = await reminders.set_zone(ctx.user_id, name)
         return f"Time zone set to {zone.key}; it is now {await reminders.local_now(ctx.user_id)}."
 

@@ -98,6 +98,12 @@ class SessionEntry(_Entry):
     deferred: bool | None = None
     """Injected from outside the conversation (a relayed note): recorded at once, it joins the
     context at the start of the conversation's next turn, never inside a running one."""
+    tools: list[str] | None = None
+    """On an assistant message: the names of the tools the call offered, in order (absent on
+    lines written before botkit recorded them)."""
+    system_sha256: str | None = None
+    """On an assistant message: the SHA-256 of the call's system prompt (hex), so a re-run can
+    tell whether the prompt changed without keeping it."""
 
     @classmethod
     def of(cls, user_id: int, message: Message, **meta: object) -> SessionEntry:

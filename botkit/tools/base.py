@@ -50,6 +50,9 @@ class ToolContext:
     """The forum topic the turn replies in (``None`` in General and outside forums)."""
     chat_type: str = "private"
     """``private``, ``group`` or ``supergroup``: the kind of chat the turn replies in."""
+    rerun: bool = False
+    """``True`` while ``replay --rerun`` runs a recorded turn again: nothing reaches a chat,
+    and a tool with side effects (an order placed, a mail sent) should skip or fake them."""
 
 
 class Tool(ABC):
