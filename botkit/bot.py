@@ -189,7 +189,7 @@ class Bot:
         extra = [t for p in self.plugins for t in p.tools(message)]
         # Never in a group: its context holds what any member wrote, and could steer the call.
         admin = self.is_admin(message.user_id) or (message.user and message.user.role == "admin")
-        if admin and message.chat_type == "private":
+        if admin and message.chat_type == "private" and "create_invite" not in self.tools:
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools
 

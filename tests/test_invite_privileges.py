@@ -96,3 +96,15 @@ async def test_an_admin_role_invite_needs_an_env_admin_in_a_private_chat(
     assert admin.startswith(f"https://t.me/{BOT}?start=") and "role admin" in admin
     made = sorted((i.role, i.created_by) for i in invites)
     assert made == [("admin", ADMIN), ("cleaner", ROLE_ADMIN)]
+
+
+async def test_a_bot_that_registers_the_invite_tool_itself_still_answers_its_admin(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = the_bot(claude, tmp_path)
+    bot.tools.register_tool(invite_tool(bot))  # offered twice, the turn would fail
+    async with running(bot, telegram):
+        answer = await in_private(telegram, ADMIN, "invite role cleaner", 1)
+        tools = claude.requests[-2].tool_names
+    assert tools.count("create_invite") == 1
+    assert answer.startswith(f"https://t.me/{BOT}?start=")
