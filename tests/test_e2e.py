@@ -262,7 +262,7 @@ async def test_a_key_revoked_while_running_is_one_error_line_and_one_admin_messa
     await bot_process.stop()
     bot_process.start()
     telegram.send_text(ALICE, "before")
-    assert (await telegram.wait_for_messages(ALICE))[0].text == "echo: before"
+    assert (await telegram.wait_for_messages(ALICE, timeout=30))[0].text == "echo: before"
     claude.api_key = "rotated-key"  # the bot's key is revoked
     for n in range(3):
         telegram.send_text(ALICE, f"after {n}")
@@ -284,7 +284,7 @@ async def test_users_are_told_unavailable_and_errors_are_not_repeated_when_the_k
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot_process: BotProcess
 ) -> None:
     telegram.send_text(ALICE, "before")
-    await telegram.wait_for_messages(ALICE)
+    await telegram.wait_for_messages(ALICE, timeout=30)  # the process may still be starting
     claude.api_key = "rotated-key"
     for n in range(3):
         telegram.send_text(ALICE, f"after {n}")
