@@ -27,6 +27,7 @@ import orjson
 import structlog
 
 from botkit.errors import SessionError
+from botkit.sessions.media import write_all
 
 __all__ = ["Inbox", "InboxItem"]
 
@@ -63,6 +64,7 @@ class Inbox:
         self._seen: set[int] = set()
         self._lines = 0
         self._fd: int | None = None
+        self._torn = False
         self._load()
 
     def pending(self) -> list[InboxItem]:
@@ -161,12 +163,17 @@ class Inbox:
             self._fd = None
 
     def _write(self, record: dict[str, Any]) -> None:
+        # After a write cut short (a full disk), the next line starts on its own: the torn one
+        # is then one unreadable line, not glued to a record that must be kept.
+        line = b"\n" + _line(record) if self._torn else _line(record)
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            os.write(self._fd, _line(record))
+            write_all(self._fd, line)
         except OSError as e:
+            self._torn = True
             raise SessionError(f"cannot write the inbox journal {self.path}: {e}") from e
+        self._torn = False
         self._lines += 1
 
     def _load(self) -> None:
