@@ -209,6 +209,46 @@ class Settings(BaseSettings):
     )
     """BOTKIT_SCHEDULE_LEASE: seconds a claimed schedule is held for its delivery; one whose
     process died mid-delivery is delivered again after this, if its delivery was not recorded."""
+    approval_timeout: float = Field(
+        900.0, gt=0, validation_alias=AliasChoices("BOTKIT_APPROVAL_TIMEOUT", "approval_timeout")
+    )
+    """BOTKIT_APPROVAL_TIMEOUT: seconds a tool call waits for Allow before it is denied."""
+    operators_chat: int | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_OPERATORS_CHAT", "operators_chat")
+    )
+    """BOTKIT_OPERATORS_CHAT: the forum supergroup (the bot an admin) where operators take
+    conversations over (``/human``, the ``handoff`` tool); unset: no handoff."""
+    memory: bool = Field(True, validation_alias=AliasChoices("BOTKIT_MEMORY", "memory"))
+    """BOTKIT_MEMORY: give each conversation a long-term memory the model manages."""
+    memory_max_files: int = Field(
+        100, ge=1, validation_alias=AliasChoices("BOTKIT_MEMORY_MAX_FILES", "memory_max_files")
+    )
+    """BOTKIT_MEMORY_MAX_FILES: files one conversation's memory may hold."""
+    memory_max_file_kb: int = Field(
+        100,
+        ge=1,
+        validation_alias=AliasChoices("BOTKIT_MEMORY_MAX_FILE_KB", "memory_max_file_kb"),
+    )
+    """BOTKIT_MEMORY_MAX_FILE_KB: the size limit of one memory file, in KB."""
+    memory_max_total_kb: int = Field(
+        1024,
+        ge=1,
+        validation_alias=AliasChoices("BOTKIT_MEMORY_MAX_TOTAL_KB", "memory_max_total_kb"),
+    )
+    """BOTKIT_MEMORY_MAX_TOTAL_KB: the size limit of one conversation's memory, in KB."""
+    forget_me: bool = Field(True, validation_alias=AliasChoices("BOTKIT_FORGET_ME", "forget_me"))
+    """BOTKIT_FORGET_ME: let users erase what the bot holds about them (``/forget_me``)."""
+    trace_content: bool = Field(
+        False, validation_alias=AliasChoices("BOTKIT_TRACE_CONTENT", "trace_content")
+    )
+    """BOTKIT_TRACE_CONTENT: record prompts, answers and tool arguments and results in traces."""
+    trace_user_ids: bool = Field(
+        False, validation_alias=AliasChoices("BOTKIT_TRACE_USER_IDS", "trace_user_ids")
+    )
+    """BOTKIT_TRACE_USER_IDS: put user ids in traces as they are (default: hashed)."""
+    plans: str | None = Field(None, validation_alias=AliasChoices("BOTKIT_PLANS", "plans"))
+    """BOTKIT_PLANS: paid plans as JSON (a list of plans) or a path to a JSON file; plans
+    given in code (``Bot(plans=...)``) come first."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
     metrics_port: int | None = Field(
