@@ -532,3 +532,56 @@ async def test_dispatcher_echo(tg: FakeTelegramServer) -> None:
         await bot.session.close()
     assert tg.confirmed_offset >= 2
     assert tg.requests_for("getMe")
+
+
+# --- forum topics and copies (#29) -----------------------------------------------------------
+
+FORUM = -1_000_000_000_555
+
+
+async def test_forum_topics_are_created_closed_and_reopened(
+    bot: Bot, tg: FakeTelegramServer
+) -> None:
+    tg.make_forum(FORUM)
+    topic = await bot.create_forum_topic(FORUM, "Ann (42)")
+    assert topic.message_thread_id > 1  # 1 is the General topic
+    sent = await bot.send_message(FORUM, "hi", message_thread_id=topic.message_thread_id)
+    assert sent.message_thread_id == topic.message_thread_id
+    assert tg.topic_messages(FORUM, topic.message_thread_id)[0].plain_text == "hi"
+    assert await bot.close_forum_topic(FORUM, topic.message_thread_id)
+    assert tg.topics[(FORUM, topic.message_thread_id)].closed
+    with pytest.raises(TelegramBadRequest, match="TOPIC_NOT_MODIFIED"):
+        await bot.close_forum_topic(FORUM, topic.message_thread_id)
+    assert await bot.reopen_forum_topic(FORUM, topic.message_thread_id)
+    assert not tg.topics[(FORUM, topic.message_thread_id)].closed
+    with pytest.raises(TelegramBadRequest, match="TOPIC_ID_INVALID"):
+        await bot.close_forum_topic(FORUM, 999)
+
+
+async def test_topics_only_in_a_forum(bot: Bot, tg: FakeTelegramServer) -> None:
+    with pytest.raises(TelegramBadRequest, match="not a forum"):
+        await bot.create_forum_topic(-1_000_000_000_556, "x")
+
+
+async def test_copy_message_copies_text_and_photos_into_a_topic(
+    bot: Bot, tg: FakeTelegramServer
+) -> None:
+    tg.make_forum(FORUM)
+    topic = (await bot.create_forum_topic(FORUM, "Ann (42)")).message_thread_id
+    tg.send_text(42, "hello there")
+    tg.send_photo(42, caption="look", data=TINY_PNG)
+    await bot.copy_message(FORUM, 42, 1, message_thread_id=topic)
+    await bot.copy_message(FORUM, 42, 2, message_thread_id=topic)
+    [text] = tg.topic_messages(FORUM, topic)
+    assert text.plain_text == "hello there"
+    [photo] = tg.sent_files(FORUM)
+    assert (photo.method, photo.data, photo.caption, photo.thread_id) == (
+        "copyMessage",
+        TINY_PNG,
+        "look",
+        topic,
+    )
+    with pytest.raises(TelegramBadRequest, match="message to copy not found"):
+        await bot.copy_message(FORUM, 42, 99)
+    with pytest.raises(TelegramBadRequest, match="can't be copied"):
+        await bot.copy_message(42, FORUM, topic)  # the topic's creation: a service message

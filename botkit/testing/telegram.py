@@ -28,6 +28,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from html.parser import HTMLParser
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_MESSAGE_LENGTH",
     "TINY_PNG",
     "FakeTelegramServer",
+    "ForumTopic",
     "RecordedRequest",
     "SentFile",
     "SentMessage",
@@ -168,6 +170,8 @@ class SentMessage:
     params: dict[str, Any]
     plain_text: str = ""
     entities: tuple[dict[str, Any], ...] = ()
+    thread_id: int | None = None
+    """The forum topic it went to (``message_thread_id``), if any."""
 
 
 @dataclass(frozen=True)
@@ -186,11 +190,24 @@ class SentFile:
     chat_id: int
     message_id: int
     method: str
-    """``sendPhoto`` or ``sendDocument``."""
+    """``sendPhoto``, ``sendDocument`` or ``copyMessage`` (a copied picture or file)."""
     data: bytes
     filename: str | None
     caption: str | None
     params: dict[str, Any]
+    thread_id: int | None = None
+    """The forum topic it went to (``message_thread_id``), if any."""
+
+
+@dataclass
+class ForumTopic:
+    """A topic of a forum supergroup, made by the bot with ``createForumTopic``."""
+
+    chat_id: int
+    thread_id: int
+    """Its ``message_thread_id``."""
+    name: str
+    closed: bool = False
 
 
 class _ApiError(Exception):
@@ -423,6 +440,8 @@ class FakeTelegramServer(LoopbackServer):
         self._blocked: set[int] = set()
         self._download_faults: list[int] = []
         self._chat_admins: set[tuple[int, int]] = set()
+        self.topics: dict[tuple[int, int], ForumTopic] = {}
+        """Forum topics made with ``createForumTopic``, by (chat id, message_thread_id)."""
         self._poll_generation = 0
         self._callback_ids = 0
         self._stopping = False
@@ -447,6 +466,7 @@ class FakeTelegramServer(LoopbackServer):
             "senddocument": self._send_document,
             "getchatmember": self._get_chat_member,
             "answercallbackquery": self._return_true,
+            **self._forum_handlers(),
             "close": self._return_true,
             "logout": self._return_true,
         }
@@ -568,8 +588,10 @@ class FakeTelegramServer(LoopbackServer):
         first_name: str = "User",
         username: str | None = None,
         data: bytes = TINY_PNG,
+        thread_id: int | None = None,
     ) -> int:
-        """Inject a photo message (downloadable via getFile) and return its update_id."""
+        """Inject a photo message (downloadable via getFile) and return its update_id;
+        ``thread_id`` puts it in that topic of a forum supergroup."""
         message = self._incoming_message(
             user_id,
             chat_id=chat_id,
@@ -579,6 +601,9 @@ class FakeTelegramServer(LoopbackServer):
             reply_to_message_id=None,
             chat_title="Test Group",
         )
+        if thread_id is not None:
+            message.update(message_thread_id=thread_id, is_topic_message=True)
+            message["chat"] = {**message["chat"], "is_forum": True}
         number = len(self._files)
         sizes = []
         for index, side in enumerate((90, 320)):
@@ -1185,6 +1210,7 @@ class FakeTelegramServer(LoopbackServer):
             params=params,
             plain_text=plain,
             entities=tuple(entities),
+            thread_id=self._place_in_topic(chat_id, message, params),
         )
         self._sent.append(sent)
         self._sent_by_chat.setdefault(chat_id, []).append(sent)
@@ -1398,6 +1424,7 @@ class FakeTelegramServer(LoopbackServer):
         }
         if isinstance(caption, str) and caption:
             message["caption"] = caption
+        self._place_in_topic(chat_id, message, params)
         return value, message
 
     def _record_file(
@@ -1405,8 +1432,147 @@ class FakeTelegramServer(LoopbackServer):
     ) -> None:
         chat_id = message["chat"]["id"]
         caption = message.get("caption")
+        thread = message.get("message_thread_id")
         sent = SentFile(
-            chat_id, message["message_id"], method, upload.data, upload.filename, caption, params
+            chat_id,
+            message["message_id"],
+            method,
+            upload.data,
+            upload.filename,
+            caption,
+            params,
+            thread,
         )
         self._sent_files.append(sent)
         self._messages[(chat_id, sent.message_id)] = _StoredMessage(message, True)
+
+    # ------------------------------------------------------------------ forum topics, copies
+
+    def make_forum(self, chat_id: int, *, title: str = "Operators") -> None:
+        """Make ``chat_id`` a forum supergroup, where the bot may create topics."""
+        self._chats[chat_id] = {"id": chat_id, "type": "supergroup", "title": title}
+        self._chats[chat_id]["is_forum"] = True
+        self._last_message_id[chat_id] = max(self._last_message_id.get(chat_id, 0), 1)  # General
+
+    def topic_messages(self, chat_id: int, thread_id: int) -> list[SentMessage]:
+        """The texts the bot sent (or copied) into topic ``thread_id`` of ``chat_id``."""
+        return [m for m in self.sent_messages(chat_id) if m.thread_id == thread_id]
+
+    def _forum_handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
+        return {
+            "createforumtopic": self._create_forum_topic,
+            "editforumtopic": self._edit_forum_topic,
+            "closeforumtopic": partial(self._set_topic_closed, closed=True),
+            "reopenforumtopic": partial(self._set_topic_closed, closed=False),
+            "copymessage": self._copy_message,
+        }
+
+    def _place_in_topic(
+        self, chat_id: int, message: dict[str, Any], params: dict[str, Any]
+    ) -> int | None:
+        """Put a sent message in the topic its ``message_thread_id`` names (if any)."""
+        thread_id = self._int_param(params, "message_thread_id")
+        if thread_id is None:
+            return None
+        message.update(message_thread_id=thread_id, is_topic_message=True)
+        return thread_id
+
+    def _topic(self, params: dict[str, Any]) -> ForumTopic:
+        chat_id = self._chat_id(params)
+        topic = self.topics.get((chat_id, self._int_param(params, "message_thread_id") or 0))
+        if topic is None:
+            raise _ApiError(400, "Bad Request: TOPIC_ID_INVALID")
+        return topic
+
+    async def _create_forum_topic(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        name = params.get("name")
+        if not self._chat(chat_id).get("is_forum"):
+            raise _ApiError(400, "Bad Request: the chat is not a forum")
+        if not isinstance(name, str) or not 1 <= len(name) <= 128:
+            raise _ApiError(400, "Bad Request: TOPIC_NAME_INVALID")
+        thread_id = self._next_message_id(chat_id)  # a topic's id is its first message's
+        created = {"name": name, "icon_color": 7322096}
+        service = {"message_id": thread_id, "from": self._bot_user(), "date": int(time.time())}
+        service.update(chat=self._chat(chat_id), forum_topic_created=created)
+        service.update(message_thread_id=thread_id, is_topic_message=True)
+        self._messages[(chat_id, thread_id)] = _StoredMessage(service, from_bot=True)
+        self.topics[(chat_id, thread_id)] = ForumTopic(chat_id, thread_id, name)
+        return {"message_thread_id": thread_id, **created}
+
+    async def _edit_forum_topic(self, params: dict[str, Any]) -> bool:
+        topic = self._topic(params)
+        name = params.get("name")
+        if isinstance(name, str):
+            if not 1 <= len(name) <= 128:
+                raise _ApiError(400, "Bad Request: TOPIC_NAME_INVALID")
+            topic.name = name
+        return True
+
+    async def _set_topic_closed(self, params: dict[str, Any], *, closed: bool) -> bool:
+        topic = self._topic(params)
+        if topic.closed == closed:
+            raise _ApiError(400, "Bad Request: TOPIC_NOT_MODIFIED")
+        topic.closed = closed
+        return True
+
+    async def _copy_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``copyMessage``: the text or media of a known message, sent anew by the bot."""
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        source_chat = self._int_param(params, "from_chat_id")
+        message_id = self._int_param(params, "message_id")
+        stored = self._messages.get((source_chat or 0, message_id or 0))
+        if stored is None:
+            raise _ApiError(400, "Bad Request: message to copy not found")
+        source = stored.message
+        kind = next((k for k in _COPIED_KINDS if k in source), None)
+        if kind is None:
+            raise _ApiError(400, "Bad Request: message can't be copied")
+        message: dict[str, Any] = {"message_id": self._next_message_id(chat_id)}
+        message.update(_bot_copy(source, params), chat=self._chat(chat_id))
+        message.update({"from": self._bot_user(), "date": int(time.time())})
+        thread_id = self._place_in_topic(chat_id, message, params)
+        self._record_copy(chat_id, message, kind, params, thread_id)
+        return {"message_id": message["message_id"]}
+
+    def _record_copy(
+        self,
+        chat_id: int,
+        message: dict[str, Any],
+        kind: str,
+        params: dict[str, Any],
+        thread_id: int | None,
+    ) -> None:
+        """Record a copy as a sent text, or as a sent file with the bytes it shows."""
+        message_id = message["message_id"]
+        if kind == "text":
+            text = message["text"]
+            entities = tuple(message.get("entities", ()))
+            sent = SentMessage(chat_id, message_id, text, None, params, text, entities, thread_id)
+            self._sent.append(sent)
+            self._sent_by_chat.setdefault(chat_id, []).append(sent)
+            self._messages[(chat_id, message_id)] = _StoredMessage(message, True, sent)
+            return
+        media = message[kind][-1] if kind == "photo" else message[kind]
+        _, data = self._files.get(media.get("file_id", ""), ("", b""))
+        name = media.get("file_name")
+        caption = message.get("caption")
+        copy = SentFile(chat_id, message_id, "copyMessage", data, name, caption, params, thread_id)
+        self._sent_files.append(copy)
+        self._messages[(chat_id, message_id)] = _StoredMessage(message, True)
+
+
+_COPIED_KINDS = ("text", "photo", "document", "voice", "audio", "video", "animation", "sticker")
+"""What ``copyMessage`` copies; service messages (a topic's creation, say) cannot be copied."""
+
+
+def _bot_copy(source: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The content of ``source`` as a copy carries it: its caption replaced if one is given."""
+    kept = ("text", "entities", "caption", "caption_entities", *_COPIED_KINDS[1:])
+    copy = {key: source[key] for key in kept if key in source}
+    caption = params.get("caption")
+    if isinstance(caption, str) and "text" not in copy:
+        copy.pop("caption_entities", None)
+        copy["caption"] = caption
+    return copy
