@@ -19,6 +19,7 @@ from botkit.agent.pool import ContextPool
 from botkit.chats import Conversation, conversation_of
 from botkit.commands import ButtonHandler, Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
+from botkit.handoff import attach_handoffs
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
 from botkit.messengers.base import ButtonPress, Incoming, Messenger
@@ -111,7 +112,9 @@ class Bot:
             max_messages=self.options.max_messages,
         )
         """The conversations' contexts in memory."""
-        self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics)
+        self.handoffs = attach_handoffs(self)
+        """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
+        self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics, self.handoffs)
         """Runs a message through these steps to its reply."""
 
     @property

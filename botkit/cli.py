@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
+    from botkit.handoff import cli as handoff_cli
+
+    handoff_cli.add_parser(commands)
     scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
     scheduled.add_argument("--user", type=int, help="only this user's")
     scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -201,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.action == "cancel":
                 return cancel_scheduled(load_settings(), args.id)
             return list_scheduled(load_settings(), args.user, as_json=args.json)
+        if args.command == "handoffs":
+            from botkit.handoff.cli import run as list_handoffs
+
+            return list_handoffs(args)
         if args.command == "sessions":
             return _sessions(args.action, args.directory, args.dsn)
         if args.command == "prune":

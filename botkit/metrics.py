@@ -46,8 +46,10 @@ TurnOutcome = Literal[
     "overloaded",
     "stopped",
     "cancelled",
+    "handoff",
 ]
-"""How a turn ended; ``cancelled``: cut off when the process stopped."""
+"""How a turn ended; ``cancelled``: cut off when the process stopped; ``handoff``: relayed
+between a handed-over user and the operators (no LLM call)."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")
@@ -66,6 +68,7 @@ REFRESH_TIMEOUT = 2.0
 _TOOLS_TIMED = 10_000
 """Tool calls timed at once at most; more means some never ended (cancelled turns)."""
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+_HANDOFF_SECONDS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0, 86400.0)
 _TOOL_SECONDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -161,6 +164,15 @@ class Metrics:
         self.contexts = Gauge("botkit_contexts_in_memory", "Contexts held in memory", registry=r)
         self.inbox_unfinished = Gauge(
             "botkit_inbox_unfinished", "Inbox entries whose turn has not finished", registry=r
+        )
+        self.handoffs_open = Gauge(
+            "botkit_handoffs_open", "Conversations handed to people now", registry=r
+        )
+        self.handoff_first_reply_seconds = Histogram(
+            "botkit_handoff_first_reply_seconds",
+            "From a handoff opened to the operators' first answer",
+            buckets=_HANDOFF_SECONDS,
+            registry=r,
         )
         self._turn_children = {o: self.turns.labels(o) for o in TURN_OUTCOMES}
         self.updates_given_up = Counter(

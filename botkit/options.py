@@ -121,6 +121,27 @@ class BotOptions:
     """Sent instead of a task's answer when its user's tasks used up today's runs
     (BOTKIT_MAX_TASK_RUNS); ``{id}``, ``{when}`` (their local time) and ``{runs}`` are filled in."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    handoff_opened_text: str = "I've asked a person to join us. They'll answer you here shortly."
+    """``/human`` or the ``handoff`` tool (BOTKIT_OPERATORS_CHAT): a person will answer."""
+    handoff_already_text: str = "A person is already on this conversation; they'll answer here."
+    handoff_closed_text: str = "The person has handed you back to me, the assistant."
+    """Sent to the user when an operator ends the handoff (``/done`` in the topic)."""
+    handoff_unavailable_text: str = (
+        "Sorry, I couldn't reach a person just now. I'll keep helping you myself."
+    )
+    """Sent when the operators' topic cannot be opened or written to (the log says why)."""
+    handoff_private_only_text: str = "Write /human to me in a private chat to reach a person."
+    handoff_topic_text: str = (
+        "{name} (user {user_id}) is handed to you. Reason: {reason}\n\n{summary}\n\n"
+        "What you write in this topic goes to them; /done hands them back to the assistant."
+    )
+    """Posted in the user's topic when it opens; ``{name}``, ``{user_id}``, ``{reason}`` and
+    ``{summary}`` (the model's, or the last messages) are filled in."""
+    handoff_done_text: str = "Handed back to the assistant."
+    handoff_done_refused_text: str = (
+        "Only this chat's admins and the bot's admins can end a handoff."
+    )
+    handoff_undelivered_text: str = "Not delivered to the user: {error}"
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

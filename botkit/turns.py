@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -54,6 +54,9 @@ from botkit.types import (
     TextBlock,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from botkit.handoff import Handoffs
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -181,10 +184,13 @@ class TurnPipeline:
         access: Access,
         contexts: ContextPool,
         metrics: Metrics | None = None,
+        handoffs: Handoffs | None = None,
     ) -> None:
         self.bot = bot
         self.access = access
         self.contexts = contexts
+        self.handoffs = handoffs
+        """Conversations handed to people (BOTKIT_OPERATORS_CHAT); ``None``: no handoff."""
         self.metrics = metrics or Metrics()
         """Where turns and LLM calls are counted."""
         self.usage_by_model: dict[str, Usage] = {}
@@ -221,6 +227,8 @@ class TurnPipeline:
 
         Returns how the turn ended (the ``outcome`` of ``botkit_turns_total``).
         """
+        if self.handoffs and await self.handoffs.take_operator_message(message, messenger):
+            return "handoff"  # the operators' chat: not a user's turn, and no gate applies
         if message.command == "start":
             welcome = await self.bot.handle_start(message, message.command_args)
             if welcome:
@@ -238,6 +246,8 @@ class TurnPipeline:
         if message.command is not None:
             await self._reply(messenger, message, await self._answer_command(message))
             return "command"
+        if self.handoffs and await self.handoffs.relay_if_handed_off(message, messenger):
+            return "handoff"  # a person answers this conversation now: relayed, no LLM call
         if await self.access.over_budget(message.user_id):
             await self._reply(messenger, message, self.bot.options.budget_text)
             return "budget"

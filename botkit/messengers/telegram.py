@@ -70,6 +70,7 @@ MAX_MESSAGE_LENGTH = 4096
 MAX_CAPTION_LENGTH = 1024
 MAX_PRESS_NOTICE = 200  # answerCallbackQuery text
 GENERAL_TOPIC = 1
+MAX_TOPIC_NAME = 128
 """A forum's General topic: messages for it are sent without a ``message_thread_id``."""
 DRAFT_REFRESH = 20.0
 """Seconds after which a draft is re-sent: Telegram drops one after about 30 s."""
@@ -127,6 +128,7 @@ class TelegramMessenger:
         paid_broadcast: bool = False,
         known_commands: frozenset[str] = frozenset(),
         download_timeout: int = 30,
+        operators_chat: int | None = None,
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         session = _Session(api=server)
@@ -148,6 +150,8 @@ class TelegramMessenger:
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.download_timeout = download_timeout
         """Seconds a file the user sent may take to download before the turn goes on without."""
+        self.operators_chat = operators_chat
+        """The operators' forum (BOTKIT_OPERATORS_CHAT): all its messages are read, unaddressed."""
         self.me: User | None = None
         self._albums: dict[str, None] = {}
         """Recent albums (``media_group_id``) addressed to the bot in groups, oldest first."""
@@ -310,6 +314,34 @@ class TelegramMessenger:
             log.warning("telegram.chat_member_failed", chat_id=chat_id, error=_describe_error(e))
             return False
         return member.status in ("creator", "administrator")
+
+    async def create_topic(self, chat_id: int, name: str) -> int:
+        """Create a forum topic named ``name`` in ``chat_id``; its ``message_thread_id``."""
+        call = partial(self.api.create_forum_topic, chat_id, name[:MAX_TOPIC_NAME])
+        async with _errors_mapped("createForumTopic"):
+            topic = await self.flood.send(chat_id, call)
+        return topic.message_thread_id
+
+    async def close_topic(self, chat_id: int, thread_id: int) -> None:
+        """Close the forum topic ``thread_id`` of ``chat_id``."""
+        async with _errors_mapped("closeForumTopic"):
+            await self.flood.send(chat_id, partial(self.api.close_forum_topic, chat_id, thread_id))
+
+    async def reopen_topic(self, chat_id: int, thread_id: int) -> None:
+        """Reopen the closed forum topic ``thread_id`` of ``chat_id``."""
+        call = partial(self.api.reopen_forum_topic, chat_id, thread_id)
+        async with _errors_mapped("reopenForumTopic"):
+            await self.flood.send(chat_id, call)
+
+    async def copy_message(
+        self, chat_id: int, from_chat_id: int, message_id: int, *, thread_id: int | None = None
+    ) -> None:
+        """Send a copy of message ``message_id`` of ``from_chat_id`` (text or media) to
+        ``chat_id`` (in topic ``thread_id``), as the bot's own."""
+        placement = self._placement(thread_id, None)
+        call = partial(self.api.copy_message, chat_id, from_chat_id, message_id, **placement)
+        async with _errors_mapped("copyMessage"):
+            await self.flood.send(chat_id, call)
 
     def draft(self, message: Incoming) -> TelegramDraft | None:
         """A streamed draft for private chats; groups get the final message only."""
@@ -541,7 +573,7 @@ class TelegramMessenger:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
-        if message.chat.type in GROUP_CHATS:
+        if message.chat.type in GROUP_CHATS and message.chat.id != self.operators_chat:
             addressed = self._addressed_text(message, text)
             if addressed is None:
                 return None

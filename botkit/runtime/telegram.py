@@ -76,6 +76,7 @@ def messenger_for(
         inbox=Inbox(settings.sessions_dir / INBOX_FILE) if inbox else None,
         answer_groups=settings.answer_groups,
         paid_broadcast=settings.paid_broadcast and settings.global_rate > FREE_RATE,
+        operators_chat=settings.operators_chat,
     )
 
 
