@@ -138,6 +138,8 @@ class BotOptions:
     """Posted in the user's topic when it opens; ``{name}``, ``{user_id}``, ``{reason}`` and
     ``{summary}`` (the model's, or the last messages) are filled in."""
     handoff_done_text: str = "Handed back to the assistant."
+    handoff_done_button: str = "Done"
+    """The button under a topic's first post that ends the handoff, as ``/done`` does."""
     handoff_done_refused_text: str = (
         "Only this chat's admins and the bot's admins can end a handoff."
     )

@@ -324,6 +324,8 @@ class TurnPipeline:
         """A press of an inline button: its handler (by the data's prefix) answers, and may
         edit the message; a failure is logged and the presser told. A presser the gates
         would not admit (blocked since, or never admitted) gets the rejection and no handler."""
+        if self.handoffs and await self.handoffs.take_operator_press(press, messenger):
+            return  # the operators' chat ("Done" under a handoff's topic): no gate applies
         rejection = await self.bot.authorize(press.as_incoming())
         if rejection:
             log.info("press.rejected", user_id=press.user_id, chat_id=press.chat_id)

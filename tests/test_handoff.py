@@ -339,6 +339,26 @@ async def test_done_by_an_admin_hands_back_and_the_assistant_knows_the_exchange(
     assert sample(bot, "botkit_handoffs_open") == 0
 
 
+async def test_the_done_button_ends_it_for_an_admin_only(setup: Setup) -> None:
+    bot = setup.bot()
+    telegram = setup.telegram
+
+    def answered(text: str) -> bool:
+        presses = telegram.requests_for("answerCallbackQuery")
+        return any(r.error_code is None and r.params.get("text") == text for r in presses)
+
+    async with setup.serving(bot):
+        topic = await hand_over(setup)
+        posted = await in_topic(telegram, topic, "Ann's parcel is missing")
+        telegram.press_button(EVE, posted, TEXTS.handoff_done_button)
+        await until(lambda: answered(TEXTS.handoff_done_refused_text))
+        assert not telegram.topics[(OPS, topic)].closed
+        telegram.press_button(BOB, posted, TEXTS.handoff_done_button)
+        await said_to(telegram, ANN, TEXTS.handoff_closed_text)
+        await until(lambda: telegram.topics[(OPS, topic)].closed)
+    assert TEXTS.rejection_text not in [m.plain_text for m in telegram.sent_messages(OPS)]
+
+
 async def test_a_second_human_reopens_the_same_topic(setup: Setup) -> None:
     bot = setup.bot()
     telegram, claude = setup.telegram, setup.claude

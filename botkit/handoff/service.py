@@ -24,7 +24,7 @@ from botkit.commands import Command
 from botkit.config import Settings
 from botkit.errors import ConfigError, LLMError, MessengerError, ToolError
 from botkit.llm.base import LLM, LLMRequest
-from botkit.messengers.base import Incoming, Messenger
+from botkit.messengers.base import Button, ButtonPress, Incoming, Messenger, Reply
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
 from botkit.plugins import Plugin
@@ -43,6 +43,8 @@ SUMMARY_PROMPT = (
     "Summarize it for the operator in at most five short lines: who the user is, what they "
     "want, what was already said or tried, and what is still open. Plain text, no greeting."
 )
+DONE_DATA = "handoff:done"
+"""The data of the "Done" button under a topic's first post."""
 _QUOTED_CHARS = 500
 """A message is cut to this many characters in the transcript the summary is made from."""
 
@@ -126,6 +128,20 @@ class Handoffs:
             await self._to_user(message, handoff, messenger)
         return True
 
+    async def take_operator_press(self, press: ButtonPress, messenger: Messenger) -> bool:
+        """Whether ``press`` came from the operators' chat (then it is handled here: "Done"
+        ends the topic's handoff, for an admin; no gate applies)."""
+        if press.chat_id != self.operators_chat:
+            return False
+        handoff = None
+        if press.data == DONE_DATA and press.thread_id is not None:
+            handoff = await (await self._store()).handoff_in_topic(press.thread_id)
+        refusal = None
+        if handoff is not None and handoff.is_open:
+            refusal = await self._end(press.user_id, handoff, messenger)
+        await messenger.answer_press(press.press_id, refusal)
+        return True
+
     async def relay_if_handed_off(self, message: Incoming, messenger: Messenger) -> bool:
         """Whether the sender's conversation is handed over (then ``message`` was copied to
         their topic and recorded, and the assistant stays silent)."""
@@ -178,7 +194,10 @@ class Handoffs:
         text = options.handoff_topic_text.format(
             name=name, user_id=user_id, reason=reason, summary=summary
         )
-        await self._messenger().send_text(self.operators_chat, text, thread_id=handoff.topic_id)
+        done = Button(options.handoff_done_button, DONE_DATA)
+        await self._messenger().send_reply(
+            self.operators_chat, Reply(text, ((done,),)), thread_id=handoff.topic_id
+        )
         await self.count_open()
         return options.handoff_opened_text
 
@@ -235,19 +254,25 @@ class Handoffs:
 
     async def _done(self, message: Incoming, handoff: Handoff, messenger: Messenger) -> None:
         """``/done`` in a topic: by an admin, the user is handed back to the assistant."""
-        options = self.host.options
-        if not await self._may_end(message, messenger):
-            log.info("handoff.done_refused", user_id=message.user_id, topic_id=handoff.topic_id)
+        refusal = await self._end(message.user_id, handoff, messenger)
+        if refusal is not None:
             await messenger.send_text(
                 self.operators_chat,
-                options.handoff_done_refused_text,
+                refusal,
                 thread_id=handoff.topic_id,
                 reply_to=message.message_id,
             )
-            return
+
+    async def _end(self, by: int, handoff: Handoff, messenger: Messenger) -> str | None:
+        """End ``handoff`` at ``by``'s request: the user is told, the topic closed; the text
+        refusing ``by`` if they may not end it."""
+        options = self.host.options
+        if not await self._may_end(by, messenger):
+            log.info("handoff.done_refused", user_id=by, topic_id=handoff.topic_id)
+            return options.handoff_done_refused_text
         if not await self._close(handoff):
-            return  # another /done ended it meanwhile
-        log.info("handoff.closed", user_id=handoff.user_id, by=message.user_id)
+            return None  # another /done ended it meanwhile
+        log.info("handoff.closed", user_id=handoff.user_id, by=by)
         with suppress(MessengerError):  # the user blocked the bot: the handoff ends all the same
             await messenger.send_text(handoff.chat_id, options.handoff_closed_text)
         await messenger.send_text(
@@ -255,15 +280,16 @@ class Handoffs:
         )
         with suppress(MessengerError):  # closed by hand already
             await _forum(messenger).close_topic(self.operators_chat, handoff.topic_id)
+        return None
 
-    async def _may_end(self, message: Incoming, messenger: Messenger) -> bool:
-        """Whether the sender is one of the bot's admins or an admin of the operators' chat."""
-        if self.host.access.is_admin(message.user_id):
+    async def _may_end(self, user_id: int, messenger: Messenger) -> bool:
+        """Whether ``user_id`` is one of the bot's admins or an admin of the operators' chat."""
+        if self.host.access.is_admin(user_id):
             return True
-        record = await self.host.access.known_user(message.user_id)
+        record = await self.host.access.known_user(user_id)
         if record is not None and record.role == "admin" and not record.blocked:
             return True
-        return await messenger.is_chat_admin(self.operators_chat, message.user_id)
+        return await messenger.is_chat_admin(self.operators_chat, user_id)
 
     async def _close(self, handoff: Handoff) -> bool:
         """Mark ``handoff`` ended; whether this call ended it."""
