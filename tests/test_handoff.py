@@ -299,6 +299,34 @@ async def test_operators_chat_messages_outside_an_open_topic_are_ignored(setup: 
     assert [r.last_user_text() for r in claude.requests] == ["hi"]
 
 
+async def test_a_user_message_that_cannot_reach_the_topic_ends_the_handoff(
+    setup: Setup,
+) -> None:
+    bot = setup.bot()
+    telegram = setup.telegram
+    async with setup.serving(bot):
+        await hand_over(setup)
+        telegram.fail_next(
+            "copyMessage", error_code=400, description="Bad Request: message thread not found"
+        )
+        telegram.send_text(ANN, "hello?")
+        await said_to(telegram, ANN, TEXTS.handoff_unavailable_text)
+        telegram.send_text(ANN, "so, can you help?")
+        await said_to(telegram, ANN, "echo: so, can you help?")  # the assistant answers again
+    assert sample(bot, "botkit_handoffs_open") == 0
+
+
+async def test_an_operator_told_when_the_user_cannot_be_reached(setup: Setup) -> None:
+    bot = setup.bot()
+    telegram = setup.telegram
+    async with setup.serving(bot):
+        topic = await hand_over(setup)
+        telegram.block_user(ANN)
+        operator_says(setup, topic, "Hi Ann, Bob here")
+        told = await in_topic(telegram, topic, "Not delivered to the user")
+    assert "bot was blocked by the user" in told.plain_text
+
+
 # --- ending ----------------------------------------------------------------------------------
 
 
