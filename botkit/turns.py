@@ -1,8 +1,9 @@
 """The turn pipeline: one incoming message through the bot's steps to its reply.
 
 Telegram turns, ``Bot.stream``, the console and (later) queue workers all run turns here:
-handle_start → authorize → user record → commands → budget → build_extra, build_tools,
-build_prompt → context_for → the tool loop → the reply. LLM errors become user texts here;
+(the operators' chat, for handoffs) → handle_start → authorize → user record → commands →
+(handed over: relay and stop) → budget → build_extra, build_tools, build_prompt → context_for →
+the tool loop → the reply. LLM errors become user texts here;
 usage is charged, drafts are streamed and the stop button is honoured here.
 """
 
