@@ -22,6 +22,8 @@ import httpx2
 import orjson
 import structlog
 
+import botkit.llm.internals as internals
+import botkit.llm.sdk_path as sdk_path
 from botkit.errors import (
     ConfigError,
     LLMAuthError,
@@ -30,7 +32,6 @@ from botkit.errors import (
     MediaTooLargeError,
     PromptTooLongError,
 )
-from botkit.llm import internals, sdk_path
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
 from botkit.llm.transport import MessagesTransport
 from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage

@@ -27,7 +27,7 @@ import anthropic
 import httpx2
 from yarl import URL
 
-from botkit.llm import internals
+import botkit.llm.internals as internals
 
 if TYPE_CHECKING:
     from aiohttp.client_proto import ResponseHandler
