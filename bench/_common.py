@@ -203,9 +203,10 @@ class Round:
         return self.replies >= self.expected and not self.missing
 
     @property
-    def per_second(self) -> float:
-        """Turns per second."""
-        return self.replies / self.seconds if self.seconds > 0 else 0.0
+    def cpu_ms_per_turn(self) -> float:
+        """Bot CPU per turn (ms): divided by the messages sent, one turn each, never by the
+        replies (a bot that split one answer in two would look half as costly)."""
+        return self.bot_cpu / max(self.expected, 1) * 1000
 
     def timeline(self) -> str:
         """When the LLM calls and the replies happened, relative to the first injection."""

@@ -154,7 +154,7 @@ async def main(args: argparse.Namespace) -> int:
                         return 1
 
         wall = {n: median([r.seconds for r in rs]) for n, rs in results.items()}
-        cpu = {n: median([r.bot_cpu / r.replies * 1000 for r in rs]) for n, rs in results.items()}
+        cpu = {n: median([r.cpu_ms_per_turn for r in rs]) for n, rs in results.items()}
         for name in results:
             print(
                 f"{name:<16} median wall time {wall[name]:.2f} s for {users} concurrent turns, "
@@ -178,7 +178,7 @@ async def main(args: argparse.Namespace) -> int:
                 if (name := bot.name).endswith("-sampled")
             }
             print(sample_breakdown(columns))
-    verdict = "PASS" if ratio <= args.target else "MISS"
+    verdict = "PASS" if ratio <= args.target else "FAIL"
     print(load_line())
     print(
         f"RESULT concurrency botkit={wall['botkit']:.2f}s create={wall['create']:.2f}s "

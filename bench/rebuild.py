@@ -197,7 +197,7 @@ def main() -> int:
         f"+{botkit['peak_mb']:.1f} MB (orjson {yardstick['first_ms']:.1f} ms "
         f"+{yardstick['peak_mb']:.1f} MB, {botkit['first_ms'] / yardstick['first_ms']:.1f}x; "
         f"before {largest['before']['first_ms']:.0f} ms +{largest['before']['peak_mb']:.0f} MB) "
-        f"target<={TARGET_MS:g} ms and <={TARGET_MB:g} MB {'PASS' if ok else 'MISS'}"
+        f"target<={TARGET_MS:g} ms and <={TARGET_MB:g} MB {'PASS' if ok else 'FAIL'}"
     )
     return 0
 

@@ -201,7 +201,7 @@ async def main(args: argparse.Namespace) -> int:
     )
     print(f"re-run turn (recorded): {again:.2f} ms CPU (median of {len(rerun)} passes)")
     print(load_line())
-    verdict = "PASS" if ratio <= TARGET else "MISS"
+    verdict = "PASS" if ratio <= TARGET else "FAIL"
     print(
         f"RESULT rerun recorded={ratio:.2f}x served-nostream ({again:.2f} / "
         f"{served['botkit-nostream']:.2f} ms; {again / served['botkit']:.2f}x streaming on) "

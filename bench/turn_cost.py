@@ -167,7 +167,7 @@ async def main(args: argparse.Namespace) -> int:
                     print(
                         f"  round {number + 1} {bot.name:<16} {result.replies}/{result.expected} "
                         f"in {result.seconds:.2f} s, bot CPU "
-                        f"{result.bot_cpu / max(result.replies, 1) * 1000:.2f} ms/turn; "
+                        f"{result.cpu_ms_per_turn:.2f} ms/turn; "
                         f"{result.cpu_note()}"
                     )
                     if not result.complete:
@@ -176,9 +176,9 @@ async def main(args: argparse.Namespace) -> int:
                         return 1
             drafts = {bot.name: len(bot.telegram.requests_for("sendMessageDraft")) for bot in bots}
 
-        cpu = {n: median([r.bot_cpu / r.replies * 1000 for r in rs]) for n, rs in results.items()}
+        cpu = {n: median([r.cpu_ms_per_turn for r in rs]) for n, rs in results.items()}
         wall = {n: median([r.seconds for r in rs]) for n, rs in results.items()}
-        turns = {n: sum(r.replies for r in rs) + WARMUP_USERS for n, rs in results.items()}
+        turns = {n: sum(r.expected for r in rs) + WARMUP_USERS for n, rs in results.items()}
         for name in results:
             print(
                 f"{name:<16} bot CPU {cpu[name]:.2f} ms per turn (median), wall "
@@ -219,7 +219,7 @@ async def main(args: argparse.Namespace) -> int:
                 ),
             }
             print(sample_breakdown(columns))
-    verdict = "PASS" if streaming <= TARGET and plain <= TARGET else "MISS"
+    verdict = "PASS" if streaming <= TARGET and plain <= TARGET else "FAIL"
     print(load_line())
     print(
         f"RESULT turn_cost streaming={streaming:.2f}x nostream={plain:.2f}x "

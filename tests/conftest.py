@@ -25,6 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from botkit.llm import internals
+from botkit.llm.internals import Internals
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
 
 DATABASE_URL_ENV = "BOTKIT_TEST_DATABASE_URL"
@@ -197,6 +199,16 @@ async def claude() -> AsyncIterator[FakeAnthropicServer]:
     """A fake Messages API on loopback that echoes unless scripted."""
     async with FakeAnthropicServer() as server:
         yield server
+
+
+@pytest.fixture(params=["fast", "sdk"])
+def llm_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test over both LLM paths: botkit's own transport, and the SDK's public API that
+    an install gets whose SDK lacks a private name the transport needs."""
+    if request.param == "sdk":
+        forced = Internals(missing_sdk=("forced by the test",))
+        monkeypatch.setattr(internals, "check", lambda: forced)
+    return str(request.param)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

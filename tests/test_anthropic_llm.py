@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
 
 from botkit import LLMAuthError, LLMError, LLMOverloadedError, Message, PromptTooLongError
@@ -19,6 +20,8 @@ from botkit.llm.anthropic import AnthropicLLM, _to_response
 from botkit.llm.base import LLMRequest, LLMResponse, metered
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply
 from botkit.types import ToolDef
+
+pytestmark = pytest.mark.usefixtures("llm_path")
 
 MODEL = "claude-test"
 SYSTEM = "You are terse."
@@ -257,7 +260,7 @@ async def test_a_call_slower_than_the_timeout_is_the_sdks_timeout_error(
 
 
 async def test_a_stream_stalled_longer_than_the_read_timeout_fails_soon_after(
-    claude: FakeAnthropicServer,
+    claude: FakeAnthropicServer, llm_path: str
 ) -> None:
     claude.chunk_delay = 5.0  # the first delta comes, then nothing for 5 s
     claude.enqueue(FakeReply.text("many words " * 50))
@@ -276,7 +279,9 @@ async def test_a_stream_stalled_longer_than_the_read_timeout_fails_soon_after(
     finally:
         await llm.close()
     assert deltas, "the stall came after the answer had started"
-    assert isinstance(caught.value.__cause__, TimeoutError)
+    # aiohttp's timeout on the fast path, httpx's through the SDK
+    timeout_error = TimeoutError if llm_path == "fast" else httpx2.ReadTimeout
+    assert isinstance(caught.value.__cause__, timeout_error)
     assert 0.3 <= waited < 1.5, waited
 
 

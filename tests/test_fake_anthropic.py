@@ -682,6 +682,68 @@ async def test_top_level_cache_control_caches_the_whole_prompt(
     assert second.cache_read_input_tokens == first.cache_creation_input_tokens
 
 
+async def test_cache_entries_live_for_their_ttl_and_reads_refresh_them(
+    fake: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    def system(ttl: str) -> Any:
+        control = {"type": "ephemeral", "ttl": ttl}
+        return [{"type": "text", "text": f"Rules for {ttl}. " * 100, "cache_control": control}]
+
+    first = (await ask(client, system=system("5m"))).usage
+    assert first.cache_creation is not None
+    assert first.cache_creation.ephemeral_5m_input_tokens == first.cache_creation_input_tokens
+    fake.advance(4 * 60)
+    assert (await ask(client, system=system("5m"))).usage.cache_read_input_tokens  # refreshed
+    fake.advance(4 * 60)  # 8 minutes after the write, 4 after the read
+    assert (await ask(client, system=system("5m"))).usage.cache_read_input_tokens
+    fake.advance(6 * 60)
+    assert not (await ask(client, system=system("5m"))).usage.cache_read_input_tokens
+
+    hour = (await ask(client, system=system("1h"))).usage
+    assert hour.cache_creation is not None
+    assert hour.cache_creation.ephemeral_1h_input_tokens == hour.cache_creation_input_tokens
+    fake.advance(50 * 60)
+    assert (await ask(client, system=system("1h"))).usage.cache_read_input_tokens
+    fake.advance(61 * 60)
+    assert not (await ask(client, system=system("1h"))).usage.cache_read_input_tokens
+
+
+async def test_a_one_hour_breakpoint_after_a_five_minute_one_is_refused(
+    fake: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    system: Any = [{"type": "text", "text": "Rules.", "cache_control": {"type": "ephemeral"}}]
+    messages: Any = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+            ],
+        }
+    ]
+    with pytest.raises(anthropic.BadRequestError, match="1-hour entries must appear before"):
+        await ask(client, system=system, messages=messages)
+
+
+async def test_a_cached_prefix_is_found_only_20_blocks_before_a_breakpoint(
+    fake: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    def history(turns: int) -> Any:
+        messages: list[dict[str, Any]] = []
+        for n in range(turns):
+            role = "user" if n % 2 == 0 else "assistant"
+            messages.append({"role": role, "content": [{"type": "text", "text": f"m{n} " * 50}]})
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        return messages
+
+    await ask(client, messages=history(3))
+    near = (await ask(client, messages=history(21))).usage  # the old breakpoint 18 blocks back
+    assert near.cache_read_input_tokens
+    fake.clear_cache()
+    await ask(client, messages=history(3))
+    far = (await ask(client, messages=history(25))).usage  # 22 blocks back: not looked at
+    assert not far.cache_read_input_tokens
+
+
 # ------------------------------------------------------------------ timing
 
 

@@ -304,8 +304,9 @@ async def test_each_turn_reads_the_previous_prefix_from_the_cache(
         claude.enqueue(FakeReply.text(f"answer {n} " + "words " * 50))
         await run(llm, await asked(context, f"question {n} " + "more " * 50))
     first, second, third = (r for r in claude.requests)
-    assert first.body["system"][0]["cache_control"] == {"type": "ephemeral"}
-    assert first.body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    hour = {"type": "ephemeral", "ttl": "1h"}  # the same for every user: kept an hour (#34)
+    assert first.body["system"][0]["cache_control"] == hour
+    assert first.body["tools"][-1]["cache_control"] == hour
     usages = [m.usage for m in context.messages if m.role == "assistant"]
     assert usages[0] is not None and usages[0].cache_read_input_tokens == 0
     for later in usages[1:]:
@@ -314,6 +315,26 @@ async def test_each_turn_reads_the_previous_prefix_from_the_cache(
         assert later.cache_read_input_tokens > fresh, "most of the prompt was read from cache"
     assert second.messages[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     assert third.messages[0]["content"][-1].get("cache_control") is None, "only the tail is marked"
+
+
+async def test_after_a_pause_of_ten_minutes_the_tools_and_system_prompt_are_still_cached(
+    claude: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    context = ContextManager(1)
+    tools = ToolRegistry([add_and_remember])
+    system = "You are a careful assistant. " * 200
+    for n in range(3):
+        claude.enqueue(FakeReply.text(f"answer {n} " + "words " * 50))
+        await asked(context, f"question {n} " + "more " * 50)
+        await AgentLoop(llm).run(context, system=system, tools=tools, tool_context=tool_context())
+        claude.advance(10 * 60)  # the user pauses: 5-minute entries expire, 1-hour ones stay
+    first, *later = claude.usages
+    prefix = first["cache_creation"]["ephemeral_1h_input_tokens"]
+    assert prefix >= len(system) // 4, "the tools and system prompt were written for an hour"
+    for usage in later:
+        assert usage["cache_read_input_tokens"] == prefix, "read back after the pause"
+        assert usage["cache_creation"]["ephemeral_1h_input_tokens"] == 0, "not written again"
+        assert usage["cache_creation"]["ephemeral_5m_input_tokens"] > 0, "the conversation was"
 
 
 async def test_a_tool_start_hook_that_raises_blocks_the_call(

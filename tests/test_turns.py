@@ -6,6 +6,8 @@ import asyncio
 from bisect import bisect_left
 from pathlib import Path
 
+import pytest
+
 from botkit import Message, tool
 from botkit.messengers.flood import FloodControl, FloodLimits
 from botkit.messengers.telegram import DRAFTS_IN_FLIGHT
@@ -19,6 +21,8 @@ from botkit.testing import (
     make_settings,
     running,
 )
+
+pytestmark = pytest.mark.usefixtures("llm_path")  # each turn test on both LLM paths
 
 USERS = list(range(701, 711))
 
@@ -83,7 +87,13 @@ async def test_a_slow_user_does_not_block_others(
 async def test_drafts_stream_then_exactly_one_final_message(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
-    answer = "First line of the answer.\nSecond line with **bold** text.\nThird and last line."
+    # The second line streams for over a second with its markup in it: several drafts
+    # (at most one every 0.3 s) show it unfinished.
+    slow_tail = " ".join(f"word{i}" for i in range(60))
+    answer = (
+        f"First line of the answer.\nSecond line with **bold** text and {slow_tail}."
+        "\nThird and last line."
+    )
     claude.enqueue(FakeReply.text(answer))
     claude.chunk_delay = 0.05
     bot = make_bot(claude, tmp_path, allowed_users=ALLOWED, stream_replies=True)
@@ -94,6 +104,13 @@ async def test_drafts_stream_then_exactly_one_final_message(
     drafts = telegram.drafts(USERS[0])
     assert drafts, "the answer was streamed"
     assert all(d.params.get("can_stop") is True for d in drafts), "with a stop button"
+    unfinished = [
+        d
+        for d in drafts
+        if "Second line with" in d.params.get("text", "")
+        and "<b>bold</b>" not in d.params.get("text", "")
+    ]
+    assert unfinished, "drafts showed the line with markup while it streamed"
     assert all("**" not in d.params.get("text", "") for d in drafts), "no half-formatted markup"
     final = telegram.sent_messages(USERS[0])
     assert len(final) == 1 and "<b>bold</b>" in final[0].text

@@ -4,7 +4,9 @@ Each request is posted by ``MessagesTransport`` (aiohttp, with the SDK's headers
 timeouts, exception classes and ``request-id``); the answer is read here. Its bytes are parsed
 with orjson into botkit's own types, once: the SDK's per-event pydantic models and its snapshot
 of the whole message rebuilt on every delta cost more CPU than the rest of a turn together.
-The request body is serialized once, with orjson.
+The request body is serialized once, with orjson. When this install's SDK lacks a private name
+the transport needs (``botkit.llm.internals``), calls go through the SDK's public API instead
+(``botkit.llm.sdk_path``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from typing import Any, get_args
 
 import aiohttp
 import anthropic
+import httpx2
 import orjson
 import structlog
 
+import botkit.llm.internals as internals
+import botkit.llm.sdk_path as sdk_path
 from botkit.errors import (
     ConfigError,
     LLMAuthError,
@@ -74,26 +79,32 @@ class AnthropicLLM:
             api_key=api_key, base_url=base_url, max_retries=max_retries
         )
         """Holds the configuration (key, URL, timeouts, retries) and answers the start-up check."""
-        self.transport = MessagesTransport(self.client)
+        self.transport = MessagesTransport(self.client) if internals.check().fast_path else None
+        """Posts calls itself; ``None`` when they go through the SDK's public API."""
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""
         params = self._params(request)
-        if on_text is not None:
-            params["stream"] = True
-        body = orjson.dumps(params)
         try:
             async with self._slot(), _mapped_errors():
-                if on_text is None:
-                    raw = await _create(self.transport, body)
-                else:
-                    raw = await _stream(self.transport, body, on_text)
+                raw = await self._call(params, on_text)
         except LLMAuthError as e:
             await self._report_auth_failure(e)
             raise
         self._auth_reported = False
         return _to_response(raw)
+
+    async def _call(self, params: dict[str, Any], on_text: TextSink | None) -> dict[str, Any]:
+        """The answer to ``params`` as the API's dict, by the fast path or the SDK's."""
+        if self.transport is None:
+            if on_text is None:
+                return await sdk_path.create(self.client, params)
+            return await sdk_path.stream(self.client, params, on_text)
+        if on_text is None:
+            return await _create(self.transport, orjson.dumps(params))
+        params["stream"] = True
+        return await _stream(self.transport, orjson.dumps(params), on_text)
 
     async def verify(self, *, attempts: int = 10, max_backoff: float = 30.0) -> None:
         """Check the key and the model with a call that costs no tokens, retrying while the
@@ -154,7 +165,8 @@ class AnthropicLLM:
 
     async def close(self) -> None:
         """Close the HTTP connections."""
-        await self.transport.close()
+        if self.transport is not None:
+            await self.transport.close()
         await self.client.close()
 
     def _params(self, request: LLMRequest) -> dict[str, Any]:
@@ -189,7 +201,8 @@ async def _mapped_errors() -> AsyncIterator[None]:
         error = _mapped(e)
         error.request_id = getattr(e, "request_id", None)
         raise error from e
-    except (aiohttp.ClientError, TimeoutError) as e:  # a stream cut (or stalled) mid-answer
+    except (aiohttp.ClientError, TimeoutError, httpx2.TransportError) as e:
+        # a stream cut (or stalled) mid-answer
         raise LLMError(f"the connection to the Messages API broke: {e!r}") from e
 
 
@@ -251,6 +264,7 @@ def _quoted(e: anthropic.APIStatusError) -> str:
 
 
 _EPHEMERAL = {"type": "ephemeral"}
+_FOR_AN_HOUR = {"type": "ephemeral", "ttl": "1h"}
 
 
 def _mark_cache_points(params: dict[str, Any]) -> None:
@@ -258,14 +272,18 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
 
     The next call of the same user starts with this whole prefix, so it is read from the
     cache (0.1x the price) instead of billed again; only the new messages are full price.
+    The tools and the system prompt, the same for every user, are kept for an hour (written at
+    2x instead of 1.25x, once an hour while anyone talks to the bot): a user who pauses longer
+    than five minutes still reads them; the conversation itself is kept five minutes (1-hour
+    entries must come before 5-minute ones).
     """
     if params.get("tools"):
-        params["tools"][-1] = {**params["tools"][-1], "cache_control": _EPHEMERAL}
+        params["tools"][-1] = {**params["tools"][-1], "cache_control": _FOR_AN_HOUR}
     system = params.get("system")
     if isinstance(system, str):
-        params["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+        params["system"] = [{"type": "text", "text": system, "cache_control": _FOR_AN_HOUR}]
     elif isinstance(system, list) and system:
-        system[-1] = {**system[-1], "cache_control": _EPHEMERAL}
+        system[-1] = {**system[-1], "cache_control": _FOR_AN_HOUR}
     messages = params["messages"]
     if messages and messages[-1]["content"]:
         last = messages[-1]["content"]
@@ -283,7 +301,7 @@ async def _create(transport: MessagesTransport, body: bytes) -> dict[str, Any]:
     return message
 
 
-async def _stream(transport: MessagesTransport, body: bytes, on_text: TextSink) -> Any:
+async def _stream(transport: MessagesTransport, body: bytes, on_text: TextSink) -> dict[str, Any]:
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
     async with transport.post(body) as response:
         message = _Accumulator(transport, response)
@@ -370,6 +388,8 @@ class _Accumulator:
                 return text
         elif kind == "input_json_delta":
             self.json_parts.setdefault(index, []).append(delta["partial_json"])
+        elif kind == "citations_delta" and block.get("type") == "text":
+            block["citations"] = [*(block.get("citations") or ()), delta["citation"]]
         elif kind == "thinking_delta" and block.get("type") == "thinking":
             block["thinking"] = block.get("thinking", "") + delta["thinking"]
         elif kind == "signature_delta" and block.get("type") == "thinking":
@@ -390,6 +410,9 @@ class _Accumulator:
         delta = event.get("delta") or {}
         self.message["stop_reason"] = delta.get("stop_reason")
         self.message["stop_sequence"] = delta.get("stop_sequence")
+        self.message["stop_details"] = delta.get("stop_details")
+        if delta.get("container") is not None:
+            self.message["container"] = delta["container"]
         # Counts on a message_delta are running totals: they replace, and absent ones keep
         # what message_start said (as the SDK does).
         for key, value in (event.get("usage") or {}).items():

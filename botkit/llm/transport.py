@@ -9,6 +9,9 @@ what it is best at: the headers (auth, version, retry count) come from the clien
 ``request_id``) through ``_make_status_error_from_response``. Connection failures and
 timeouts are the SDK's ``APIConnectionError`` and ``APITimeoutError``, retried as it retries
 them. tests/test_anthropic_llm.py holds all of this against the SDK sending the same calls.
+
+Those SDK methods and the aiohttp internals below are private: ``botkit.llm.internals`` checks
+them once, and this transport is used only when the SDK's are all there.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import asyncio
 import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import aiohttp
 import anthropic
 import httpx2
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.helpers import get_env_proxy_for_url
-from anthropic._models import FinalRequestOptions
 from yarl import URL
+
+import botkit.llm.internals as internals
+
+if TYPE_CHECKING:
+    from aiohttp.client_proto import ResponseHandler
 
 __all__ = ["MessagesTransport"]
 
@@ -43,6 +49,8 @@ class MessagesTransport:
 
     def __init__(self, client: anthropic.AsyncAnthropic) -> None:
         self.client = client
+        from anthropic._models import FinalRequestOptions  # private: see botkit.llm.internals
+
         self.url = str(client._prepare_url(MESSAGES))
         self._options = FinalRequestOptions.construct(
             method="post", url=MESSAGES, timeout=client.timeout
@@ -51,6 +59,8 @@ class MessagesTransport:
         self._headers: dict[int, dict[str, str]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._proxy: tuple[URL, aiohttp.BasicAuth | None] | None = None
+        self._own_read_timer = internals.check().own_read_timer
+        self._own_proxy_lookup = internals.check().own_proxy_lookup
 
     @asynccontextmanager
     async def post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
@@ -85,7 +95,7 @@ class MessagesTransport:
         the bytes received, not by aiohttp's, which is cancelled and set again for every
         chunk: a few dozen timers a turn, about a tenth of the CPU of reading a stream.
         """
-        watch = _ReadTimeout.take_over(response)
+        watch = _ReadTimeout.take_over(response) if self._own_read_timer else None
         try:
             async for chunk in response.content.iter_any():
                 yield chunk
@@ -140,9 +150,11 @@ class MessagesTransport:
             keepalive_timeout=KEEPALIVE_SECONDS,
             ssl=httpx2.create_ssl_context(trust_env=True),
         )
-        self._proxy = _env_proxy(self.url)
+        self._proxy = _env_proxy(self.url) if self._own_proxy_lookup else None
         self._session = aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=not self._own_proxy_lookup,
         )
         return self._session
 
@@ -218,6 +230,8 @@ async def _read_failed(response: aiohttp.ClientResponse) -> bytes:
 
 def _env_proxy(url: str) -> tuple[URL, aiohttp.BasicAuth | None] | None:
     """The proxy (and its credentials) the environment names for ``url``, if any."""
+    from aiohttp.helpers import get_env_proxy_for_url  # private: see botkit.llm.internals
+
     try:
         return get_env_proxy_for_url(URL(url))
     except LookupError:

@@ -31,10 +31,14 @@ a request body over 32 MB 413 ``request_too_large``.
 Token usage is deterministic: one token per four characters of the JSON of the tools, the
 system prompt and the messages (at least one), and of the output; a picture counts width
 times height / 750 tokens and a PDF 1,500 tokens a page instead of its base64. Prompt caching
-is simulated: each ``cache_control`` breakpoint stores the prefix (tools, then system, then
-messages) up to it; a later request that repeats the longest stored prefix reports it as
-``cache_read_input_tokens``, what it adds up to its last breakpoint as
-``cache_creation_input_tokens``, and the rest as ``input_tokens``.
+is simulated as the API documents it: each ``cache_control`` breakpoint stores the prefix
+(tools, then system, then messages) up to it for its TTL (``"ttl": "5m"``, the default, or
+``"1h"``; a 1-hour breakpoint after a 5-minute one is a 400), and a read refreshes the entry
+for its TTL. A later request that repeats a stored prefix, found at a block at most 20 blocks
+before one of its breakpoints, reports it as ``cache_read_input_tokens``, what it adds up to
+its last breakpoint as ``cache_creation_input_tokens`` (split by TTL in ``cache_creation``:
+1-hour writes cost 2x the input price, 5-minute ones 1.25x, reads 0.1x), the rest as
+``input_tokens``. :meth:`FakeAnthropicServer.advance` moves the cache's clock (a user's pause).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import asyncio
 import base64
 import hashlib
 import io
+import itertools
 import json
 import math
 import random
@@ -388,6 +393,12 @@ class _Segment:
     digest: str  # identity of the whole prefix ending with this segment
     chars: int  # characters up to and including this segment
     breakpoint: bool
+    ttl: float = 0.0  # seconds a breakpoint's entry lives (300 or 3,600)
+
+
+CACHE_LOOKBACK = 20
+"""Blocks before a breakpoint at which the API looks for a cached prefix."""
+_TTLS = {"5m": 300.0, "1h": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -395,7 +406,13 @@ class _Usage:
     input_tokens: int
     cache_creation_input_tokens: int
     cache_read_input_tokens: int
-    new_entries: tuple[str, ...] = field(default=())
+    new_entries: tuple[tuple[str, float], ...] = field(default=())
+    """(digest, ttl) of the prefixes this request stores."""
+    hit: str | None = None
+    """The digest of the prefix read, whose entry the read refreshes."""
+    hit_ttl: float = 0.0
+    created_1h: int = 0
+    """Of ``cache_creation_input_tokens``, those written for an hour."""
 
     def as_dict(self, output_tokens: int) -> dict[str, Any]:
         return {
@@ -403,8 +420,8 @@ class _Usage:
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
             "cache_creation": {
-                "ephemeral_5m_input_tokens": self.cache_creation_input_tokens,
-                "ephemeral_1h_input_tokens": 0,
+                "ephemeral_5m_input_tokens": self.cache_creation_input_tokens - self.created_1h,
+                "ephemeral_1h_input_tokens": self.created_1h,
             },
             "output_tokens": output_tokens,
             "service_tier": "standard",
@@ -434,19 +451,51 @@ def _segments(body: dict[str, Any]) -> list[_Segment]:
     segments: list[_Segment] = []
     chars = 0
     for tag, unit in units:
-        marked = isinstance(unit, dict) and unit.get("cache_control") is not None
+        control = unit.get("cache_control") if isinstance(unit, dict) else None
         if isinstance(unit, dict) and "cache_control" in unit:
             unit = {key: value for key, value in unit.items() if key != "cache_control"}
         text = _dumps(unit)
         chars += _media_chars(unit) or len(text)
         piece = f"{tag}\0{text}".encode()
         hasher.update(len(piece).to_bytes(8, "big") + piece)
-        segments.append(_Segment(hasher.copy().hexdigest(), chars, marked))
-    if segments and body.get("cache_control") is not None:
+        segments.append(
+            _Segment(hasher.copy().hexdigest(), chars, control is not None, _ttl_of(control))
+        )
+    top = body.get("cache_control")
+    if segments and top is not None:
         # top-level cache_control: a breakpoint on the last cacheable block
         last = segments[-1]
-        segments[-1] = _Segment(last.digest, last.chars, True)
+        segments[-1] = _Segment(last.digest, last.chars, True, _ttl_of(top))
     return segments
+
+
+def _ttl_problem(body: dict[str, Any], segments: list[_Segment]) -> str | None:
+    """The API's complaint about the request's cache TTLs (an unknown one, or a 1-hour
+    breakpoint after a 5-minute one), or ``None``."""
+    system = body.get("system")
+    units: list[Any] = [*(body.get("tools") or []), *(system if isinstance(system, list) else [])]
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        units += content if isinstance(content, list) else []
+    controls = [body.get("cache_control")]
+    controls += [unit.get("cache_control") for unit in units if isinstance(unit, dict)]
+    for control in controls:
+        ttl = control.get("ttl") if isinstance(control, dict) else None
+        if ttl is not None and ttl not in _TTLS:
+            return f"cache_control.ttl: Input should be '5m' or '1h' (got {ttl!r})"
+    ttls = [s.ttl for s in segments if s.breakpoint]
+    if any(a < b for a, b in itertools.pairwise(ttls)):
+        return (
+            "a cache_control block with ttl='1h' cannot come after one with ttl='5m': "
+            "1-hour entries must appear before 5-minute entries"
+        )
+    return None
+
+
+def _ttl_of(control: Any) -> float:
+    """A ``cache_control``'s TTL in seconds (5 minutes unless it says ``"1h"``)."""
+    ttl = control.get("ttl") if isinstance(control, dict) else None
+    return _TTLS.get(ttl, _TTLS["5m"]) if isinstance(ttl, str) else _TTLS["5m"]
 
 
 def _media_chars(unit: Any) -> int:
@@ -545,20 +594,35 @@ def _input_tokens(segments: list[_Segment]) -> int:
     return max(1, _tokens(segments[-1].chars if segments else 0))
 
 
-def _account(segments: list[_Segment], cache: set[str]) -> _Usage:
-    """Split the prompt's tokens into cache reads, cache writes and plain input."""
+def _account(segments: list[_Segment], cache: dict[str, tuple[float, float]], now: float) -> _Usage:
+    """Split the prompt's tokens into cache reads, cache writes and plain input.
+
+    ``cache`` maps each stored prefix to when it expires and its TTL. A prefix is found only
+    at a block within ``CACHE_LOOKBACK`` blocks before a breakpoint, as the API looks for it.
+    """
     total = _input_tokens(segments)
     breakpoints = [i for i, segment in enumerate(segments) if segment.breakpoint]
     if not breakpoints:
         return _Usage(total, 0, 0)
     last = breakpoints[-1]
-    hit = max((i for i in range(last + 1) if segments[i].digest in cache), default=-1)
+    looked_at = {i for b in breakpoints for i in range(max(0, b - CACHE_LOOKBACK), b + 1)}
+    hit = max(
+        (i for i in looked_at if cache.get(segments[i].digest, (-1.0, 0.0))[0] > now),
+        default=-1,
+    )
     read = _tokens(segments[hit].chars) if hit >= 0 else 0
+    hit_digest = segments[hit].digest if hit >= 0 else None
+    hit_ttl = cache[hit_digest][1] if hit_digest is not None else 0.0
     if last <= hit:
-        return _Usage(total - read, 0, read)
+        return _Usage(total - read, 0, read, hit=hit_digest, hit_ttl=hit_ttl)
     created = _tokens(segments[last].chars) - read
-    entries = tuple(segments[i].digest for i in breakpoints if i > hit)
-    return _Usage(total - read - created, created, read, entries)
+    created_1h, start = 0, read
+    for b in (b for b in breakpoints if b > hit):
+        if segments[b].ttl >= _TTLS["1h"]:
+            created_1h += _tokens(segments[b].chars) - start
+        start = _tokens(segments[b].chars)
+    entries = tuple((segments[i].digest, segments[i].ttl) for i in breakpoints if i > hit)
+    return _Usage(total - read - created, created, read, entries, hit_digest, hit_ttl, created_1h)
 
 
 # ---------------------------------------------------------------------------------- validation
@@ -846,7 +910,12 @@ class FakeAnthropicServer(LoopbackServer):
         self.responder_errors: list[Exception] = []
         self.first_delta_at: dict[int, float] = {}
         self._queue: deque[Answer] = deque()
-        self._cache: set[str] = set()
+        self._cache: dict[str, tuple[float, float]] = {}
+        """Each stored prefix: when it expires (on :meth:`now`'s clock) and its TTL."""
+        self.skew = 0.0
+        """Seconds :meth:`advance` moved the cache's clock ahead of ``time.monotonic()``."""
+        self.usages: list[dict[str, Any]] = []
+        """The prompt's usage (input, cache writes by TTL, reads) of every answered request."""
         self._runner: web.AppRunner | None = None
         self._in_flight: set[asyncio.Transport] = set()  # connections of running answers
 
@@ -888,6 +957,23 @@ class FakeAnthropicServer(LoopbackServer):
     def clear_cache(self) -> None:
         """Forget every cached prompt prefix (as if the cache had expired)."""
         self._cache.clear()
+
+    def now(self) -> float:
+        """The cache's clock: ``time.monotonic()`` plus what :meth:`advance` added."""
+        return time.monotonic() + self.skew
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the cache (a user's pause), without waiting."""
+        self.skew += seconds
+
+    def _store(self, usage: _Usage) -> None:
+        """Keep the prefixes a request wrote, and refresh the one it read, for their TTL."""
+        now = self.now()
+        if usage.hit is not None:
+            self._cache[usage.hit] = (now + usage.hit_ttl, usage.hit_ttl)
+        for digest, ttl in usage.new_entries:
+            self._cache[digest] = (now + ttl, ttl)
+        self.usages.append(usage.as_dict(0))
 
     # ------------------------------------------------------------------ handlers
 
@@ -955,6 +1041,8 @@ class FakeAnthropicServer(LoopbackServer):
 
         problem = _validate(body, create=True)
         segments = _segments(body)
+        if problem is None:
+            problem = _ttl_problem(body, segments)
         if problem is None and _input_tokens(segments) > self.context_window:
             problem = (
                 f"prompt is too long: {_input_tokens(segments)} tokens > "
@@ -966,11 +1054,11 @@ class FakeAnthropicServer(LoopbackServer):
         answer = await self._next_answer(recorded)
         if isinstance(answer, FakeError):
             if recorded.stream and answer.mid_stream:
-                usage = _account(segments, set(self._cache))
+                usage = _account(segments, self._cache, self.now())
                 return await self._stream_error(request, recorded, usage, answer)
             return self._error_response(answer)
-        usage = _account(segments, self._cache)
-        self._cache.update(usage.new_entries)
+        usage = _account(segments, self._cache, self.now())
+        self._store(usage)
         if recorded.stream:
             return await self._stream_reply(request, recorded, usage, answer, index)
         plan = _stream_plan(answer.content)
