@@ -19,6 +19,7 @@ import anthropic
 import orjson
 import structlog
 
+from botkit import tracing
 from botkit.errors import (
     ConfigError,
     LLMAuthError,
@@ -83,17 +84,20 @@ class AnthropicLLM:
         if on_text is not None:
             params["stream"] = True
         body = orjson.dumps(params)
-        try:
-            async with self._slot(), _mapped_errors():
-                if on_text is None:
-                    raw = await _create(self.transport, body)
-                else:
-                    raw = await _stream(self.transport, body, on_text)
-        except LLMAuthError as e:
-            await self._report_auth_failure(e)
-            raise
-        self._auth_reported = False
-        return _to_response(raw)
+        with tracing.tracer.chat(request, self.model) as span:
+            try:
+                async with self._slot(), _mapped_errors():
+                    if on_text is None:
+                        raw = await _create(self.transport, body)
+                    else:
+                        raw = await _stream(self.transport, body, on_text)
+            except LLMAuthError as e:
+                await self._report_auth_failure(e)
+                raise
+            self._auth_reported = False
+            response = _to_response(raw)
+            tracing.tracer.chat_answered(span, response)
+        return response
 
     async def verify(self, *, attempts: int = 10, max_backoff: float = 30.0) -> None:
         """Check the key and the model with a call that costs no tokens, retrying while the

@@ -26,6 +26,8 @@ from aiohttp.helpers import get_env_proxy_for_url
 from anthropic._models import FinalRequestOptions
 from yarl import URL
 
+from botkit import tracing
+
 __all__ = ["MessagesTransport"]
 
 _LARGE_BODY = 1 << 20
@@ -64,6 +66,7 @@ class MessagesTransport:
             except anthropic.APIConnectionError:
                 if remaining <= 0:
                     raise
+                tracing.tracer.retried(retries_taken + 1, None)
                 await self._wait_before_retry(remaining, None)
                 continue
             if response.status < 300:
@@ -74,6 +77,7 @@ class MessagesTransport:
                 return
             failed = self.as_httpx(response, content=await _read_failed(response))
             if remaining > 0 and self.client._should_retry(failed):
+                tracing.tracer.retried(retries_taken + 1, response.status)
                 await self._wait_before_retry(remaining, failed.headers)
                 continue
             raise self.client._make_status_error_from_response(failed)
