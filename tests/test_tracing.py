@@ -20,12 +20,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from test_scaleout import db, queued, queued_bot
 
 from botkit import Bot, tool, tracing
 from botkit.log import configure_logging
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.harness import running
 from botkit.testing.kit import ask
+
+__all__ = ["db"]  # the fixture: a migrated database, for the queued runtime's test
 
 USER = 4242
 
@@ -404,3 +407,29 @@ async def test_spans_are_exported_over_otlp_http_when_the_variables_say_so(
         if attribute.key == "service.name"
     }
     assert resource == "weather-bot"
+
+
+# --- across processes: receive and work on PostgreSQL ----------------------------------------
+
+
+async def test_a_queued_turn_is_a_child_of_the_span_that_received_its_update(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    spans: Spans,
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db, tracer_provider=spans.provider)
+    worker = queued_bot(claude, telegram, tmp_path / "worker", db)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        telegram.send_text(USER, "through the queue")
+        await telegram.wait_for_messages(USER, 1, timeout=30)
+        await asyncio.sleep(0.2)  # the turn's span ends just after its reply
+    received = spans.one("receive update")
+    turn = spans.one("invoke_agent")
+    assert received.context is not None and turn.context is not None
+    assert attributes(received)["botkit.update_id"] == attributes(turn)["botkit.update_id"]
+    assert turn.parent is not None and turn.parent.span_id == received.context.span_id
+    [chat] = spans.named("chat")
+    same_trace = {s.context.trace_id for s in (received, turn, chat) if s.context is not None}
+    assert same_trace == {received.context.trace_id}
