@@ -155,6 +155,9 @@ async def test_a_tool_turn_is_one_trace_of_genai_spans(
     }
     assert executed.status.status_code != StatusCode.ERROR
 
+    # Each call to the API carried its chat span's context (W3C traceparent).
+    sent_parents = [r.headers["traceparent"].split("-")[2] for r in claude.requests]
+    assert sent_parents == [f"{c.context.span_id:016x}" for c in chats]
     # The reply went out as a client span of the same trace, named by its method.
     [sent] = [s for s in spans.children(turn) if s.name == "sendMessage"]
     assert attributes(sent)["rpc.method"] == "sendMessage"

@@ -116,13 +116,16 @@ class MessagesTransport:
 
     async def _send(self, body: bytes, retries_taken: int) -> aiohttp.ClientResponse:
         session = self._session or self._open()
+        headers = self._headers_for(retries_taken)
+        if tracing.tracer.enabled:  # the API joins the trace (W3C traceparent)
+            headers = {**headers, **tracing.tracer.carrier()}
         try:
             # A body with pictures or PDFs (over 1 MB) goes as a stream, written in chunks.
             data = io.BytesIO(body) if len(body) > _LARGE_BODY else body
             return await session.post(
                 self.url,
                 data=data,
-                headers=self._headers_for(retries_taken),
+                headers=headers,
                 timeout=self._timeout,
                 allow_redirects=False,
                 proxy=self._proxy[0] if self._proxy else None,

@@ -1,8 +1,9 @@
 """Tracing: every turn as OpenTelemetry spans, or nothing at all.
 
 The rest of botkit calls :data:`tracer` (``tracing.tracer.chat(...)``). By default it is a
-:class:`Tracer` that records nothing: each call returns a shared no-op context, so a bot
-without tracing imports nothing of OpenTelemetry and pays a method call per span. :func:`install`
+:class:`Tracer` that records nothing: each call returns a shared no-op context, so without
+tracing botkit imports nothing of OpenTelemetry (the anthropic SDK loads opentelemetry-api on
+its own) and pays a method call per span. :func:`install`
 swaps in the OpenTelemetry tracer (``botkit.tracing.otel``, imported only then) when the
 ``otel`` extra is installed and a standard ``OTEL_*`` variable asks for export, or when a
 tracer provider is given in code.
