@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from botkit.chats import conversation_of
-from botkit.tracing.base import AttributeValue, Span, SpanKind, Tracer
+from botkit.tracing.base import NO_SPAN, AttributeValue, Span, SpanKind, Tracer
 
 if TYPE_CHECKING:
     from botkit.config import Settings
@@ -49,6 +49,10 @@ SEMCONV_VERSION = "1.41.0"
 PROVIDER = "anthropic"
 FAILING_OUTCOMES = frozenset({"error", "overloaded"})
 """Turn outcomes that mark the ``invoke_agent`` span failed."""
+
+UNTRACED_METHODS = frozenset({"getUpdates", "sendMessageDraft", "sendChatAction"})
+"""Bot API methods sent many times a turn (or between turns), left out of traces."""
+_NOTHING: AbstractContextManager[Span] = nullcontext(NO_SPAN)
 
 _KINDS = {
     "internal": OtelKind.INTERNAL,
@@ -88,6 +92,34 @@ class _OtelSpan:
 _CURRENT: ContextVar[_OtelSpan | None] = ContextVar("botkit_span", default=None)
 
 
+class _Active:
+    """Makes a started span current for a block, and ends it there (a class, not a
+    generator: this runs for every span)."""
+
+    __slots__ = ("span", "tokens")
+
+    def __init__(self, otel_span: trace.Span) -> None:
+        self.span = _OtelSpan(otel_span)
+        self.tokens: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> Span:
+        context = trace.set_span_in_context(self.span.span)
+        self.tokens = (otel_context.attach(context), _CURRENT.set(self.span))
+        return self.span
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        span = self.span
+        if isinstance(error, asyncio.CancelledError):
+            span.event("botkit.cancelled")
+        elif error is not None and not span.failed:
+            span.fail(type(error).__qualname__)
+        if self.tokens is not None:
+            otel_token, current = self.tokens
+            _CURRENT.reset(current)
+            otel_context.detach(otel_token)
+        span.span.end()
+
+
 class OtelTracer(Tracer):
     """Records botkit's spans with an OpenTelemetry tracer provider."""
 
@@ -104,34 +136,17 @@ class OtelTracer(Tracer):
 
     # ---- spans -----------------------------------------------------------------------------
 
-    @contextmanager
     def span(
         self,
         name: str,
         kind: SpanKind = "internal",
         attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> Iterator[Span]:
+    ) -> AbstractContextManager[Span]:
         """A span current while the block runs; an exception escaping it marks it failed."""
-        with self.otel.start_as_current_span(
-            name,
-            kind=_KINDS[kind],
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as otel_span:
-            span = _OtelSpan(otel_span)
-            token = _CURRENT.set(span)
-            try:
-                yield span
-            except asyncio.CancelledError:
-                span.event("botkit.cancelled")
-                raise
-            except BaseException as e:
-                if not span.failed:
-                    span.fail(type(e).__qualname__)
-                raise
-            finally:
-                _CURRENT.reset(token)
+        otel_span = self.otel.start_span(
+            name, kind=_KINDS[kind], attributes=attributes, record_exception=False
+        )
+        return _Active(otel_span)
 
     def turn(
         self, message: Incoming, agent: object, group_context: str
@@ -232,7 +247,9 @@ class OtelTracer(Tracer):
 
     def telegram(self, method: str) -> AbstractContextManager[Span]:
         """A Bot API request, named by its method (the URL is never recorded: it holds the
-        token)."""
+        token); polls, drafts and "typing…" are too many to be worth their spans."""
+        if method in UNTRACED_METHODS:
+            return _NOTHING
         attributes: dict[str, AttributeValue] = {
             "rpc.system": "telegram_bot_api",
             "rpc.method": method,
