@@ -25,8 +25,9 @@ from test_scaleout import db, queued, queued_bot
 from botkit import Bot, tool, tracing
 from botkit.log import configure_logging
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
+from botkit.testing.anthropic import FakeError
 from botkit.testing.harness import running
-from botkit.testing.kit import ask
+from botkit.testing.kit import ask, fake_llm, make_settings
 
 __all__ = ["db"]  # the fixture: a migrated database, for the queued runtime's test
 
@@ -193,6 +194,29 @@ async def test_a_rejected_stranger_has_no_chat_span(
     assert claude.requests == []
 
 
+async def test_a_retried_call_and_a_photo_download_are_in_the_trace(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, spans: Spans
+) -> None:
+    claude.enqueue(FakeError.overloaded(), FakeReply.text("A nice picture."))
+    settings = make_settings(tmp_path, access="open", stream_replies=False)
+    llm = fake_llm(claude, model=settings.model, max_retries=1)  # the SDK's retry, once
+    bot = Bot(settings=settings, llm=llm, tracer_provider=spans.provider)
+    async with running(bot, telegram):
+        telegram.send_photo(USER, caption="look")
+        [reply] = await telegram.wait_for_messages(USER, 1, timeout=20)
+    assert reply.text == "A nice picture."
+    turn = spans.one("invoke_agent")
+    chat = spans.one("chat")
+    assert attributes(chat)["botkit.llm.retries"] == 1
+    [retry] = [e for e in chat.events if e.name == "botkit.llm.retry"]
+    assert dict(retry.attributes or {})["http.response.status_code"] == 529
+    assert chat.status.status_code != StatusCode.ERROR
+    download = spans.one("download file")
+    assert download.parent is not None and download.parent.span_id == turn.context.span_id
+    [get_file] = spans.named("getFile")
+    assert get_file.parent is not None and get_file.parent.span_id == download.context.span_id
+
+
 async def test_content_stays_out_of_traces_by_default(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, spans: Spans
 ) -> None:
@@ -294,7 +318,7 @@ NO_OTEL_TURN = textwrap.dedent(
     import botkit
     from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot
     from botkit.testing.harness import running
-    from botkit.testing.kit import ask
+    from botkit.testing.kit import ask, fake_llm, make_settings
 
     async def main():
         async with FakeAnthropicServer() as claude, FakeTelegramServer() as telegram:
