@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -110,6 +111,17 @@ async def started(bot: BotUnderTest) -> tuple[float, float]:
     return time.monotonic() - began, bot.cpu_seconds()
 
 
+def threads_cpu(bot: BotUnderTest) -> str:
+    """User + system CPU seconds of each thread of the bot process (main thread first)."""
+    assert bot.process is not None
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = []
+    for task in sorted(Path(f"/proc/{bot.process.pid}/task").iterdir(), key=lambda p: int(p.name)):
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        seconds.append((int(fields[11]) + int(fields[12])) / tick)
+    return ", ".join(f"{s:.2f}" for s in seconds if s > 0)
+
+
 async def main(args: argparse.Namespace) -> int:
     _common.STARTUP_TIMEOUT = args.startup_timeout
     receiver = OtlpReceiver()
@@ -125,11 +137,11 @@ async def main(args: argparse.Namespace) -> int:
             allowed_users=allowed,
             stream_replies=True,
             assistant=True,
-            # Batches leave every 0.2 s, so their export is inside the round that made them.
+            # Batches leave every second (default 5 s), so their export falls inside the round.
             env={
                 "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
                 "OTEL_SERVICE_NAME": "bench",
-                "OTEL_BSP_SCHEDULE_DELAY": "200",
+                "OTEL_BSP_SCHEDULE_DELAY": "1000",
             },
         )
         bots = [
@@ -169,6 +181,8 @@ async def main(args: argparse.Namespace) -> int:
                         print(f"  {bot.name} missed replies: {result.missing[:5]}")
                         print(bot.log_tail())
                         return 1
+            for bot in bots:
+                print(f"  {bot.name:<4} CPU by thread (s): {threads_cpu(bot)}")
         finally:
             await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
             await receiver.stop()
