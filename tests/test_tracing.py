@@ -328,7 +328,7 @@ NO_OTEL_TURN = textwrap.dedent(
         print(reply.text)
         package = str(Path(botkit.__file__).parent)
         print(sorted(f for f in importers if f.startswith(package)))
-        loaded = ("opentelemetry.sdk", "botkit.tracing.")
+        loaded = ("opentelemetry.sdk", "opentelemetry.exporter", "botkit.tracing.otel")
         print(sorted(m for m in sys.modules if m.startswith(loaded)))
 
     asyncio.run(main())
