@@ -100,6 +100,8 @@ class BotSpec:
     the yardsticks then send the same system prompt and tool definitions."""
     profile: str | None = None
     """A file to write a cProfile of the measured rounds to (SIGUSR1 starts, SIGUSR2 stops)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables the child gets besides this process's (e.g. ``OTEL_*``)."""
 
 
 def botkit_settings(spec: BotSpec) -> Settings:
@@ -274,6 +276,7 @@ class BotUnderTest:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **spec.env},
         )
 
     def _open_log(self) -> io.BufferedWriter:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from botkit import tracing
 from botkit.access import Access
 from botkit.admin import register_admin_commands
 from botkit.agent.context import ContextManager
@@ -68,9 +69,11 @@ class Bot:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         plugins: Iterable[Plugin] = (),
         options: BotOptions | None = None,
+        tracer_provider: Any = None,
         **overrides: Any,
     ) -> None:
         self.settings = settings or Settings()
+        tracing.install(self.settings, tracer_provider)  # on with OTEL_* or a provider given
         self.options = replace(options or BotOptions(), **overrides)
         self.plugins: list[Plugin] = list(plugins)
         """Composed in order: their prompt parts follow the system prompt, their tools join."""

@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 import structlog
 
+from botkit import tracing
+
 __all__ = ["configure_logging"]
 
 REDACTED = "[REDACTED]"
@@ -48,9 +50,11 @@ def configure_logging(level: str = "INFO", *, secrets: Iterable[str] = ()) -> No
     redact = _Redactor(secrets)
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     # botkit's own lines skip the stdlib round trip: they are the hot path under load.
+    traced = [tracing.add_log_ids] if tracing.tracer.enabled else []
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *traced,
             structlog.processors.add_log_level,
             stamp,
             structlog.processors.format_exc_info,

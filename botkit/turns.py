@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from botkit import tracing
 from botkit.access import Access
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
@@ -211,17 +212,20 @@ class TurnPipeline:
         """``handle``, but a failure is logged and the user gets a polite message."""
         started = message.received_at or time.monotonic()
         outcome: TurnOutcome = "error"
-        try:
-            outcome = await self.handle(message, messenger)
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except Exception:
-            log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
-            with suppress(Exception):
-                await self._reply(messenger, message, self.bot.options.error_text)
-        finally:
-            self.metrics.turn_done(outcome, time.monotonic() - started)
+        with tracing.tracer.turn(message, messenger, self.bot.settings.group_context) as span:
+            try:
+                outcome = await self.handle(message, messenger)
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            except Exception as e:
+                span.fail(type(e).__qualname__)
+                log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
+                with suppress(Exception):
+                    await self._reply(messenger, message, self.bot.options.error_text)
+            finally:
+                tracing.tracer.turn_ended(span, outcome)
+                self.metrics.turn_done(outcome, time.monotonic() - started)
 
     async def handle(self, message: Incoming, messenger: Messenger) -> TurnOutcome:
         """Take one incoming message through the gates and the tool loop to a reply.
@@ -232,10 +236,12 @@ class TurnPipeline:
             return "handoff"  # the operators' chat: not a user's turn, and no gate applies
         if message.command == "start":
             welcome = await self.bot.handle_start(message, message.command_args)
+            tracing.tracer.gate("handle_start", not welcome)
             if welcome:
                 await self._reply(messenger, message, welcome)
                 return "command"
         rejection = await self.bot.authorize(message)
+        tracing.tracer.gate("authorize", not rejection)
         if rejection:
             await self._reject(messenger, message, rejection)
             return "rejected"
@@ -249,7 +255,9 @@ class TurnPipeline:
             return "command"
         if self.handoffs and await self.handoffs.relay_if_handed_off(message, messenger):
             return "handoff"  # a person answers this conversation now: relayed, no LLM call
-        if await self.access.over_budget(message.user_id):
+        over_budget = await self.access.over_budget(message.user_id)
+        tracing.tracer.gate("budget", not over_budget)
+        if over_budget:
             await self._reply(messenger, message, self.bot.options.budget_text)
             return "budget"
         read = await self._read_files(message, messenger)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import orjson
 import structlog
 
+from botkit import tracing
 from botkit.agent.context import ContextManager
 from botkit.errors import LLMError
 from botkit.llm.base import LLM, LLMRequest
@@ -90,15 +91,21 @@ class Compactor:
         if start == 0:
             return False
         old = messages[:start]
-        try:
-            response = await self.llm.complete(
-                LLMRequest(system=SUMMARY_PROMPT, messages=[_as_transcript(old)])
-            )
-            summary, usage, model = response.message.text.strip(), response.usage, response.model
-        except LLMError as e:
-            log.warning("compaction.summary_failed", user_id=context.user_id, error=str(e))
-            summary, usage, model = "", None, None
-        await context.compact(summary or TRUNCATED_NOTE, len(messages) - start, usage, model)
+        with tracing.tracer.span("compaction", attributes={"botkit.compacted": start}) as span:
+            try:
+                response = await self.llm.complete(
+                    LLMRequest(system=SUMMARY_PROMPT, messages=[_as_transcript(old)])
+                )
+                summary, usage, model = (
+                    response.message.text.strip(),
+                    response.usage,
+                    response.model,
+                )
+            except LLMError as e:
+                log.warning("compaction.summary_failed", user_id=context.user_id, error=str(e))
+                span.fail(type(e).__qualname__)
+                summary, usage, model = "", None, None
+            await context.compact(summary or TRUNCATED_NOTE, len(messages) - start, usage, model)
         log.info(
             "compaction.done",
             user_id=context.user_id,

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from botkit import tracing
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
 from botkit.agent.events import (
@@ -263,14 +264,17 @@ class _Turn:
         """One tool call, unless a ``tool_start`` hook blocks it; events on both sides."""
         start = ToolStart(call=call, **self.stamp)
         await self.notify(start)
-        reason = await self.loop.hooks.block_reason(start)
-        if reason:
-            log.info("tool.blocked", tool=call.name, reason=reason)
-            result = ToolResultBlock(
-                tool_use_id=call.id, content=f"Blocked: {reason}", is_error=True
-            )
-        else:
-            result = await self.tools.execute(call, self.tool_context)
+        with tracing.tracer.tool(call) as span:
+            reason = await self.loop.hooks.block_reason(start)
+            if reason:
+                log.info("tool.blocked", tool=call.name, reason=reason)
+                span.fail("blocked")
+                result = ToolResultBlock(
+                    tool_use_id=call.id, content=f"Blocked: {reason}", is_error=True
+                )
+            else:
+                result = await self.tools.execute(call, self.tool_context)
+            tracing.tracer.tool_done(span, result)
         known = call.name in self.tools
         await self.notify(ToolEnd(call=call, result=result, known=known, **self.stamp))
         return result

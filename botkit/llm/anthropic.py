@@ -24,6 +24,7 @@ import structlog
 
 import botkit.llm.internals as internals
 import botkit.llm.sdk_path as sdk_path
+from botkit import tracing
 from botkit.errors import (
     ConfigError,
     LLMAuthError,
@@ -86,14 +87,17 @@ class AnthropicLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""
         params = self._params(request)
-        try:
-            async with self._slot(), _mapped_errors():
-                raw = await self._call(params, on_text)
-        except LLMAuthError as e:
-            await self._report_auth_failure(e)
-            raise
-        self._auth_reported = False
-        return _to_response(raw)
+        with tracing.tracer.chat(request, self.model) as span:
+            try:
+                async with self._slot(), _mapped_errors():
+                    raw = await self._call(params, on_text)
+            except LLMAuthError as e:
+                await self._report_auth_failure(e)
+                raise
+            self._auth_reported = False
+            response = _to_response(raw)
+            tracing.tracer.chat_answered(span, response)
+        return response
 
     async def _call(self, params: dict[str, Any], on_text: TextSink | None) -> dict[str, Any]:
         """The answer to ``params`` as the API's dict, by the fast path or the SDK's."""

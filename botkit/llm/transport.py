@@ -28,6 +28,7 @@ import httpx2
 from yarl import URL
 
 import botkit.llm.internals as internals
+from botkit import tracing
 
 if TYPE_CHECKING:
     from aiohttp.client_proto import ResponseHandler
@@ -74,6 +75,7 @@ class MessagesTransport:
             except anthropic.APIConnectionError:
                 if remaining <= 0:
                     raise
+                tracing.tracer.retried(retries_taken + 1, None)
                 await self._wait_before_retry(remaining, None)
                 continue
             if response.status < 300:
@@ -84,6 +86,7 @@ class MessagesTransport:
                 return
             failed = self.as_httpx(response, content=await _read_failed(response))
             if remaining > 0 and self.client._should_retry(failed):
+                tracing.tracer.retried(retries_taken + 1, response.status)
                 await self._wait_before_retry(remaining, failed.headers)
                 continue
             raise self.client._make_status_error_from_response(failed)
@@ -122,13 +125,16 @@ class MessagesTransport:
 
     async def _send(self, body: bytes, retries_taken: int) -> aiohttp.ClientResponse:
         session = self._session or self._open()
+        headers = self._headers_for(retries_taken)
+        if tracing.tracer.enabled:  # the API joins the trace (W3C traceparent)
+            headers = {**headers, **tracing.tracer.carrier()}
         try:
             # A body with pictures or PDFs (over 1 MB) goes as a stream, written in chunks.
             data = io.BytesIO(body) if len(body) > _LARGE_BODY else body
             return await session.post(
                 self.url,
                 data=data,
-                headers=self._headers_for(retries_taken),
+                headers=headers,
                 timeout=self._timeout,
                 allow_redirects=False,
                 proxy=self._proxy[0] if self._proxy else None,

@@ -22,6 +22,8 @@ from aiogram.exceptions import (
 from aiogram.methods import SendChatAction, SendMessage, SendMessageDraft, TelegramMethod
 from aiohttp import ClientError, ClientTimeout
 
+from botkit import tracing
+
 if TYPE_CHECKING:
     from aiogram import Bot
     from aiogram.client.session.aiohttp import AiohttpSession
@@ -56,7 +58,8 @@ class JsonSender:
     async def post(self, method: type[TelegramMethod[Any]], params: dict[str, Any]) -> Any:
         """Call ``method`` with ``params`` (JSON values), counted as aiogram's requests are."""
         try:
-            result = await self._request(method, params)
+            with tracing.tracer.telegram(method.__api_method__):
+                result = await self._request(method, params)
         except Exception as e:
             if self.metrics is not None:
                 self.metrics.telegram_request(method.__api_method__, request_outcome(e))

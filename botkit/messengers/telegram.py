@@ -43,6 +43,7 @@ from aiogram.types import (
 )
 from aiogram.types import Message as TgMessage
 
+from botkit import tracing
 from botkit.errors import ConfigError, MessengerError
 from botkit.messengers._send import JsonSender, request_outcome, without_token
 from botkit.messengers.base import (
@@ -133,6 +134,8 @@ class TelegramMessenger:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         session = _Session(api=server)
         self.api = AiogramBot(token, session=session)
+        if tracing.tracer.enabled:
+            session.middleware(_TracedRequests())
         self.sender = JsonSender(self.api, session)
         """The hot sends (messages, drafts, typing), posted as JSON past aiogram's models."""
         self.poll_timeout = poll_timeout
@@ -296,7 +299,8 @@ class TelegramMessenger:
     async def download(self, file_id: str) -> bytes | None:
         """The bytes of a file the user sent; ``None`` (and a log line) when that fails."""
         try:
-            data = await self.api.download(file_id, timeout=self.download_timeout)
+            with tracing.tracer.span("download file", "client"):
+                data = await self.api.download(file_id, timeout=self.download_timeout)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # aiohttp errors and timeouts too: the turn goes on without it
@@ -744,6 +748,19 @@ class _RequestCounter(BaseRequestMiddleware):
             raise
         self.metrics.telegram_request(name, "ok")
         return response
+
+
+class _TracedRequests(BaseRequestMiddleware):
+    """Each Bot API request as a client span named by its method (an aiogram middleware)."""
+
+    async def __call__(
+        self,
+        make_request: NextRequestMiddlewareType[TelegramType],
+        bot: AiogramBot,
+        method: TelegramMethod[TelegramType],
+    ) -> Response[TelegramType]:
+        with tracing.tracer.telegram(method.__api_method__):
+            return await make_request(bot, method)
 
 
 class _PollFailures:

@@ -24,6 +24,7 @@ from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 
+from botkit import tracing
 from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
@@ -169,8 +170,9 @@ class TurnQueue:
         """Make ``run(job_id, update, attempts)`` the task that runs a turn in this process
         (``attempts``: how often the job was put back in the queue before this run)."""
 
-        async def turn(context: Any, update: dict[str, Any]) -> None:
-            await run(int(context.job.id), update, int(context.job.attempts))
+        async def turn(context: Any, update: dict[str, Any], trace: Any = None) -> None:
+            with tracing.tracer.resumed(trace):  # the turn joins its receiver's trace
+                await run(int(context.job.id), update, int(context.job.attempts))
 
         # A job cut short by a shutdown is retried (procrastinate retries aborts only then).
         retry = RetryStrategy(max_attempts=100, wait=1)
@@ -183,7 +185,7 @@ class TurnQueue:
             TURN_TASK, queue=QUEUE, lock=lock, queueing_lock=f"update:{bot_id}:{update_id}"
         )
         try:
-            await deferrer.defer_async(update=update)
+            await deferrer.defer_async(update=update, **_trace_args())
         except AlreadyEnqueued:
             log.info("queue.duplicate_update", update_id=update_id)
         except (ConnectorException, OSError) as e:
@@ -297,6 +299,12 @@ class PatientJobManager(JobManager):
                 continue
             outage.ok()
             return
+
+
+def _trace_args() -> dict[str, Any]:
+    """The receiver's span context for the job (``trace``: W3C headers), when tracing."""
+    carrier = tracing.tracer.carrier()
+    return {"trace": carrier} if carrier else {}
 
 
 async def _check_reachable(dsn: str) -> None:

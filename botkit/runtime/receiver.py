@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from botkit import tracing
 from botkit.config import Settings
 from botkit.errors import StoreError
 from botkit.messengers.base import ButtonPress, Incoming
@@ -59,6 +60,10 @@ class Receiver:
 
     async def take_once(self, update_id: int, raw: dict[str, Any]) -> None:
         """Take one update; raises ``StoreError`` if it could not be queued (or journaled)."""
+        with tracing.tracer.span("receive update", "producer", {"botkit.update_id": update_id}):
+            await self._take(update_id, raw)
+
+    async def _take(self, update_id: int, raw: dict[str, Any]) -> None:
         read = await self.messenger.read_update(raw)
         if isinstance(read, str):
             log.warning("receiver.update_unparseable", update_id=update_id, error=read)

@@ -11,6 +11,7 @@ import orjson
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from botkit import tracing
 from botkit.errors import ToolError
 from botkit.images import image_type, scale_image
 from botkit.tools.base import Tool, ToolContext
@@ -141,17 +142,21 @@ class ToolRegistry:
                 result = await t.execute(ctx, call.input)
             return (result if isinstance(result, ToolFile) else _to_text(result)), False
         except ValidationError as e:
+            tracing.tracer.failed(e)
             if _is_input_error(t, e):
                 return _describe_invalid(call.name, e), True
             return _crashed(call, e), True
         except ToolError as e:
+            tracing.tracer.failed(e)
             return str(e) or type(e).__name__, True
         except TimeoutError as e:
+            tracing.tracer.failed(e)
             if deadline.expired():
                 log.warning("tool.timeout", tool=call.name, timeout=t.timeout)
                 return f"Tool {call.name} timed out after {t.timeout:g} s", True
             return _crashed(call, e), True
         except Exception as e:
+            tracing.tracer.failed(e)
             return _crashed(call, e), True
 
     def _cut(self, text: str) -> str:

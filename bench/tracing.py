@@ -1,0 +1,210 @@
+"""What does tracing cost? The default assistant with tracing off, and on (#32).
+
+Two botkit processes, each with its own fakes, run the same rounds, alternating: ``--users``
+users (200) each send one message at once; the fake Messages API streams its answers as in
+``turn_cost.py``. ``off``: no ``OTEL_*`` variable (botkit loads nothing of OpenTelemetry);
+``on``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` points at an OTLP/HTTP receiver in this process, so
+the bot builds every span, batches it and exports it as protobuf over HTTP, as it would to a
+collector (the receiver decodes and counts them here, on this process's CPU).
+
+Printed: each process's start-up (CPU and wall time from its start to its first poll), the
+bot CPU per turn
+(median of the rounds), the spans received per turn, and
+``RESULT tracing ... PASS|FAIL`` (target: CPU per turn with tracing on <= 1.10x off).
+
+    python bench/tracing.py [--users 200] [--rounds 3] [--chunk-delay 0.02]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common
+from _common import (
+    BOTKIT,
+    BotSpec,
+    BotUnderTest,
+    Round,
+    load_line,
+    machine_line,
+    median,
+    paragraph_responder,
+    user_ids,
+)
+from aiohttp import web
+
+TARGET = 1.10
+"""CPU per turn with tracing on, at most this times the CPU with it off."""
+WARMUP_USERS = 50
+FIRST_USER = 10_000
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP traces endpoint counting the spans it is sent."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.requests = 0
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/traces", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        export = ExportTraceServiceRequest.FromString(await request.read())
+        self.requests += 1
+        self.spans += sum(
+            len(scope.spans) for spans in export.resource_spans for scope in spans.scope_spans
+        )
+        answer = ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=answer, content_type="application/x-protobuf")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=200, help="users (one message each) a round")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per bot")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.02, help="seconds between streamed deltas"
+    )
+    parser.add_argument("--timeout", type=float, default=180.0, help="give up a round after (s)")
+    parser.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="give up a start-up after (s)"
+    )
+    return parser.parse_args()
+
+
+def greetings(first_user: int, users: int) -> list[tuple[int, str]]:
+    """One message from each of ``users`` users."""
+    return [(user, f"hello from {user}") for user in user_ids(first_user, users)]
+
+
+async def started(bot: BotUnderTest) -> tuple[float, float]:
+    """Start ``bot``; wall and CPU seconds until it polls (imports, settings, getMe, first
+    getUpdates). On a loaded machine the wall time is mostly waiting: compare the CPU."""
+    began = time.monotonic()
+    await bot.start()
+    await bot.ready()
+    return time.monotonic() - began, bot.cpu_seconds()
+
+
+def threads_cpu(bot: BotUnderTest) -> str:
+    """User + system CPU seconds of each thread of the bot process (main thread first)."""
+    assert bot.process is not None
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = []
+    for task in sorted(Path(f"/proc/{bot.process.pid}/task").iterdir(), key=lambda p: int(p.name)):
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        seconds.append((int(fields[11]) + int(fields[12])) / tick)
+    return ", ".join(f"{s:.2f}" for s in seconds if s > 0)
+
+
+async def main(args: argparse.Namespace) -> int:
+    _common.STARTUP_TIMEOUT = args.startup_timeout
+    receiver = OtlpReceiver()
+    await receiver.start()
+    with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
+        work = Path(tmp)
+        allowed = tuple(user_ids(1, WARMUP_USERS)) + tuple(
+            user_ids(FIRST_USER, args.rounds * args.users)
+        )
+        spec = BotSpec(BOTKIT, allowed_users=allowed, stream_replies=True, assistant=True)
+        traced = BotSpec(
+            BOTKIT,
+            allowed_users=allowed,
+            stream_replies=True,
+            assistant=True,
+            # Batches leave every second (default 5 s), so their export falls inside the round.
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_SERVICE_NAME": "bench",
+                "OTEL_BSP_SCHEDULE_DELAY": "1000",
+            },
+        )
+        bots = [
+            BotUnderTest(
+                name, s, work / name, chunk_delay=args.chunk_delay, responder=paragraph_responder
+            )
+            for name, s in (("off", spec), ("on", traced))
+        ]
+        print(
+            f"bench/tracing.py: {args.users} users send one message each at once; the default "
+            "assistant (streamed drafts), tracing off vs on (OTLP/HTTP to a local receiver)"
+        )
+        print(machine_line())
+        results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
+        startup: dict[str, float] = {}
+        startup_wall: dict[str, float] = {}
+        try:
+            for bot in bots:  # one at a time: start-up is measured alone
+                startup_wall[bot.name], startup[bot.name] = await started(bot)
+                print(
+                    f"  start-up {bot.name:<4} {startup[bot.name]:.2f} s CPU "
+                    f"({startup_wall[bot.name]:.2f} s wall) to the first poll"
+                )
+            for bot in bots:
+                await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
+            for number in range(args.rounds):
+                for bot in bots:
+                    first = FIRST_USER + number * args.users
+                    result = await bot.run_round(greetings(first, args.users), timeout=args.timeout)
+                    results[bot.name].append(result)
+                    print(
+                        f"  round {number + 1} {bot.name:<4} {result.replies}/{result.expected} "
+                        f"in {result.seconds:.2f} s, bot CPU "
+                        f"{result.bot_cpu / max(result.replies, 1) * 1000:.2f} ms/turn"
+                    )
+                    if not result.complete:
+                        print(f"  {bot.name} missed replies: {result.missing[:5]}")
+                        print(bot.log_tail())
+                        return 1
+            for bot in bots:
+                print(f"  {bot.name:<4} CPU by thread (s): {threads_cpu(bot)}")
+        finally:
+            await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
+            await receiver.stop()
+    cpu = {n: median([r.bot_cpu / r.replies * 1000 for r in rs]) for n, rs in results.items()}
+    turns = WARMUP_USERS + sum(r.replies for r in results["on"])
+    spans_per_turn = receiver.spans / turns  # all flushed: the bot stopped before the receiver
+    ratio = cpu["on"] / cpu["off"]
+    for name in results:
+        print(
+            f"{name:<4} bot CPU {cpu[name]:.2f} ms per turn (median), "
+            f"start-up {startup[name]:.2f} s CPU"
+        )
+    print(f"spans received: {spans_per_turn:.1f} per turn ({receiver.requests} exports)")
+    print(load_line())
+    verdict = "PASS" if ratio <= TARGET and spans_per_turn > 0 else "FAIL"
+    print(
+        f"RESULT tracing cpu_on/off={ratio:.2f}x (on {cpu['on']:.2f} / off {cpu['off']:.2f} ms "
+        f"per turn; start-up CPU on {startup['on']:.2f} s / off {startup['off']:.2f} s; "
+        f"{spans_per_turn:.1f} spans per turn) target<={TARGET:.2f}x {verdict}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
