@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botkit.agent.loop import LoopTexts
+from botkit.approvals.texts import ApprovalTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry
@@ -121,6 +122,8 @@ class BotOptions:
     """Sent instead of a task's answer when its user's tasks used up today's runs
     (BOTKIT_MAX_TASK_RUNS); ``{id}``, ``{when}`` (their local time) and ``{runs}`` are filled in."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    approval_texts: ApprovalTexts = field(default_factory=ApprovalTexts)
+    """What approval requests say, their buttons, and the answers to presses."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,6 +54,8 @@ class LoopTexts:
         "This tool call was cut off by the output limit and was not run. "
         "Call it again with shorter arguments."
     )
+    denied: str = "The user denied this tool call, so it was not run."
+    expired: str = "Nobody allowed this tool call in time, so it was not run."
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,10 @@ class TurnResult:
     usage: Usage
     iterations: int
     stop_reason: str
-    """The last stop reason, or ``max_iterations`` when the loop gave up."""
+    """The last stop reason, ``max_iterations`` when the loop gave up, or ``approval`` when
+    calls wait for a person's Allow (``waiting``)."""
+    waiting: tuple[ToolUseBlock, ...] = ()
+    """The calls of the last answer that wait for approval (the turn ends until decided)."""
 
 
 class AgentLoop:
@@ -101,10 +106,19 @@ class AgentLoop:
         on_text: TextSink | None = None,
         emit: EventSink | None = None,
         task_id: str | None = None,
+        decided: Mapping[str, str | None] | None = None,
     ) -> TurnResult:
-        """Loop until the model answers in text or ``max_iterations`` calls were made."""
+        """Loop until the model answers in text or ``max_iterations`` calls were made.
+
+        A call of a tool that ``needs_approval`` ends the turn unrun (``TurnResult.waiting``).
+        ``decided`` resumes such a turn: the context's last answer's calls are run first,
+        each waiting one as decided (its id mapped to ``None``: allowed; to a text: refused
+        with that error result)."""
         turn = _Turn(self, context, tools, tool_context, on_text, emit, task_id)
+        turn.decided = dict(decided or {})
         await turn.notify(AgentStart(**turn.stamp))
+        if decided is not None:
+            await turn.answer_calls(context.messages[-1].tool_uses)
         result = await turn.run(system)
         await turn.notify(
             AgentEnd(
@@ -174,6 +188,9 @@ class _Turn:
         }
         self.streamed_text = False
         self.recorded: dict[str, Any] | None = None
+        self.decided: dict[str, str | None] = {}
+        """Approval decisions by call id: ``None`` allowed, a text refused with it."""
+        self.waiting: tuple[ToolUseBlock, ...] = ()
 
     async def notify(self, event: Event) -> None:
         """Send ``event`` to the sink and to the hooks of its kind."""
@@ -211,6 +228,8 @@ class _Turn:
             await self.notify(
                 CallEnd(iteration=iteration, stop_reason=response.stop_reason, **self.stamp)
             )
+            if self.waiting:
+                return TurnResult("", usage, iteration, "approval", self.waiting)
             if reply is not None:
                 return TurnResult(reply, usage, iteration, response.stop_reason)
         log.warning("loop.exhausted", user_id=self.context.user_id)
@@ -235,16 +254,14 @@ class _Turn:
             return None  # the server paused a long turn; sending it back resumes it
         if calls and reason == "tool_use":
             limit = self.loop.max_parallel_tools
-            results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
-            refused = [
-                ToolResultBlock(
-                    tool_use_id=c.id,
-                    content=f"Not run: at most {limit} tool calls per answer. Call it again.",
-                    is_error=True,
-                )
-                for c in calls[limit:]
-            ]
-            await self.context.append(Message(role="user", content=[*results, *refused]))
+            self.waiting = tuple(
+                c
+                for c in calls[:limit]
+                if self.tools.needs_approval(c.name) and c.id not in self.decided
+            )
+            if self.waiting:
+                return None  # the turn ends here; a decision resumes it (``decided``)
+            await self.answer_calls(calls)
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them
             cut = [
@@ -259,12 +276,31 @@ class _Turn:
             return message.text or self.texts.refused
         return message.text or self.texts.empty
 
+    async def answer_calls(self, calls: list[ToolUseBlock]) -> None:
+        """Run an answer's calls (at most ``max_parallel_tools``) and record their results."""
+        limit = self.loop.max_parallel_tools
+        results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
+        refused = [
+            ToolResultBlock(
+                tool_use_id=c.id,
+                content=f"Not run: at most {limit} tool calls per answer. Call it again.",
+                is_error=True,
+            )
+            for c in calls[limit:]
+        ]
+        await self.context.append(Message(role="user", content=[*results, *refused]))
+
     async def run_tool(self, call: ToolUseBlock) -> ToolResultBlock:
-        """One tool call, unless a ``tool_start`` hook blocks it; events on both sides."""
+        """One tool call, unless a ``tool_start`` hook blocks it (or a person refused it);
+        events on both sides."""
         start = ToolStart(call=call, **self.stamp)
         await self.notify(start)
-        reason = await self.loop.hooks.block_reason(start)
-        if reason:
+        refusal = self.decided.get(call.id)
+        reason = None if refusal else await self.loop.hooks.block_reason(start)
+        if refusal:
+            log.info("tool.refused", tool=call.name)
+            result = ToolResultBlock(tool_use_id=call.id, content=refusal, is_error=True)
+        elif reason:
             log.info("tool.blocked", tool=call.name, reason=reason)
             result = ToolResultBlock(
                 tool_use_id=call.id, content=f"Blocked: {reason}", is_error=True
