@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -260,3 +264,78 @@ async def test_a_press_after_a_restart_resumes_the_turn_from_the_record(
         answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
     assert answer.plain_text == "tool said: deleted /tmp/x"
     assert deleted == ["/tmp/x"]
+
+
+APP = '''
+from pathlib import Path
+
+from botkit import Bot
+
+bot = Bot()
+
+
+@bot.tool(approval=True)
+async def delete_file(path: str) -> str:
+    """Delete a file."""
+    with Path("runs.txt").open("a") as runs:
+        runs.write(path + "\\n")
+    return f"deleted {path}"
+'''
+
+
+class BotProcess:
+    """``python -m botkit run approval_app:bot`` against the fakes, in ``home``."""
+
+    def __init__(self, telegram: FakeTelegramServer, claude: FakeAnthropicServer, home: Path):
+        (home / "approval_app.py").write_text(APP)
+        self.home = home
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))},
+            "TELEGRAM_BOT_TOKEN": telegram.token,
+            "TELEGRAM_API_BASE": telegram.base_url,
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": claude.base_url,
+            "BOTKIT_SESSIONS_DIR": str(home / "sessions"),
+            "BOTKIT_ALLOWED_USERS": str(ALICE),
+            "BOTKIT_POLL_TIMEOUT": "5",
+            "BOTKIT_STREAM_REPLIES": "false",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "botkit", "run", "approval_app:bot"],
+            cwd=self.home,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def end(self, sig: signal.Signals) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        return await asyncio.to_thread(self.process.wait, 30)
+
+
+async def test_sigkill_between_the_request_and_the_press_then_allow_runs_it_once(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = BotProcess(telegram, claude, tmp_path)
+    bot.start()
+    try:
+        telegram.send_text(ALICE, "DELETE /tmp/x")
+        (request,) = await telegram.wait_for_messages(ALICE, 1, timeout=60)
+        assert buttons_of(request) == ["Allow", "Deny"]
+        await bot.end(signal.SIGKILL)
+        assert not (tmp_path / "runs.txt").exists()
+        bot.start()
+        telegram.press_button(ALICE, request, "Allow")
+        _, answer = await telegram.wait_for_messages(ALICE, 2, timeout=60)
+        assert answer.plain_text == "tool said: deleted /tmp/x"
+        await asyncio.sleep(2)  # nothing more comes: the replayed request is not run again
+        assert len(telegram.sent_messages(ALICE)) == 2
+        assert (tmp_path / "runs.txt").read_text() == "/tmp/x\n", "it ran once"
+        assert await bot.end(signal.SIGTERM) == 0
+    finally:
+        if bot.process is not None and bot.process.poll() is None:
+            await bot.end(signal.SIGKILL)
