@@ -21,7 +21,9 @@ from botkit.messengers.base import Incoming
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
-from botkit.types import ToolUseBlock
+from botkit.tools import Tool, ToolContext, ToolRegistry, tool
+from botkit.tools.mcp import connect_mcp, parse_mcp_config
+from botkit.types import ToolDef, ToolUseBlock
 
 ALICE, BOB, MANAGER = 1001, 1002, 1003
 OTHERS = tuple(range(2001, 2021))
@@ -339,3 +341,43 @@ async def test_sigkill_between_the_request_and_the_press_then_allow_runs_it_once
     finally:
         if bot.process is not None and bot.process.poll() is None:
             await bot.end(signal.SIGKILL)
+
+
+async def test_mcp_tools_matching_the_configs_approval_patterns_wait_for_allow(
+    tmp_path: Path,
+) -> None:
+    example = Path(__file__).with_name("mcp_server_example.py")
+    config = {
+        "mcpServers": {
+            "example": {
+                "command": sys.executable,
+                "args": [str(example)],
+                "approval": ["sh*", "example__pid"],
+            }
+        }
+    }
+    (server,) = parse_mcp_config(json.dumps(config))
+    async with connect_mcp([server]) as tools:
+        registry = ToolRegistry(tools)
+        waiting = [name for name in registry.names if registry.needs_approval(name)]
+    assert waiting == ["example__shout", "example__pid"]
+
+
+def test_tool_and_tool_subclasses_take_approval() -> None:
+    @tool(approval=True)
+    def wipe(what: str) -> str:
+        """Wipe something."""
+        return what
+
+    class Pay(Tool):
+        approval = True
+
+        @property
+        def definition(self) -> ToolDef:
+            return ToolDef(name="pay", description="Pay.", input_schema={"type": "object"})
+
+        async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+            return "paid"
+
+    registry = ToolRegistry([wipe, Pay(), tool(lambda: "x", name="look")])
+    assert [n for n in registry.names if registry.needs_approval(n)] == ["wipe", "pay"]
