@@ -11,13 +11,19 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from botkit import Bot
 from botkit.messengers.base import Incoming
+from botkit.messengers.flood import FloodControl
+from botkit.runtime.cluster import serve_queued
+from botkit.runtime.telegram import messenger_for
+from botkit.stores.migrate import migrate
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
@@ -381,3 +387,87 @@ def test_tool_and_tool_subclasses_take_approval() -> None:
 
     registry = ToolRegistry([wipe, Pay(), tool(lambda: "x", name="look")])
     assert [n for n in registry.names if registry.needs_approval(n)] == ["wipe", "pay"]
+
+
+# ---- PostgreSQL, and receive/work ------------------------------------------------------------
+
+
+@pytest.fixture
+async def db(postgres_db: str) -> str:
+    """A fresh database with botkit's migrations applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+def queued_approval_bot(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    home: Path,
+    db: str,
+    deleted: list[str],
+) -> Bot:
+    values: dict[str, Any] = {
+        "database_url": SecretStr(db),
+        "telegram_bot_token": SecretStr(telegram.token),
+        "telegram_api_base": telegram.base_url,
+        "access": "open",
+        "stalled_timeout": 2.0,
+        "poll_timeout": 1,
+    }
+    bot = make_bot(claude, home, **values)
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    return bot
+
+
+@asynccontextmanager
+async def queued(bot: Bot, *, receive: bool = True, work: bool = True) -> AsyncIterator[None]:
+    """``serve_queued`` in this loop while the block runs; on exit, stop it and wait."""
+    messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve_queued(
+            bot,
+            stop,
+            receive=receive,
+            work=work,
+            concurrency=4,
+            messenger=messenger,
+            grace_period=5,
+        )
+    )
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def test_on_postgres_with_two_workers_the_press_lands_on_the_other_and_runs_once(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    first_runs: list[str] = []
+    second_runs: list[str] = []
+    receiver = queued_approval_bot(claude, telegram, tmp_path / "r", db, [])
+    first = queued_approval_bot(claude, telegram, tmp_path / "w1", db, first_runs)
+    second = queued_approval_bot(claude, telegram, tmp_path / "w2", db, second_runs)
+    async with queued(receiver, work=False):
+        async with queued(first):
+            request = await asking(telegram, "DELETE /tmp/x")
+            telegram.send_text(ALICE, "after")  # held behind the request, on the database
+            await asyncio.sleep(2)
+            assert len(telegram.sent_messages(ALICE)) == 1
+        async with queued(second):  # the first worker is gone: the press lands here
+            telegram.press_button(ALICE, request, "Allow")
+            telegram.press_button(ALICE, request, "Allow")
+            await telegram.wait_for_messages(ALICE, 3, timeout=40)
+            await asyncio.sleep(1)
+    texts = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
+    assert first_runs == [] and second_runs == ["/tmp/x"], "it ran once, on the other worker"
+    assert sorted(map(str, press_answers(telegram))) == ["Allowed.", "This was already decided."]

@@ -33,6 +33,7 @@ from botkit.types import ToolUseBlock
 if TYPE_CHECKING:
     from botkit.config import Settings
     from botkit.options import BotOptions
+    from botkit.stores.base import UserStore
 
 __all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
 
@@ -70,15 +71,17 @@ class ApprovalHost(Protocol):
         """Who else than the sender may allow ``call``."""
         ...
 
+    async def user_store(self) -> UserStore:
+        """The users store (its PostgreSQL pool keeps approvals in a scale-out)."""
+        ...
+
 
 class Approvals:
     """The approvals of one bot: requests, presses, resuming, the held messages, expiry."""
 
     def __init__(self, bot: ApprovalHost, store: ApprovalStore | None = None) -> None:
         self.bot = bot
-        self.store: ApprovalStore = store or SqliteApprovals(
-            bot.settings.sessions_dir / "approvals.db"
-        )
+        self.store: ApprovalStore = store or _store_for(bot)
         self.turns: TurnResumer | None = None
         """Set by the pipeline that resumes turns."""
         self._draining: set[int] = set()
@@ -298,6 +301,19 @@ class Approvals:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.store.close()
+
+
+def _store_for(bot: ApprovalHost) -> ApprovalStore:
+    """The bot's PostgreSQL database with BOTKIT_DATABASE_URL (shared by all workers), else
+    ``<sessions_dir>/approvals.db``."""
+    if bot.settings.database_url is None:
+        return SqliteApprovals(bot.settings.sessions_dir / "approvals.db")
+    from botkit.approvals.postgres import PostgresApprovals
+
+    async def pool() -> Any:
+        return getattr(await bot.user_store(), "pool")  # noqa: B009
+
+    return PostgresApprovals(pool)
 
 
 async def _read_held(reader: Any, held: dict[str, Any]) -> Incoming | None:
