@@ -296,7 +296,11 @@ class TurnPipeline:
         await self._reply(messenger, message, reply)
 
     async def resume(
-        self, message: Incoming, decided: dict[str, str | None], messenger: Messenger
+        self,
+        message: Incoming,
+        decided: dict[str, str | None],
+        messenger: Messenger,
+        decision: str | None = None,
     ) -> None:
         """Go on with the turn of ``message`` whose last answer's waiting calls were decided
         (``decided``: call id to ``None``, allowed, or the error text refusing it)."""
@@ -313,7 +317,13 @@ class TurnPipeline:
             task_id = f"{message.user_id}:{message.update_id}"
             first = context.appended
             text, outcome = await self._run_loop(
-                context, system, tools, tool_context, task_id=task_id, decided=decided
+                context,
+                system,
+                tools,
+                tool_context,
+                task_id=task_id,
+                decided=decided,
+                decision=decision,
             )
             reply = _all_text(context, first, text)
             await self._end_turn(message, messenger, context, tools, reply, outcome)
@@ -478,6 +488,7 @@ class TurnPipeline:
         emit: EventSink | None = None,
         task_id: str | None = None,
         decided: dict[str, str | None] | None = None,
+        decision: str | None = None,
     ) -> tuple[str, TurnOutcome]:
         """The loop's reply, or a polite text when the model could not be reached; the
         answer's text streams to ``on_text``, the loop's events to ``emit``; ``decided``
@@ -504,6 +515,7 @@ class TurnPipeline:
                 emit=emit,
                 task_id=task_id,
                 decided=decided,
+                decision=decision,
             )
         except MediaTooLargeError as e:
             withdrawn = context.withdraw()  # its message, unless a first answer recorded it

@@ -19,8 +19,10 @@ import pytest
 from pydantic import SecretStr
 
 from botkit import Bot
+from botkit.agent.events import ApprovalDecided, ApprovalRequested
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
+from botkit.replay import format_transcript, read_session
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
 from botkit.stores.migrate import migrate
@@ -127,6 +129,9 @@ async def test_the_tool_runs_only_after_allow_and_once(
 ) -> None:
     deleted: list[str] = []
     bot = approval_bot(claude, tmp_path, deleted)
+    events: list[Any] = []
+    for kind in ("approval_requested", "approval_decided"):
+        bot.hooks.on(kind, lambda event: asyncio.sleep(0, events.append(event)))
     async with running(bot, telegram):
         request = await asking(telegram, "DELETE <b>/tmp/report.pdf</b>")
         assert "delete_file" in request.plain_text
@@ -146,6 +151,15 @@ async def test_the_tool_runs_only_after_allow_and_once(
     assert edited.plain_text.endswith("Allowed.")
     assert len(claude.requests) == 2
     assert bot.metrics.approvals.labels("allowed")._value.get() == 1
+    requested, decided = events
+    assert isinstance(requested, ApprovalRequested)
+    assert [call.name for call in requested.calls] == ["delete_file"]
+    assert isinstance(decided, ApprovalDecided) and decided.approval_id == requested.approval_id
+    assert (decided.decision, decided.decided_by) == ("allowed", ALICE)
+    source, session = read_session(str(tmp_path / "sessions" / f"{ALICE}.jsonl"))
+    transcript = format_transcript(session, source=source)
+    assert "→ delete_file(" in transcript and "waiting for approval" in transcript
+    assert "approval: allowed" in transcript
 
 
 async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(

@@ -107,18 +107,20 @@ class AgentLoop:
         emit: EventSink | None = None,
         task_id: str | None = None,
         decided: Mapping[str, str | None] | None = None,
+        decision: str | None = None,
     ) -> TurnResult:
         """Loop until the model answers in text or ``max_iterations`` calls were made.
 
         A call of a tool that ``needs_approval`` ends the turn unrun (``TurnResult.waiting``).
         ``decided`` resumes such a turn: the context's last answer's calls are run first,
         each waiting one as decided (its id mapped to ``None``: allowed; to a text: refused
-        with that error result)."""
+        with that error result); ``decision`` (``allowed``, ``denied``, ``expired``) is
+        recorded with their results."""
         turn = _Turn(self, context, tools, tool_context, on_text, emit, task_id)
         turn.decided = dict(decided or {})
         await turn.notify(AgentStart(**turn.stamp))
         if decided is not None:
-            await turn.answer_calls(context.messages[-1].tool_uses)
+            await turn.answer_calls(context.messages[-1].tool_uses, approval=decision)
         result = await turn.run(system)
         await turn.notify(
             AgentEnd(
@@ -218,11 +220,13 @@ class _Turn:
             usage += response.usage
             self.streamed_text = bool(response.message.text)
             await self.notify(UsageEvent(usage=response.usage, model=response.model, **self.stamp))
+            waits = self.waits_for_approval(response)
             await self.context.append(
                 response.message,
                 model=response.model,
                 stop_reason=response.stop_reason,
                 **self.call_record(system),
+                approval="waiting" if waits else None,
             )
             reply = await self.step(response)
             await self.notify(
@@ -253,12 +257,7 @@ class _Turn:
         if reason == "pause_turn":
             return None  # the server paused a long turn; sending it back resumes it
         if calls and reason == "tool_use":
-            limit = self.loop.max_parallel_tools
-            self.waiting = tuple(
-                c
-                for c in calls[:limit]
-                if self.tools.needs_approval(c.name) and c.id not in self.decided
-            )
+            self.waiting = self.waits_for_approval(response)
             if self.waiting:
                 return None  # the turn ends here; a decision resumes it (``decided``)
             await self.answer_calls(calls)
@@ -276,8 +275,18 @@ class _Turn:
             return message.text or self.texts.refused
         return message.text or self.texts.empty
 
-    async def answer_calls(self, calls: list[ToolUseBlock]) -> None:
-        """Run an answer's calls (at most ``max_parallel_tools``) and record their results."""
+    def waits_for_approval(self, response: LLMResponse) -> tuple[ToolUseBlock, ...]:
+        """The calls of ``response`` that wait for a person's Allow (not decided yet)."""
+        if response.stop_reason != "tool_use":
+            return ()
+        calls = response.message.tool_uses[: self.loop.max_parallel_tools]
+        return tuple(
+            c for c in calls if self.tools.needs_approval(c.name) and c.id not in self.decided
+        )
+
+    async def answer_calls(self, calls: list[ToolUseBlock], approval: str | None = None) -> None:
+        """Run an answer's calls (at most ``max_parallel_tools``) and record their results
+        (with how their ``approval`` was decided, on a resumed turn)."""
         limit = self.loop.max_parallel_tools
         results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
         refused = [
@@ -288,7 +297,9 @@ class _Turn:
             )
             for c in calls[limit:]
         ]
-        await self.context.append(Message(role="user", content=[*results, *refused]))
+        await self.context.append(
+            Message(role="user", content=[*results, *refused]), approval=approval
+        )
 
     async def run_tool(self, call: ToolUseBlock) -> ToolResultBlock:
         """One tool call, unless a ``tool_start`` hook blocks it (or a person refused it);

@@ -44,7 +44,11 @@ class TurnResumer(Protocol):
     """What approvals need of the turn pipeline."""
 
     async def resume(
-        self, message: Incoming, decided: dict[str, str | None], messenger: Messenger
+        self,
+        message: Incoming,
+        decided: dict[str, str | None],
+        messenger: Messenger,
+        decision: str | None = None,
     ) -> None:
         """Go on with the turn of ``message`` whose last answer's calls were decided."""
         ...
@@ -226,7 +230,7 @@ class Approvals:
         refusal = {"allowed": None, "denied": texts.denied, "expired": texts.expired}
         decided = {call["id"]: refusal[approval.decision] for call in approval.calls}
         try:
-            await self.turns.resume(message, decided, messenger)
+            await self.turns.resume(message, decided, messenger, approval.decision)
         except Exception:
             log.exception("approval.resume_failed", approval_id=approval_id)
         finally:
