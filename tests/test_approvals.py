@@ -162,11 +162,12 @@ async def test_the_tool_runs_only_after_allow_and_once(
     assert "approval: allowed" in transcript
 
 
+@pytest.mark.parametrize("stream_replies", [False, True], ids=["plain", "drafts"])
 async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, stream_replies: bool
 ) -> None:
     deleted: list[str] = []
-    bot = approval_bot(claude, tmp_path, deleted)
+    bot = approval_bot(claude, tmp_path, deleted, stream_replies=stream_replies)
     async with running(bot, telegram):
         request = await asking(telegram, "DELETE /etc/passwd")
         telegram.press_button(ALICE, request, "Deny")
