@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING, Any
 from botkit.agent import AgentLoop, ContextManager, LoopTexts, TurnResult
 from botkit.agent.events import (
     AgentEnd,
+    ApprovalDecided,
+    ApprovalRequested,
     ErrorEvent,
     Event,
     Hooks,
@@ -15,6 +17,7 @@ from botkit.agent.events import (
     UsageEvent,
 )
 from botkit.agent.subagent import AgentTool
+from botkit.approvals import ApprovalTexts
 from botkit.bot import (
     Authorize,
     Bot,
@@ -73,6 +76,9 @@ __all__ = [
     "AgentLoop",
     "AgentTool",
     "AnthropicLLM",
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "ApprovalTexts",
     "Authorize",
     "Bot",
     "BotOptions",

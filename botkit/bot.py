@@ -17,6 +17,8 @@ from botkit.admin import register_admin_commands
 from botkit.agent.context import ContextManager
 from botkit.agent.events import Event, Hooks
 from botkit.agent.pool import ContextPool
+from botkit.approvals.request import BUTTON_PREFIX
+from botkit.approvals.service import Approvals
 from botkit.chats import Conversation, conversation_of
 from botkit.commands import ButtonHandler, Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
@@ -41,9 +43,9 @@ from botkit.reminders.tools import SchedulingPlugin
 from botkit.sessions import SessionStore, session_store_for
 from botkit.skills import SkillLibrary, load_skills
 from botkit.stores.base import UserRecord, UserStore
-from botkit.tools import Tool, ToolRegistry
+from botkit.tools import Tool, ToolRegistry, tool
 from botkit.turns import TurnPipeline
-from botkit.types import Message, Usage
+from botkit.types import Message, ToolUseBlock, Usage
 
 __all__ = [
     "Authorize",
@@ -117,8 +119,12 @@ class Bot:
         """The conversations' contexts in memory."""
         self.handoffs = attach_handoffs(self)
         """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
+        self.approvals = Approvals(self)
+        """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
+        self.buttons[BUTTON_PREFIX] = self.approvals.on_press
         self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics, self.handoffs)
         """Runs a message through these steps to its reply."""
+        self.approvals.turns = self.turns  # a decided approval resumes its turn there
 
     @property
     def llm(self) -> LLM:
@@ -137,10 +143,15 @@ class Bot:
 
     # ---- registration -----------------------------------------------------------------
 
-    def tool(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: register a typed function as a tool of this bot."""
-        self.tools.register(fn)
-        return fn
+    def tool(self, fn: Callable[..., Any] | None = None, /, *, approval: bool = False) -> Any:
+        """Decorator: register a typed function as a tool of this bot: ``@bot.tool``, or
+        ``@bot.tool(approval=True)`` (a person presses Allow before each call runs)."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.tools.register(tool(approval=True)(f) if approval else f)
+            return f
+
+        return register if fn is None else register(fn)
 
     def command(
         self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
@@ -228,6 +239,11 @@ class Bot:
         """Whether voice notes are understood: ``transcribe`` was overridden or passed."""
         return self.options.transcribe is not None or type(self).transcribe is not Bot.transcribe
 
+    async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
+        """Who else than the sender of ``message`` may allow ``call`` (a tool marked
+        ``approval=True``), e.g. a manager's user id; by default nobody."""
+        return ()
+
     async def on_start(self) -> None:
         """Called once before the bot takes messages; raise ``ConfigError`` to stop cleanly."""
 
@@ -285,6 +301,7 @@ class Bot:
         if self._llm is not None:
             await self._llm.close()
         await self.access.close()
+        await self.approvals.aclose()
         await self.sessions.close()
 
     # ---- contexts, users, relaying ----------------------------------------------------

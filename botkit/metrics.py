@@ -47,9 +47,12 @@ TurnOutcome = Literal[
     "stopped",
     "cancelled",
     "handoff",
+    "waiting",
+    "held",
 ]
 """How a turn ended; ``cancelled``: cut off when the process stopped; ``handoff``: relayed
-between a handed-over user and the operators (no LLM call)."""
+between a handed-over user and the operators (no LLM call); ``waiting``: a call waits for a
+person's Allow; ``held``: its conversation waits, the message runs after."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")
@@ -175,6 +178,11 @@ class Metrics:
             registry=r,
         )
         self._turn_children = {o: self.turns.labels(o) for o in TURN_OUTCOMES}
+        self.approvals = Counter(
+            "botkit_approvals", "Approval requests by decision", ["decision"], registry=r
+        )
+        for decision in ("allowed", "denied", "expired"):
+            self.approvals.labels(decision)
         self.updates_given_up = Counter(
             "botkit_updates_given_up",
             "Updates given up after their process died during them BOTKIT_MAX_JOB_ATTEMPTS times",
@@ -196,6 +204,10 @@ class Metrics:
         """Count a finished turn and how long it took."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
+
+    def approval_decided(self, decision: str) -> None:
+        """Count one approval decision: ``allowed``, ``denied`` or ``expired``."""
+        self.approvals.labels(decision).inc()
 
     def update_given_up(self) -> None:
         """Count an update given up because its turn killed its process again and again."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botkit.agent.loop import LoopTexts
+from botkit.approvals.texts import ApprovalTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry
@@ -144,6 +145,8 @@ class BotOptions:
         "Only this chat's admins and the bot's admins can end a handoff."
     )
     handoff_undelivered_text: str = "Not delivered to the user: {error}"
+    approval_texts: ApprovalTexts = field(default_factory=ApprovalTexts)
+    """What approval requests say, their buttons, and the answers to presses."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

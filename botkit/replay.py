@@ -389,6 +389,10 @@ def _meta(entry: SessionEntry) -> str:
         parts.append(f"usage: {_usage(entry.usage)}")
     if entry.stop_reason and entry.stop_reason != "end_turn":
         parts.append(f"stop: {entry.stop_reason}")
+    if entry.approval == "waiting":
+        parts.append("waiting for approval")
+    elif entry.approval:
+        parts.append(f"approval: {entry.approval}")
     return " · ".join(parts)
 
 

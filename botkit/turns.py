@@ -30,6 +30,7 @@ from botkit.agent.context import ContextManager
 from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
+from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
 from botkit.config import Settings
@@ -77,6 +78,7 @@ class BotSteps(Protocol):
     buttons: dict[str, ButtonHandler]
     hooks: Hooks
     model_override: str | None
+    approvals: Approvals
 
     def commands_for(self, message: Incoming) -> list[Command]:
         """The commands the sender of ``message`` may see (hidden ones only for admins)."""
@@ -276,6 +278,8 @@ class TurnPipeline:
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         # A draft shows "Thinking…" at once; "typing…" is for chats without one.
         async with context.lock, self._typing(messenger, message, wanted=draft is None):
+            if await self.bot.approvals.holds(message, context):
+                return "held"  # its conversation waits for a decision; it runs after
             if not context.has_turn(message.update_id):
                 await context.flush_pending()  # notes relayed since the last turn, in order
                 # With media, recorded only once the API takes them: a refusal keeps nothing.
@@ -289,9 +293,59 @@ class TurnPipeline:
             reply, outcome = await self._answer(
                 message, messenger, context, system, tools, tool_context, draft
             )
-            await context.keep()  # a turn stopped before its first answer keeps its message
-            await self._reply(messenger, message, reply)
+            await self._end_turn(message, messenger, context, tools, reply, outcome)
             return outcome
+
+    async def _end_turn(
+        self,
+        message: Incoming,
+        messenger: Messenger,
+        context: ContextManager,
+        tools: ToolRegistry,
+        reply: str,
+        outcome: TurnOutcome,
+    ) -> None:
+        """Send the reply; or, when a call waits for approval, the request for it."""
+        await context.keep()  # a turn stopped before its first answer keeps its message
+        if outcome == "waiting":
+            if reply.strip():  # what the model wrote before the call, as the draft showed it
+                await self._reply(messenger, message, reply.strip())
+            await self.bot.approvals.request(message, context, tools, messenger)
+            return
+        await self._reply(messenger, message, reply)
+
+    async def resume(
+        self,
+        message: Incoming,
+        decided: dict[str, str | None],
+        messenger: Messenger,
+        decision: str | None = None,
+    ) -> None:
+        """Go on with the turn of ``message`` whose last answer's waiting calls were decided
+        (``decided``: call id to ``None``, allowed, or the error text refusing it)."""
+        extra = await self.bot.build_extra(message)
+        tools = as_registry(await self.bot.build_tools(message))
+        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        context = await self.context_for(message)
+        async with context.lock, self._typing(messenger, message):
+            last = context.messages[-1] if len(context) else None
+            if last is None or not {c.id for c in last.tool_uses} >= decided.keys():
+                log.warning("approval.turn_gone", user_id=message.user_id)  # e.g. /clear
+                return
+            tool_context = self._tool_context(message, extra, messenger)
+            task_id = f"{message.user_id}:{message.update_id}"
+            first = context.appended
+            text, outcome = await self._run_loop(
+                context,
+                system,
+                tools,
+                tool_context,
+                task_id=task_id,
+                decided=decided,
+                decision=decision,
+            )
+            reply = _all_text(context, first, text)
+            await self._end_turn(message, messenger, context, tools, reply, outcome)
 
     async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not."""
@@ -454,9 +508,12 @@ class TurnPipeline:
         on_text: TextSink | None = None,
         emit: EventSink | None = None,
         task_id: str | None = None,
+        decided: dict[str, str | None] | None = None,
+        decision: str | None = None,
     ) -> tuple[str, TurnOutcome]:
         """The loop's reply, or a polite text when the model could not be reached; the
-        answer's text streams to ``on_text``, the loop's events to ``emit``."""
+        answer's text streams to ``on_text``, the loop's events to ``emit``; ``decided``
+        resumes a turn whose calls waited for approval."""
         charge = partial(self._charge, tool_context.user_id)
         model = self.bot.model_override or self.bot.settings.model
         llm = ChargedLLM(self.bot.llm, charge, self.metrics, model)
@@ -478,6 +535,8 @@ class TurnPipeline:
                 on_text=on_text,
                 emit=emit,
                 task_id=task_id,
+                decided=decided,
+                decision=decision,
             )
         except MediaTooLargeError as e:
             withdrawn = context.withdraw()  # its message, unless a first answer recorded it
@@ -519,7 +578,7 @@ class TurnPipeline:
             input_tokens=result.usage.input_tokens,
             output_tokens=result.usage.output_tokens,
         )
-        return result.text, "answered"
+        return result.text, "waiting" if result.waiting else "answered"
 
     async def _charge(self, user_id: int, model: str, usage: Usage) -> None:
         """Count one LLM call: per model for this process, against the user's budget."""

@@ -194,6 +194,8 @@ async def test_every_turn_outcome_is_counted_as_it_happened(
         "stopped": 1,
         "cancelled": 0,
         "handoff": 0,
+        "waiting": 0,
+        "held": 0,
     }
     model_name = bot.settings.model
     assert value(samples, "botkit_llm_calls_total", model=model_name, outcome="overloaded") == 1

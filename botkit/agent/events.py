@@ -21,6 +21,8 @@ __all__ = [
     "HOOK_FAILED_REASON",
     "AgentEnd",
     "AgentStart",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "CallEnd",
     "CallStart",
     "ErrorEvent",
@@ -133,6 +135,26 @@ class ErrorEvent(_Stamped):
     kind: Literal["error"] = "error"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested(_Stamped):
+    """Calls of tools marked ``approval=True`` wait for a person's Allow; the turn ends here."""
+
+    approval_id: str
+    calls: tuple[ToolUseBlock, ...]
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecided(_Stamped):
+    """A waiting approval was decided: ``allowed``, ``denied`` or ``expired``."""
+
+    approval_id: str
+    decision: Literal["allowed", "denied", "expired"]
+    decided_by: int | None = None
+    """Who pressed (``None`` when it expired)."""
+    kind: Literal["approval_decided"] = "approval_decided"
+
+
 Event = (
     AgentStart
     | CallStart
@@ -143,6 +165,8 @@ Event = (
     | CallEnd
     | AgentEnd
     | ErrorEvent
+    | ApprovalRequested
+    | ApprovalDecided
 )
 EventSink = Callable[[Event], Awaitable[None]]
 """Receives every event of a turn, in order."""
@@ -156,6 +180,8 @@ HookName = Literal[
     "agent_end",
     "turn_start",
     "turn_end",
+    "approval_requested",
+    "approval_decided",
 ]
 FORMER_HOOK_NAMES = {"turn_start": "call_start", "turn_end": "call_end"}
 """Hook names from before "turn" meant only the user's turn; they still register."""

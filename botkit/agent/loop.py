@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +55,8 @@ class LoopTexts:
         "This tool call was cut off by the output limit and was not run. "
         "Call it again with shorter arguments."
     )
+    denied: str = "The user denied this tool call, so it was not run."
+    expired: str = "Nobody allowed this tool call in time, so it was not run."
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,10 @@ class TurnResult:
     usage: Usage
     iterations: int
     stop_reason: str
-    """The last stop reason, or ``max_iterations`` when the loop gave up."""
+    """The last stop reason, ``max_iterations`` when the loop gave up, or ``approval`` when
+    calls wait for a person's Allow (``waiting``)."""
+    waiting: tuple[ToolUseBlock, ...] = ()
+    """The calls of the last answer that wait for approval (the turn ends until decided)."""
 
 
 class AgentLoop:
@@ -102,10 +107,21 @@ class AgentLoop:
         on_text: TextSink | None = None,
         emit: EventSink | None = None,
         task_id: str | None = None,
+        decided: Mapping[str, str | None] | None = None,
+        decision: str | None = None,
     ) -> TurnResult:
-        """Loop until the model answers in text or ``max_iterations`` calls were made."""
+        """Loop until the model answers in text or ``max_iterations`` calls were made.
+
+        A call of a tool that ``needs_approval`` ends the turn unrun (``TurnResult.waiting``).
+        ``decided`` resumes such a turn: the context's last answer's calls are run first,
+        each waiting one as decided (its id mapped to ``None``: allowed; to a text: refused
+        with that error result); ``decision`` (``allowed``, ``denied``, ``expired``) is
+        recorded with their results."""
         turn = _Turn(self, context, tools, tool_context, on_text, emit, task_id)
+        turn.decided = dict(decided or {})
         await turn.notify(AgentStart(**turn.stamp))
+        if decided is not None:
+            await turn.answer_calls(context.messages[-1].tool_uses, approval=decision)
         result = await turn.run(system)
         await turn.notify(
             AgentEnd(
@@ -175,6 +191,9 @@ class _Turn:
         }
         self.streamed_text = False
         self.recorded: dict[str, Any] | None = None
+        self.decided: dict[str, str | None] = {}
+        """Approval decisions by call id: ``None`` allowed, a text refused with it."""
+        self.waiting: tuple[ToolUseBlock, ...] = ()
 
     async def notify(self, event: Event) -> None:
         """Send ``event`` to the sink and to the hooks of its kind."""
@@ -202,16 +221,20 @@ class _Turn:
             usage += response.usage
             self.streamed_text = bool(response.message.text)
             await self.notify(UsageEvent(usage=response.usage, model=response.model, **self.stamp))
+            waits = self.waits_for_approval(response)
             await self.context.append(
                 response.message,
                 model=response.model,
                 stop_reason=response.stop_reason,
                 **self.call_record(system),
+                approval="waiting" if waits else None,
             )
             reply = await self.step(response)
             await self.notify(
                 CallEnd(iteration=iteration, stop_reason=response.stop_reason, **self.stamp)
             )
+            if self.waiting:
+                return TurnResult("", usage, iteration, "approval", self.waiting)
             if reply is not None:
                 return TurnResult(reply, usage, iteration, response.stop_reason)
         log.warning("loop.exhausted", user_id=self.context.user_id)
@@ -235,17 +258,10 @@ class _Turn:
         if reason == "pause_turn":
             return None  # the server paused a long turn; sending it back resumes it
         if calls and reason == "tool_use":
-            limit = self.loop.max_parallel_tools
-            results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
-            refused = [
-                ToolResultBlock(
-                    tool_use_id=c.id,
-                    content=f"Not run: at most {limit} tool calls per answer. Call it again.",
-                    is_error=True,
-                )
-                for c in calls[limit:]
-            ]
-            await self.context.append(Message(role="user", content=[*results, *refused]))
+            self.waiting = self.waits_for_approval(response)
+            if self.waiting:
+                return None  # the turn ends here; a decision resumes it (``decided``)
+            await self.answer_calls(calls)
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them
             cut = [
@@ -260,13 +276,45 @@ class _Turn:
             return message.text or self.texts.refused
         return message.text or self.texts.empty
 
+    def waits_for_approval(self, response: LLMResponse) -> tuple[ToolUseBlock, ...]:
+        """The calls of ``response`` that wait for a person's Allow (not decided yet)."""
+        if response.stop_reason != "tool_use":
+            return ()
+        calls = response.message.tool_uses[: self.loop.max_parallel_tools]
+        return tuple(
+            c for c in calls if self.tools.needs_approval(c.name) and c.id not in self.decided
+        )
+
+    async def answer_calls(self, calls: list[ToolUseBlock], approval: str | None = None) -> None:
+        """Run an answer's calls (at most ``max_parallel_tools``) and record their results
+        (with how their ``approval`` was decided, on a resumed turn)."""
+        limit = self.loop.max_parallel_tools
+        results = await asyncio.gather(*(self.run_tool(call) for call in calls[:limit]))
+        refused = [
+            ToolResultBlock(
+                tool_use_id=c.id,
+                content=f"Not run: at most {limit} tool calls per answer. Call it again.",
+                is_error=True,
+            )
+            for c in calls[limit:]
+        ]
+        await self.context.append(
+            Message(role="user", content=[*results, *refused]), approval=approval
+        )
+
     async def run_tool(self, call: ToolUseBlock) -> ToolResultBlock:
-        """One tool call, unless a ``tool_start`` hook blocks it; events on both sides."""
+        """One tool call, unless a ``tool_start`` hook blocks it (or a person refused it);
+        events on both sides."""
         start = ToolStart(call=call, **self.stamp)
         await self.notify(start)
         with tracing.tracer.tool(call) as span:
-            reason = await self.loop.hooks.block_reason(start)
-            if reason:
+            refusal = self.decided.get(call.id)
+            reason = None if refusal else await self.loop.hooks.block_reason(start)
+            if refusal:
+                log.info("tool.refused", tool=call.name)
+                span.fail("refused")
+                result = ToolResultBlock(tool_use_id=call.id, content=refusal, is_error=True)
+            elif reason:
                 log.info("tool.blocked", tool=call.name, reason=reason)
                 span.fail("blocked")
                 result = ToolResultBlock(

@@ -241,8 +241,9 @@ class Messenger(Protocol):
         *,
         thread_id: int | None = None,
         reply_to: int | None = None,
-    ) -> None:
-        """Deliver ``reply``: its text (as ``send_text`` does) with its buttons under it."""
+    ) -> int | None:
+        """Deliver ``reply``: its text (as ``send_text`` does) with its buttons under it; the id
+        of the message the buttons are under, when the messenger has one."""
         ...
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:

@@ -214,16 +214,18 @@ class TelegramMessenger:
             placement["allow_paid_broadcast"] = True
         return placement
 
-    async def _send_chunk(self, chat_id: int, chunk: str, placement: dict[str, Any]) -> None:
-        """Send one message's HTML; as plain text if Telegram cannot parse the HTML."""
+    async def _send_chunk(self, chat_id: int, chunk: str, placement: dict[str, Any]) -> int | None:
+        """Send one message's HTML; as plain text if Telegram cannot parse the HTML. Its id."""
         send = partial(self.sender.send_message, chat_id=chat_id, **placement)
         try:
-            await self.flood.send(chat_id, partial(send, text=chunk, parse_mode="HTML"))
+            sent = await self.flood.send(chat_id, partial(send, text=chunk, parse_mode="HTML"))
         except MessengerError as e:
             if not _is_entity_error(e):
                 raise
             log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
-            await self.flood.send(chat_id, partial(send, text=html_to_plain(chunk)))
+            sent = await self.flood.send(chat_id, partial(send, text=html_to_plain(chunk)))
+        found = sent.get("message_id") if isinstance(sent, dict) else None  # JSON, or a model
+        return found if isinstance(found, int) else getattr(sent, "message_id", None)
 
     async def send_reply(
         self,
@@ -232,8 +234,9 @@ class TelegramMessenger:
         *,
         thread_id: int | None = None,
         reply_to: int | None = None,
-    ) -> None:
-        """Send ``reply``'s text as ``send_text`` does, its buttons under the last message."""
+    ) -> int | None:
+        """Send ``reply``'s text as ``send_text`` does, its buttons under the last message
+        (whose id is returned)."""
         chunks = render_chunks(reply.text, MAX_MESSAGE_LENGTH) or [reply.text.strip() or "…"]
         for chunk in chunks[:-1]:
             await self._send_chunk(chat_id, chunk, self._placement(thread_id, reply_to))
@@ -242,7 +245,7 @@ class TelegramMessenger:
         if reply.buttons:
             keyboard = _keyboard(reply.buttons)
             placement["reply_markup"] = keyboard.model_dump(mode="json", exclude_none=True)
-        await self._send_chunk(chat_id, chunks[-1], placement)
+        return await self._send_chunk(chat_id, chunks[-1], placement)
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
         """Replace the text and buttons of the bot's message (the text cut to one message)."""

@@ -80,9 +80,10 @@ class QuietMessenger:
         *,
         thread_id: int | None = None,
         reply_to: int | None = None,
-    ) -> None:
+    ) -> int | None:
         """Keep the reply's text."""
         self.texts.append(reply.text)
+        return None
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
         """Nothing to edit."""
@@ -110,6 +111,8 @@ class RerunSteps:
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
         self.model_override: str | None = model or bot.model_override
+        self.approvals = bot.approvals
+        """The bot's: a re-run turn whose call waits for approval ends without a reply."""
 
     @property
     def llm(self) -> LLM:

@@ -162,9 +162,15 @@ async def _work(
     concurrency: int,
     grace: float | None,
 ) -> None:
+    from botkit.approvals.service import sweeping
+    from botkit.runtime.telegram import cancelled
     from botkit.runtime.worker import work
 
-    await work(bot, messenger, queue, stop, concurrency=concurrency, grace=grace)
+    approvals = sweeping(bot, messenger, stop)  # expiry, and what a dead worker left
+    try:
+        await work(bot, messenger, queue, stop, concurrency=concurrency, grace=grace)
+    finally:
+        await cancelled(approvals)
 
 
 async def _together(jobs: list, stop: asyncio.Event) -> None:  # type: ignore[type-arg]

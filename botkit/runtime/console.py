@@ -264,10 +264,11 @@ class ConsoleMessenger:
         *,
         thread_id: int | None = None,
         reply_to: int | None = None,
-    ) -> None:
+    ) -> int | None:
         """Show the reply's text; its buttons as a line of labels (a terminal cannot press)."""
         labels = " ".join(f"[{b.text}]" for row in reply.buttons for b in row)
         await self.send_text(chat_id, f"{reply.text}\n{labels}" if labels else reply.text)
+        return None
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
         """Show the new text (nothing in a terminal can be edited)."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from botkit.approvals.service import sweeping
 from botkit.chats import conversation_of
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
@@ -113,6 +114,7 @@ async def _serve(
     inbox = messenger.inbox
     firing_task: asyncio.Task[None] | None = None
     menus: asyncio.Task[None] | None = None
+    approvals: asyncio.Task[None] | None = None
     presses: set[asyncio.Task[None]] = set()
 
     def on_press(press: ButtonPress) -> None:
@@ -143,6 +145,7 @@ async def _serve(
             messenger.known_commands = frozenset(bot.commands) | {"start"}
             menus = publish_commands_soon(bot, messenger)
             firing_task = asyncio.create_task(firing.run(stop), name="firing")
+            approvals = sweeping(bot, messenger, stop)
             if freeze_startup:
                 freeze_startup_objects()
             await messenger.poll(dispatcher.submit, bot.stop_turn, stop, on_press=on_press)
@@ -155,6 +158,7 @@ async def _serve(
             await firing.drain(grace)
     finally:
         await cancelled(menus)
+        await cancelled(approvals)
         if firing_task is not None and not firing_task.done():
             firing_task.cancel()
             await asyncio.gather(firing_task, return_exceptions=True)

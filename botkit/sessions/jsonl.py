@@ -104,6 +104,9 @@ class SessionEntry(_Entry):
     system_sha256: str | None = None
     """On an assistant message: the SHA-256 of the call's system prompt (hex), so a re-run can
     tell whether the prompt changed without keeping it."""
+    approval: str | None = None
+    """``waiting`` on an answer whose calls wait for a person's Allow; ``allowed``, ``denied``
+    or ``expired`` on the results given once it was decided."""
 
     @classmethod
     def of(cls, user_id: int, message: Message, **meta: object) -> SessionEntry:

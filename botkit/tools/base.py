@@ -60,6 +60,8 @@ class Tool(ABC):
 
     timeout: float | None = 60.0
     """Seconds before a running call is abandoned and reported to the model as an error."""
+    approval: bool = False
+    """Whether a person must press Allow before a call runs (see ``botkit.approvals``)."""
 
     @property
     @abstractmethod

@@ -140,11 +140,13 @@ class FunctionTool(Tool):
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = Tool.timeout,
+        approval: bool = False,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@tool needs a function, got {type(fn).__name__}")
         self.fn = fn
         self.timeout = timeout
+        self.approval = approval
         self._instance: object | None = None
         self._is_method = _is_method(fn)
         tool_name: str = name or str(getattr(fn, "__name__", ""))
@@ -265,6 +267,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = Tool.timeout,
+    approval: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -275,11 +278,15 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = Tool.timeout,
+    approval: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """Make a typed function (async or sync) a tool: ``@tool``, ``@tool()`` or ``@tool(...)``."""
+    """Make a typed function (async or sync) a tool: ``@tool``, ``@tool()`` or ``@tool(...)``;
+    ``approval=True``: a person presses Allow before each call runs."""
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, timeout=timeout)
+        return FunctionTool(
+            f, name=name, description=description, timeout=timeout, approval=approval
+        )
 
     return wrap if fn is None else wrap(fn)
 

@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
+from fnmatch import fnmatchcase
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -56,7 +57,17 @@ _MAX_TOOL_NAME = 64
 _INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _HTTP_TYPES = frozenset({"http", "streamable-http", "streamable_http", "streamableHttp"})
-_CONFIG_KEYS = ("command", "args", "env", "cwd", "url", "headers", "timeout", "startup_timeout")
+_CONFIG_KEYS = (
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "timeout",
+    "startup_timeout",
+    "approval",
+)
 _MAX_TOOL_PAGES = 100
 _TRANSPORT_ERRORS = (
     anyio.BrokenResourceError,
@@ -91,6 +102,9 @@ class MCPServerConfig(BaseModel):
     """Seconds one tool call may take before the model is told it timed out."""
     startup_timeout: float = Field(30.0, gt=0)
     """Seconds the server may take to start and list its tools."""
+    approval: list[str] = Field(default_factory=list)
+    """Name patterns (``fnmatch``: ``delete_*``) of the server's tools whose calls wait for a
+    person's Allow; matched against the server's name of the tool and ``<server>__<tool>``."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -123,7 +137,8 @@ def parse_mcp_config(source: str | os.PathLike[str]) -> list[MCPServerConfig]:
     """Servers from ``{"mcpServers": {...}}`` JSON, given as text or as a file path.
 
     Each entry is ``{"command": ..., "args": [...], "env": {...}}`` or ``{"url": ...,
-    "headers": {...}}``, optionally with ``timeout`` (seconds per call). ``${VAR}`` and
+    "headers": {...}}``, optionally with ``timeout`` (seconds per call) and ``approval``
+    (patterns of the tools a person must allow, e.g. ``["delete_*"]``). ``${VAR}`` and
     ``${VAR:-default}`` in strings are taken from the environment; entries with
     ``"disabled": true`` are skipped and keys other clients use are ignored. A bad file
     raises :class:`~botkit.errors.ConfigError`.
@@ -221,6 +236,10 @@ class MCPTool(Tool):
         self.remote_name = remote.name
         """The tool's name on the server."""
         self.timeout = connection.config.timeout
+        self.approval = any(
+            fnmatchcase(remote.name, pattern) or fnmatchcase(name, pattern)
+            for pattern in connection.config.approval
+        )
         schema = dict(remote.input_schema)
         schema.setdefault("type", "object")
         description = remote.description or f"Tool {remote.name} of MCP server {connection.name}."

@@ -80,6 +80,11 @@ class ToolRegistry:
         """The tool called ``name``, if any."""
         return self._tools.get(name)
 
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call of ``name`` waits for a person's Allow before it runs."""
+        found = self._tools.get(name)
+        return found is not None and found.approval
+
     @property
     def names(self) -> list[str]:
         """Tool names in registration order."""

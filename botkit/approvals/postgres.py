@@ -1,0 +1,155 @@
+"""Approvals in PostgreSQL (migration 011), shared by every worker of a scale-out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from botkit.approvals.store import Decision, HeldMessage, PendingApproval
+
+__all__ = ["PostgresApprovals"]
+
+_COLUMNS = "id, conversation, user_id, approvers, chat_id, turn, calls, deadline, message_id, "
+_COLUMNS += "state, decision"
+
+
+def _approval(row: Any) -> PendingApproval:
+    return PendingApproval(
+        id=row["id"],
+        conversation=row["conversation"],
+        user_id=row["user_id"],
+        approvers=tuple(json.loads(row["approvers"])),
+        chat_id=row["chat_id"],
+        turn=json.loads(row["turn"]),
+        calls=json.loads(row["calls"]),
+        deadline=row["deadline"],
+        message_id=row["message_id"],
+        state=row["state"],
+        decision=row["decision"],
+    )
+
+
+class PostgresApprovals:
+    """Approvals in the bot's PostgreSQL database, over the user store's pool."""
+
+    def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
+        self._pool = pool
+        """Gives the ``asyncpg.Pool`` (the user store's, opened on first use)."""
+
+    async def _execute(self, sql: str, *params: Any) -> str:
+        pool = await self._pool()
+        status: str = await pool.execute(sql, *params)
+        return status
+
+    async def _fetch(self, sql: str, *params: Any) -> list[Any]:
+        pool = await self._pool()
+        return list(await pool.fetch(sql, *params))
+
+    async def add(self, approval: PendingApproval) -> None:
+        """Record a new request."""
+        await self._execute(
+            f"INSERT INTO botkit_approvals ({_COLUMNS}) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            approval.id,
+            approval.conversation,
+            approval.user_id,
+            json.dumps(list(approval.approvers)),
+            approval.chat_id,
+            json.dumps(approval.turn),
+            json.dumps(approval.calls),
+            approval.deadline,
+            approval.message_id,
+            approval.state,
+            approval.decision,
+        )
+
+    async def set_message(self, approval_id: str, message_id: int | None) -> None:
+        """Note the message its buttons are under."""
+        await self._execute(
+            "UPDATE botkit_approvals SET message_id = $1 WHERE id = $2", message_id, approval_id
+        )
+
+    async def get(self, approval_id: str) -> PendingApproval | None:
+        """The request ``approval_id``, if any."""
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM botkit_approvals WHERE id = $1", approval_id
+        )
+        return _approval(rows[0]) if rows else None
+
+    async def decide(self, approval_id: str, decision: Decision) -> bool:
+        """Record ``decision`` if the request is still pending; whether this call did."""
+        status = await self._execute(
+            "UPDATE botkit_approvals SET state = 'decided', decision = $1 "
+            "WHERE id = $2 AND state = 'pending'",
+            decision,
+            approval_id,
+        )
+        return status == "UPDATE 1"
+
+    async def claim(self, approval_id: str) -> bool:
+        """Take a decided request for resuming its turn; whether this call did."""
+        status = await self._execute(
+            "UPDATE botkit_approvals SET state = 'resuming' WHERE id = $1 AND state = 'decided'",
+            approval_id,
+        )
+        return status == "UPDATE 1"
+
+    async def finish(self, approval_id: str) -> None:
+        """The turn resumed and ended (or cannot be resumed)."""
+        await self._execute("UPDATE botkit_approvals SET state = 'done' WHERE id = $1", approval_id)
+
+    async def waiting(self, conversation: str) -> bool:
+        """Whether the conversation waits: an unfinished request, or messages held."""
+        rows = await self._fetch(
+            "SELECT EXISTS (SELECT 1 FROM botkit_approvals WHERE conversation = $1 "
+            "AND state <> 'done') OR EXISTS (SELECT 1 FROM botkit_held_messages "
+            "WHERE conversation = $1)",
+            conversation,
+        )
+        return bool(rows[0][0])
+
+    async def unfinished(self, conversation: str) -> PendingApproval | None:
+        """The conversation's request not finished yet, if any."""
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM botkit_approvals WHERE conversation = $1 "
+            "AND state <> 'done' LIMIT 1",
+            conversation,
+        )
+        return _approval(rows[0]) if rows else None
+
+    async def hold(self, conversation: str, update: dict[str, Any]) -> None:
+        """Keep a message until the conversation stops waiting."""
+        await self._execute(
+            "INSERT INTO botkit_held_messages (conversation, update_json) VALUES ($1, $2)",
+            conversation,
+            json.dumps(update),
+        )
+
+    async def next_held(self, conversation: str) -> HeldMessage | None:
+        """The conversation's oldest held message."""
+        rows = await self._fetch(
+            "SELECT seq, conversation, update_json FROM botkit_held_messages "
+            "WHERE conversation = $1 ORDER BY seq LIMIT 1",
+            conversation,
+        )
+        if not rows:
+            return None
+        return HeldMessage(rows[0]["seq"], rows[0]["conversation"], json.loads(rows[0][2]))
+
+    async def release(self, seq: int) -> None:
+        """A held message's turn ran."""
+        await self._execute("DELETE FROM botkit_held_messages WHERE seq = $1", seq)
+
+    async def open_approvals(self) -> list[PendingApproval]:
+        """Every request not finished (for the sweeper)."""
+        rows = await self._fetch(f"SELECT {_COLUMNS} FROM botkit_approvals WHERE state <> 'done'")
+        return [_approval(row) for row in rows]
+
+    async def held_conversations(self) -> list[str]:
+        """Conversations with held messages (for the sweeper)."""
+        rows = await self._fetch("SELECT DISTINCT conversation FROM botkit_held_messages")
+        return [row[0] for row in rows]
+
+    async def close(self) -> None:
+        """Nothing of its own: the pool is the user store's."""

@@ -1,0 +1,373 @@
+"""Approvals: a call of a tool marked ``approval=True`` waits for a person's Allow.
+
+The turn that made the call ends at once (it holds no turn slot and no worker): the answer
+with the call is in the session, the request in the approval store, and the chat shows the
+call with Allow and Deny. Later messages of that conversation are held, in order. A press
+(in any process) records the decision once, then resumes the turn from the record: the
+call runs (or gets an error result), the model answers, and the held messages follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from botkit.agent.context import ContextManager
+from botkit.agent.events import ApprovalDecided, ApprovalRequested, Hooks
+from botkit.approvals.request import decided_text, request_reply
+from botkit.approvals.store import ApprovalStore, Decision, PendingApproval, SqliteApprovals, now
+from botkit.chats import conversation_of
+from botkit.commands import PressAnswer
+from botkit.messengers.base import ButtonPress, Incoming, Messenger
+from botkit.metrics import Metrics
+from botkit.tools import ToolRegistry
+from botkit.types import ToolUseBlock
+
+if TYPE_CHECKING:
+    from botkit.config import Settings
+    from botkit.options import BotOptions
+    from botkit.stores.base import UserStore
+
+__all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
+
+log = structlog.get_logger(__name__)
+
+
+class TurnResumer(Protocol):
+    """What approvals need of the turn pipeline."""
+
+    async def resume(
+        self,
+        message: Incoming,
+        decided: dict[str, str | None],
+        messenger: Messenger,
+        decision: str | None = None,
+    ) -> None:
+        """Go on with the turn of ``message`` whose last answer's calls were decided."""
+        ...
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """Run one message through the pipeline."""
+        ...
+
+    async def context_for(self, message: Incoming) -> ContextManager:
+        """The context of the conversation ``message`` was written in."""
+        ...
+
+
+class ApprovalHost(Protocol):
+    """What approvals need of a bot."""
+
+    settings: Settings
+    options: BotOptions
+    hooks: Hooks
+    metrics: Metrics
+    messenger: Messenger | None
+
+    async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
+        """Who else than the sender may allow ``call``."""
+        ...
+
+    async def user_store(self) -> UserStore:
+        """The users store (its PostgreSQL pool keeps approvals in a scale-out)."""
+        ...
+
+
+class Approvals:
+    """The approvals of one bot: requests, presses, resuming, the held messages, expiry."""
+
+    def __init__(self, bot: ApprovalHost, store: ApprovalStore | None = None) -> None:
+        self.bot = bot
+        self.store: ApprovalStore = store or _store_for(bot)
+        self.turns: TurnResumer | None = None
+        """Set by the pipeline that resumes turns."""
+        self._draining: set[int] = set()
+        """Update ids of held messages running now (they pass the hold)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def conversation(self, message: Incoming) -> str:
+        """The key of the conversation ``message`` belongs to."""
+        conversation = conversation_of(message, self.bot.settings.group_context)
+        return f"{conversation.owner_id}:{conversation.key or ''}"
+
+    # ---- in the turn ------------------------------------------------------------------
+
+    async def holds(self, message: Incoming, context: ContextManager) -> bool:
+        """Keep ``message`` for later when its conversation waits for a decision (call with
+        the context's lock held); whether it was kept (or is the waiting turn's own)."""
+        if message.update_id in self._draining:
+            return False
+        conversation = self.conversation(message)
+        if not await self.store.waiting(conversation):
+            return False
+        if context.has_turn(message.update_id):  # the waiting turn's, read again after a crash
+            return True
+        update = _raw_update(message)
+        if update is None:  # e.g. a scheduled task: nothing to read again later
+            log.warning("approval.not_held", update_id=message.update_id, kind=message.kind)
+            return False
+        # A burst gathered into one message: its first update, with what the others added.
+        gathered: dict[str, Any] = {"text": message.text, "photo_ids": list(message.photo_ids)}
+        gathered["update_ids"] = list(message.all_update_ids)
+        await self.store.hold(conversation, {"update": update, "gathered": gathered})
+        log.info("approval.message_held", user_id=message.user_id, update_id=message.update_id)
+        return True
+
+    async def request(
+        self,
+        message: Incoming,
+        context: ContextManager,
+        tools: ToolRegistry,
+        messenger: Messenger,
+    ) -> None:
+        """Ask the chat to allow the waiting calls of the context's last answer."""
+        calls = context.messages[-1].tool_uses
+        waiting = [call for call in calls if tools.needs_approval(call.name)]
+        approvers: set[int] = set()
+        for call in waiting:
+            approvers.update(await self.bot.approvers(call, message))
+        approval = PendingApproval(
+            id=uuid.uuid4().hex[:16],
+            conversation=self.conversation(message),
+            user_id=message.user_id,
+            approvers=tuple(sorted(approvers - {message.user_id})),
+            chat_id=message.chat_id,
+            turn=_turn_of(message),
+            calls=[{"id": c.id, "name": c.name, "input": c.input} for c in waiting],
+            deadline=now() + self.bot.settings.approval_timeout,
+        )
+        await self.store.add(approval)
+        reply = request_reply(approval.id, approval.calls, self.bot.options.approval_texts)
+        reply_to = message.message_id if message.in_group else None
+        sent = await messenger.send_reply(
+            message.chat_id, reply, thread_id=message.thread_id, reply_to=reply_to
+        )
+        await self.store.set_message(approval.id, sent)
+        log.info("approval.requested", approval_id=approval.id, tools=[c.name for c in waiting])
+        event = ApprovalRequested(
+            context_id=context.user_id,
+            task_id=approval.id,
+            approval_id=approval.id,
+            calls=tuple(waiting),
+        )
+        await self.bot.hooks.run(event)
+
+    # ---- presses ------------------------------------------------------------------------
+
+    async def on_press(self, press: ButtonPress, payload: str) -> PressAnswer:
+        """Allow or Deny pressed: record the decision once, then resume the turn."""
+        texts = self.bot.options.approval_texts
+        approval_id, _, choice = payload.partition(":")
+        approval = await self.store.get(approval_id)
+        if approval is None or choice not in ("a", "d"):
+            return PressAnswer(texts.too_late)
+        if not approval.may_press(press.user_id):
+            log.info("approval.not_theirs", approval_id=approval_id, user_id=press.user_id)
+            return PressAnswer(texts.not_yours)
+        if approval.state != "pending":
+            expired = approval.decision == "expired"
+            return PressAnswer(texts.too_late if expired else texts.already_decided)
+        if approval.deadline <= now():
+            await self._decide(approval, "expired", None)
+            return PressAnswer(texts.too_late)
+        decision: Decision = "allowed" if choice == "a" else "denied"
+        if not await self._decide(approval, decision, press.user_id):
+            return PressAnswer(texts.already_decided)
+        return PressAnswer(texts.allowed if decision == "allowed" else texts.denied)
+
+    async def _decide(self, approval: PendingApproval, decision: Decision, by: int | None) -> bool:
+        """Record ``decision`` (if no other was), show it, and resume the turn in the
+        background; whether this decision was the one recorded."""
+        if not await self.store.decide(approval.id, decision):
+            return False
+        log.info("approval.decided", approval_id=approval.id, decision=decision, by=by)
+        self.bot.metrics.approval_decided(decision)
+        owner = int(approval.conversation.split(":", 1)[0])
+        event = ApprovalDecided(
+            context_id=owner,
+            task_id=approval.id,
+            approval_id=approval.id,
+            decision=decision,
+            decided_by=by,
+        )
+        await self.bot.hooks.run(event)
+        messenger = self.bot.messenger
+        if messenger is None:
+            log.warning("approval.no_messenger", approval_id=approval.id)
+            return True
+        texts = self.bot.options.approval_texts
+        outcome = {"allowed": texts.allowed, "denied": texts.denied, "expired": texts.expired}
+        if approval.message_id is not None:
+            with suppress(Exception):  # the buttons go in any case with the decision
+                shown = decided_text(approval.calls, texts, outcome[decision])
+                await messenger.edit_reply(approval.chat_id, approval.message_id, shown)
+        self._spawn(self.resume(approval.id, messenger))
+        return True
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- resuming -----------------------------------------------------------------------
+
+    async def resume(self, approval_id: str, messenger: Messenger) -> None:
+        """Go on with the turn of a decided request (once, in whichever process claims it),
+        then run the messages held behind it."""
+        if self.turns is None or not await self.store.claim(approval_id):
+            return
+        approval = await self.store.get(approval_id)
+        assert approval is not None and approval.decision is not None
+        message = _message_of(approval)
+        texts = self.bot.options.loop_texts
+        refusal = {"allowed": None, "denied": texts.denied, "expired": texts.expired}
+        decided = {call["id"]: refusal[approval.decision] for call in approval.calls}
+        try:
+            await self.turns.resume(message, decided, messenger, approval.decision)
+        except Exception:
+            log.exception("approval.resume_failed", approval_id=approval_id)
+        finally:
+            await self.store.finish(approval_id)
+        await self.drain(approval.conversation, message, messenger)
+
+    async def drain(self, conversation: str, message: Incoming, messenger: Messenger) -> None:
+        """Run the conversation's held messages, oldest first, until one waits again."""
+        assert self.turns is not None
+        context = await self.turns.context_for(message)
+        reader = getattr(messenger, "read_update", None)
+        while True:
+            async with context.lock:
+                if await self.store.unfinished(conversation) is not None:
+                    return  # a held message asked for approval itself
+                held = await self.store.next_held(conversation)
+            if held is None:
+                return
+            incoming = await _read_held(reader, held.update)
+            if isinstance(incoming, Incoming):
+                self._draining.add(incoming.update_id)
+                try:
+                    await self.turns.handle_safely(incoming, messenger)
+                finally:
+                    self._draining.discard(incoming.update_id)
+            else:
+                log.warning("approval.held_unreadable", conversation=conversation)
+            await self.store.release(held.seq)
+
+    # ---- expiry and restarts ----------------------------------------------------------------
+
+    async def sweep(self, messenger: Messenger, *, starting: bool = False) -> None:
+        """Expire requests past their deadline and resume decided ones not resumed yet; at
+        start, also end resumptions a dead process left and run what it left held."""
+        for approval in await self.store.open_approvals():
+            if approval.state == "pending" and approval.deadline <= now():
+                await self._decide(approval, "expired", None)
+            elif approval.state == "decided":
+                self._spawn(self.resume(approval.id, messenger))
+            elif approval.state == "resuming" and starting:
+                # It died mid-call: never run twice; the call's result reads "interrupted".
+                log.warning("approval.resume_interrupted", approval_id=approval.id)
+                await self.store.finish(approval.id)
+                self._spawn(self.drain(approval.conversation, _message_of(approval), messenger))
+        if starting:
+            for conversation in await self.store.held_conversations():
+                if await self.store.unfinished(conversation) is None:
+                    held = await self.store.next_held(conversation)
+                    reader = getattr(messenger, "read_update", None)
+                    first = await _read_held(reader, held.update) if held else None
+                    if isinstance(first, Incoming):
+                        self._spawn(self.drain(conversation, first, messenger))
+
+    async def serve(self, messenger: Messenger, stop: asyncio.Event) -> None:
+        """Sweep at start, then every few seconds (a quarter of the timeout, at most 30 s)."""
+        interval = min(self.bot.settings.approval_timeout / 4, 30.0)
+        starting = True
+        while not stop.is_set():
+            try:
+                await self.sweep(messenger, starting=starting)
+                starting = False
+            except Exception:
+                log.exception("approval.sweep_failed")
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def aclose(self) -> None:
+        """Wait a moment for resumptions under way, then close the store."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.store.close()
+
+
+def _store_for(bot: ApprovalHost) -> ApprovalStore:
+    """The bot's PostgreSQL database with BOTKIT_DATABASE_URL (shared by all workers), else
+    ``<sessions_dir>/approvals.db``."""
+    if bot.settings.database_url is None:
+        return SqliteApprovals(bot.settings.sessions_dir / "approvals.db")
+    from botkit.approvals.postgres import PostgresApprovals
+
+    async def pool() -> Any:
+        return getattr(await bot.user_store(), "pool")  # noqa: B009
+
+    return PostgresApprovals(pool)
+
+
+async def _read_held(reader: Any, held: dict[str, Any]) -> Incoming | None:
+    """A held message read again (``reader``: the messenger's ``read_update``)."""
+    incoming = await reader(held["update"]) if reader is not None else None
+    if not isinstance(incoming, Incoming):
+        return None
+    gathered = held.get("gathered") or {}
+    if len(gathered.get("update_ids", ())) <= 1:
+        return incoming
+    return replace(
+        incoming,
+        text=gathered["text"],
+        photo_ids=tuple(gathered["photo_ids"]),
+        update_ids=tuple(gathered["update_ids"]),
+    )
+
+
+def _raw_update(message: Incoming) -> dict[str, Any] | None:
+    dump = getattr(message.raw, "model_dump", None)
+    if dump is None:
+        return None
+    update: dict[str, Any] = dump(mode="json", exclude_none=True, by_alias=True)
+    return update
+
+
+def _turn_of(message: Incoming) -> dict[str, Any]:
+    return {
+        "update_id": message.update_id,
+        "user_id": message.user_id,
+        "chat_id": message.chat_id,
+        "chat_type": message.chat_type,
+        "thread_id": message.thread_id,
+        "message_id": message.message_id,
+        "username": message.username,
+        "first_name": message.first_name,
+        "chat_title": message.chat_title,
+        "date": message.date.isoformat(),
+    }
+
+
+def _message_of(approval: PendingApproval) -> Incoming:
+    turn = dict(approval.turn)
+    turn["date"] = datetime.fromisoformat(turn["date"])
+    return Incoming(text="", **turn)
+
+
+def sweeping(bot: object, messenger: Messenger, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """Start ``bot``'s approval sweeper (expiry, and what a restart left) until ``stop``."""
+    approvals = getattr(bot, "approvals", None)
+    if not isinstance(approvals, Approvals):
+        return None
+    return asyncio.create_task(approvals.serve(messenger, stop), name="approvals")

@@ -1,0 +1,488 @@
+"""Approval before a tool acts: a call of a tool marked ``approval=True`` waits for Allow,
+runs once after it, is refused on Deny or expiry, and holds no turn slot while it waits;
+against the fake Telegram and the fake Messages API (#29)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from botkit import Bot
+from botkit.agent.events import ApprovalDecided, ApprovalRequested
+from botkit.messengers.base import Incoming
+from botkit.messengers.flood import FloodControl
+from botkit.replay import format_transcript, read_session
+from botkit.runtime.cluster import serve_queued
+from botkit.runtime.telegram import messenger_for
+from botkit.stores.migrate import migrate
+from botkit.testing import make_bot, running
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
+from botkit.testing.telegram import FakeTelegramServer, SentMessage
+from botkit.tools import Tool, ToolContext, ToolRegistry, tool
+from botkit.tools.mcp import connect_mcp, parse_mcp_config
+from botkit.types import ToolDef, ToolUseBlock
+
+ALICE, BOB, MANAGER = 1001, 1002, 1003
+OTHERS = tuple(range(2001, 2021))
+
+
+def scripted(request: FakeRequest) -> FakeReply:
+    """``DELETE <path>`` calls ``delete_file``; a tool result is read back; else an echo."""
+    results = request.tool_results()
+    if results:
+        result = results[0]
+        flag = " (error)" if result.get("is_error") else ""
+        return FakeReply.text(f"tool said{flag}: {_content(result)}")
+    text = request.last_user_text()
+    if text.startswith("DELETE "):
+        return FakeReply.tool_use("delete_file", {"path": text.removeprefix("DELETE ")})
+    return FakeReply.text(f"echo: {text}")
+
+
+def _content(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    if isinstance(content, list):
+        return " ".join(str(block.get("text", "")) for block in content)
+    return str(content)
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer(responder=scripted) as server:
+        yield server
+
+
+def approval_bot(
+    claude: FakeAnthropicServer, tmp_path: Path, deleted: list[str], **settings: Any
+) -> Bot:
+    users = frozenset({ALICE, BOB, MANAGER, *OTHERS})
+    bot = make_bot(claude, tmp_path, allowed_users=users, **settings)
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    return bot
+
+
+def buttons_of(message: SentMessage) -> list[str]:
+    markup = message.params.get("reply_markup") or {}
+    if isinstance(markup, str):
+        markup = json.loads(markup)
+    return [button["text"] for row in markup.get("inline_keyboard", []) for button in row]
+
+
+def press_as_shown(
+    telegram: FakeTelegramServer, user_id: int, message: SentMessage, text: str
+) -> None:
+    """Press a button of ``message`` as it was first sent (a client showing it still), even
+    when the bot has removed it since."""
+    markup = message.params.get("reply_markup") or {}
+    if isinstance(markup, str):
+        markup = json.loads(markup)
+    (data,) = [
+        b["callback_data"] for row in markup["inline_keyboard"] for b in row if b["text"] == text
+    ]
+    query = {
+        "id": f"stale-{message.message_id}",
+        "from": {"id": user_id, "is_bot": False, "first_name": "User"},
+        "message": {
+            "message_id": message.message_id,
+            "date": 0,
+            "chat": {"id": message.chat_id, "type": "private"},
+            "text": message.plain_text,
+        },
+        "chat_instance": str(message.chat_id),
+        "data": data,
+    }
+    telegram.inject_update({"callback_query": query})
+
+
+def press_answers(telegram: FakeTelegramServer) -> list[str | None]:
+    return [r.params.get("text") for r in telegram.requests_for("answerCallbackQuery")]
+
+
+async def asking(telegram: FakeTelegramServer, text: str, user: int = ALICE) -> SentMessage:
+    """Send ``text`` and return the approval request it brings."""
+    before = len(telegram.sent_messages(user))
+    telegram.send_text(user, text)
+    request = (await telegram.wait_for_messages(user, before + 1))[-1]
+    assert buttons_of(request) == ["Allow", "Deny"]
+    return request
+
+
+async def test_the_tool_runs_only_after_allow_and_once(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted)
+    events: list[Any] = []
+    for kind in ("approval_requested", "approval_decided"):
+        bot.hooks.on(kind, lambda event: asyncio.sleep(0, events.append(event)))
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE <b>/tmp/report.pdf</b>")
+        assert "delete_file" in request.plain_text
+        assert "path: <b>/tmp/report.pdf</b>" in request.plain_text  # escaped, shown as is
+        await asyncio.sleep(0.5)
+        assert deleted == [], "the tool never runs before Allow"
+        assert len(claude.requests) == 1
+        telegram.press_button(ALICE, request, "Allow")
+        telegram.press_button(ALICE, request, "Allow")  # a double press
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+    assert answer.plain_text == "tool said: deleted <b>/tmp/report.pdf</b>"
+    assert deleted == ["<b>/tmp/report.pdf</b>"], "Allow runs it exactly once"
+    assert sorted(map(str, press_answers(telegram))) == ["Allowed.", "This was already decided."]
+    (edited,) = telegram.edited_messages(ALICE)
+    assert edited.message_id == request.message_id and buttons_of(edited) == []
+    assert edited.plain_text.endswith("Allowed.")
+    assert len(claude.requests) == 2
+    assert bot.metrics.approvals.labels("allowed")._value.get() == 1
+    requested, decided = events
+    assert isinstance(requested, ApprovalRequested)
+    assert [call.name for call in requested.calls] == ["delete_file"]
+    assert isinstance(decided, ApprovalDecided) and decided.approval_id == requested.approval_id
+    assert (decided.decision, decided.decided_by) == ("allowed", ALICE)
+    source, session = read_session(str(tmp_path / "sessions" / f"{ALICE}.jsonl"))
+    transcript = format_transcript(session, source=source)
+    assert "→ delete_file(" in transcript and "waiting for approval" in transcript
+    assert "approval: allowed" in transcript
+
+
+@pytest.mark.parametrize("stream_replies", [False, True], ids=["plain", "drafts"])
+async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, stream_replies: bool
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, stream_replies=stream_replies)
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /etc/passwd")
+        telegram.press_button(ALICE, request, "Deny")
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+    assert deleted == []
+    assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.denied}"
+    assert press_answers(telegram) == ["Denied."]
+    assert bot.metrics.approvals.labels("denied")._value.get() == 1
+
+
+async def test_no_press_in_time_is_a_denial_and_a_later_press_is_told_it_expired(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, approval_timeout=1.0)
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        answer = (await telegram.wait_for_messages(ALICE, 2, timeout=20))[-1]
+        assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.expired}"
+        (edited,) = telegram.edited_messages(ALICE)
+        assert buttons_of(edited) == [], "the buttons are removed"
+        assert edited.plain_text.endswith(bot.options.approval_texts.expired)
+        press_as_shown(telegram, ALICE, request, "Allow")  # a client not updated yet
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+    assert press_answers(telegram) == ["This request has expired."]
+    assert deleted == []
+    assert bot.metrics.approvals.labels("expired")._value.get() == 1
+
+
+async def test_someone_elses_press_runs_nothing(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted)
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        telegram.press_button(BOB, request, "Allow")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        await asyncio.sleep(0.5)
+        assert deleted == [] and len(claude.requests) == 1
+        telegram.press_button(ALICE, request, "Allow")
+        await telegram.wait_for_messages(ALICE, 2)
+    assert press_answers(telegram) == ["This is not yours to approve.", "Allowed."]
+    assert deleted == ["/tmp/x"]
+
+
+class ManagedBot(Bot):
+    async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
+        return [MANAGER] if call.name == "delete_file" else []
+
+
+async def test_approvers_lets_a_manager_allow(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude, tmp_path, bot_class=ManagedBot, allowed_users=frozenset({ALICE, BOB, MANAGER})
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return "deleted"
+
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        telegram.press_button(BOB, request, "Allow")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(MANAGER, request, "Allow")
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+    assert press_answers(telegram) == ["This is not yours to approve.", "Allowed."]
+    assert answer.plain_text == "tool said: deleted"
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_waiting_approval_holds_no_slot_and_later_messages_wait_in_order(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, max_concurrent_turns=1)
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        telegram.send_text(ALICE, "first after")
+        telegram.send_text(ALICE, "second after")
+        for user in OTHERS:
+            telegram.send_text(user, f"hi from {user}")
+        for user in OTHERS:
+            (reply,) = await telegram.wait_for_messages(user, 1, timeout=30)
+            assert reply.plain_text == f"echo: hi from {user}"
+        assert len(telegram.sent_messages(ALICE)) == 1, "Alice's messages wait behind it"
+        telegram.press_button(ALICE, request, "Allow")
+        third = (await telegram.wait_for_messages(ALICE, 3, timeout=30))[2]
+        if "second after" not in third.plain_text:
+            await telegram.wait_for_messages(ALICE, 4, timeout=30)
+        await asyncio.sleep(0.5)  # nothing more comes
+        sent = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert sent[1] == "tool said: deleted /tmp/x"
+    # Answered after the decision, in order (two messages in a row may be one turn, as ever).
+    assert sent[2:] in (
+        ["echo: first after", "echo: second after"],
+        ["echo: first after\n\nsecond after"],
+    )
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_press_after_a_restart_resumes_the_turn_from_the_record(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    first = approval_bot(claude, tmp_path, deleted)
+    async with running(first, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+    second = approval_bot(claude, tmp_path, deleted)
+    async with running(second, telegram):
+        telegram.press_button(ALICE, request, "Allow")
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+    assert answer.plain_text == "tool said: deleted /tmp/x"
+    assert deleted == ["/tmp/x"]
+
+
+APP = '''
+from pathlib import Path
+
+from botkit import Bot
+
+bot = Bot()
+
+
+@bot.tool(approval=True)
+async def delete_file(path: str) -> str:
+    """Delete a file."""
+    with Path("runs.txt").open("a") as runs:
+        runs.write(path + "\\n")
+    return f"deleted {path}"
+'''
+
+
+class BotProcess:
+    """``python -m botkit run approval_app:bot`` against the fakes, in ``home``."""
+
+    def __init__(self, telegram: FakeTelegramServer, claude: FakeAnthropicServer, home: Path):
+        (home / "approval_app.py").write_text(APP)
+        self.home = home
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))},
+            "TELEGRAM_BOT_TOKEN": telegram.token,
+            "TELEGRAM_API_BASE": telegram.base_url,
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": claude.base_url,
+            "BOTKIT_SESSIONS_DIR": str(home / "sessions"),
+            "BOTKIT_ALLOWED_USERS": str(ALICE),
+            "BOTKIT_POLL_TIMEOUT": "5",
+            "BOTKIT_STREAM_REPLIES": "false",
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "botkit", "run", "approval_app:bot"],
+            cwd=self.home,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def end(self, sig: signal.Signals) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        return await asyncio.to_thread(self.process.wait, 30)
+
+
+async def test_sigkill_between_the_request_and_the_press_then_allow_runs_it_once(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = BotProcess(telegram, claude, tmp_path)
+    bot.start()
+    try:
+        telegram.send_text(ALICE, "DELETE /tmp/x")
+        (request,) = await telegram.wait_for_messages(ALICE, 1, timeout=60)
+        assert buttons_of(request) == ["Allow", "Deny"]
+        await bot.end(signal.SIGKILL)
+        assert not (tmp_path / "runs.txt").exists()
+        bot.start()
+        telegram.press_button(ALICE, request, "Allow")
+        _, answer = await telegram.wait_for_messages(ALICE, 2, timeout=60)
+        assert answer.plain_text == "tool said: deleted /tmp/x"
+        await asyncio.sleep(2)  # nothing more comes: the replayed request is not run again
+        assert len(telegram.sent_messages(ALICE)) == 2
+        assert (tmp_path / "runs.txt").read_text() == "/tmp/x\n", "it ran once"
+        assert await bot.end(signal.SIGTERM) == 0
+    finally:
+        if bot.process is not None and bot.process.poll() is None:
+            await bot.end(signal.SIGKILL)
+
+
+async def test_mcp_tools_matching_the_configs_approval_patterns_wait_for_allow(
+    tmp_path: Path,
+) -> None:
+    example = Path(__file__).with_name("mcp_server_example.py")
+    config = {
+        "mcpServers": {
+            "example": {
+                "command": sys.executable,
+                "args": [str(example)],
+                "approval": ["sh*", "example__pid"],
+            }
+        }
+    }
+    (server,) = parse_mcp_config(json.dumps(config))
+    async with connect_mcp([server]) as tools:
+        registry = ToolRegistry(tools)
+        waiting = [name for name in registry.names if registry.needs_approval(name)]
+    assert waiting == ["example__shout", "example__pid"]
+
+
+def test_tool_and_tool_subclasses_take_approval() -> None:
+    @tool(approval=True)
+    def wipe(what: str) -> str:
+        """Wipe something."""
+        return what
+
+    class Pay(Tool):
+        approval = True
+
+        @property
+        def definition(self) -> ToolDef:
+            return ToolDef(name="pay", description="Pay.", input_schema={"type": "object"})
+
+        async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+            return "paid"
+
+    registry = ToolRegistry([wipe, Pay(), tool(lambda: "x", name="look")])
+    assert [n for n in registry.names if registry.needs_approval(n)] == ["wipe", "pay"]
+
+
+# ---- PostgreSQL, and receive/work ------------------------------------------------------------
+
+
+@pytest.fixture
+async def db(postgres_db: str) -> str:
+    """A fresh database with botkit's migrations applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+def queued_approval_bot(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    home: Path,
+    db: str,
+    deleted: list[str],
+) -> Bot:
+    values: dict[str, Any] = {
+        "database_url": SecretStr(db),
+        "telegram_bot_token": SecretStr(telegram.token),
+        "telegram_api_base": telegram.base_url,
+        "access": "open",
+        "stalled_timeout": 2.0,
+        "poll_timeout": 1,
+    }
+    bot = make_bot(claude, home, **values)
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    return bot
+
+
+@asynccontextmanager
+async def queued(bot: Bot, *, receive: bool = True, work: bool = True) -> AsyncIterator[None]:
+    """``serve_queued`` in this loop while the block runs; on exit, stop it and wait."""
+    messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve_queued(
+            bot,
+            stop,
+            receive=receive,
+            work=work,
+            concurrency=4,
+            messenger=messenger,
+            grace_period=5,
+        )
+    )
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def test_on_postgres_with_two_workers_the_press_lands_on_the_other_and_runs_once(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    first_runs: list[str] = []
+    second_runs: list[str] = []
+    receiver = queued_approval_bot(claude, telegram, tmp_path / "r", db, [])
+    first = queued_approval_bot(claude, telegram, tmp_path / "w1", db, first_runs)
+    second = queued_approval_bot(claude, telegram, tmp_path / "w2", db, second_runs)
+    async with queued(receiver, work=False):
+        async with queued(first):
+            request = await asking(telegram, "DELETE /tmp/x")
+            telegram.send_text(ALICE, "after")  # held behind the request, on the database
+            await asyncio.sleep(2)
+            assert len(telegram.sent_messages(ALICE)) == 1
+        async with queued(second):  # the first worker is gone: the press lands here
+            telegram.press_button(ALICE, request, "Allow")
+            telegram.press_button(ALICE, request, "Allow")
+            await telegram.wait_for_messages(ALICE, 3, timeout=40)
+            await asyncio.sleep(1)
+    texts = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
+    assert first_runs == [] and second_runs == ["/tmp/x"], "it ran once, on the other worker"
+    assert sorted(map(str, press_answers(telegram))) == ["Allowed.", "This was already decided."]
