@@ -46,8 +46,10 @@ TurnOutcome = Literal[
     "overloaded",
     "stopped",
     "cancelled",
+    "payment",
 ]
-"""How a turn ended; ``cancelled``: cut off when the process stopped."""
+"""How a turn ended; ``cancelled``: cut off when the process stopped; ``payment``: a
+``successful_payment`` recorded (no LLM call)."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")

@@ -9,6 +9,7 @@ from typing import Any
 from botkit.agent.loop import LoopTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.messengers.base import Incoming
+from botkit.payments.texts import PaymentTexts
 from botkit.tools import Tool, ToolRegistry
 
 __all__ = [
@@ -121,6 +122,8 @@ class BotOptions:
     """Sent instead of a task's answer when its user's tasks used up today's runs
     (BOTKIT_MAX_TASK_RUNS); ``{id}``, ``{when}`` (their local time) and ``{runs}`` are filled in."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    payment_texts: PaymentTexts = field(default_factory=PaymentTexts)
+    """What users are told about plans and payments (with BOTKIT_PLANS or ``Bot(plans=)``)."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

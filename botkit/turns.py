@@ -44,6 +44,7 @@ from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
+from botkit.payments.service import Payments
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
@@ -72,6 +73,7 @@ class BotSteps(Protocol):
     buttons: dict[str, ButtonHandler]
     hooks: Hooks
     model_override: str | None
+    payments: Payments
 
     def commands_for(self, message: Incoming) -> list[Command]:
         """The commands the sender of ``message`` may see (hidden ones only for admins)."""
@@ -221,6 +223,9 @@ class TurnPipeline:
 
         Returns how the turn ended (the ``outcome`` of ``botkit_turns_total``).
         """
+        if message.payment is not None:  # paid: granted once, whatever the gates say now
+            await self.bot.payments.take_payment(message, messenger)
+            return "payment"
         if message.command == "start":
             welcome = await self.bot.handle_start(message, message.command_args)
             if welcome:
@@ -239,7 +244,7 @@ class TurnPipeline:
             await self._reply(messenger, message, await self._answer_command(message))
             return "command"
         if await self.access.over_budget(message.user_id):
-            await self._reply(messenger, message, self.bot.options.budget_text)
+            await self._reply(messenger, message, self.access.budget_text)
             return "budget"
         read = await self._read_files(message, messenger)
         if isinstance(read, str):

@@ -44,6 +44,7 @@ PUBLIC_API = {
     "Messenger",
     "MessengerError",
     "Plugin",
+    "Plan",
     "PromptPlugin",
     "PromptTooLongError",
     "SessionEntry",

@@ -109,6 +109,7 @@ class RerunSteps:
         self.commands: dict[str, Command] = bot.commands
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
+        self.payments = bot.payments
         self.model_override: str | None = model or bot.model_override
 
     @property

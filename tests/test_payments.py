@@ -1,0 +1,412 @@
+"""Plans bought with Telegram Stars (#33): the real aiogram client against the fake Bot API
+(invoices, checkouts, payments, refunds), the real anthropic SDK against the fake Messages
+API, on SQLite and on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from botkit import Bot, Plan, tool
+from botkit.errors import ConfigError
+from botkit.payments import load_plans
+from botkit.payments.store import Grant
+from botkit.stores.migrate import migrate
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, running
+from botkit.testing.kit import ask, fake_llm, make_settings
+from botkit.testing.telegram import SentMessage
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = 4201
+OTHER = 4202
+FREE = 100
+"""The free daily budget in these tests: one turn uses it up."""
+PRO = Plan(
+    id="pro",
+    title="Pro",
+    description="A million tokens a day",
+    stars=50,
+    daily_tokens=1_000_000,
+)
+MONTHLY = Plan(
+    id="monthly",
+    title="Monthly",
+    description="Renewed every month",
+    stars=120,
+    daily_tokens=2_000_000,
+    subscription=True,
+)
+
+
+@pytest.fixture
+async def migrated_db(postgres_db: str) -> str:
+    """A fresh database with botkit's migrations applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Settings that put users (and payments) in SQLite, or in a migrated PostgreSQL."""
+    if request.param == "sqlite":
+        return {}
+    return {"database_url": SecretStr(request.getfixturevalue("migrated_db"))}
+
+
+def paid_bot(
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+    plans: tuple[Plan, ...] = (PRO, MONTHLY),
+    **more: Any,
+) -> Bot:
+    """A bot selling ``plans`` (given in code), free budget ``FREE``, on ``store``."""
+    values: dict[str, Any] = {
+        "allowed_users": frozenset({USER, OTHER}),
+        "daily_token_budget": FREE,
+    }
+    settings = make_settings(tmp_path, **{**values, **store, **more})
+    return Bot(settings=settings, llm=fake_llm(claude), plans=plans)
+
+
+async def use_up_free_budget(bot: Bot, user_id: int = USER) -> None:
+    today = datetime.now(UTC).date()
+    await (await bot.user_store()).add_usage(user_id, today, FREE)
+
+
+async def grants(bot: Bot) -> list[Grant]:
+    return await (await bot.payments.store()).recent()
+
+
+async def buy(telegram: FakeTelegramServer, user_id: int, label: str) -> dict[str, Any]:
+    """``/plans``, then the Buy button labelled ``label``: the invoice the bot sent."""
+    listing = await ask(telegram, user_id, "/plans")
+    before = len(telegram.invoices(user_id))
+    telegram.press_button(user_id, listing, label)
+    await telegram.wait_for_requests("sendInvoice", before + 1)
+    return telegram.invoices(user_id)[before]
+
+
+async def next_message(
+    telegram: FakeTelegramServer,
+    chat_id: int,
+    before: int,
+    timeout: float = 10.0,  # noqa: ASYNC109
+) -> SentMessage:
+    return (await telegram.wait_for_messages(chat_id, before + 1, timeout))[before]
+
+
+def metric(bot: Bot, name: str, **labels: str) -> float:
+    return bot.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+# --- plans -------------------------------------------------------------------------------
+
+
+def test_plans_come_from_code_then_the_setting(tmp_path: Path) -> None:
+    as_file = tmp_path / "plans.json"
+    as_file.write_text(MONTHLY.model_dump_json().join("[]"))
+    assert load_plans(str(as_file), [PRO]) == (PRO, MONTHLY)
+    assert load_plans(f"[{MONTHLY.model_dump_json()}]") == (MONTHLY,)
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ('[{"id": "x"}]', "0.title"),
+        ('{"id": "x"}', "not a JSON list"),
+        ("/nonexistent/plans.json", "cannot read"),
+        (f"[{PRO.model_dump_json()}]", "two plans have the id pro"),
+    ],
+)
+def test_a_bad_plans_setting_is_a_config_error_saying_what(setting: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        load_plans(setting, [PRO])
+
+
+# --- the whole buy flow --------------------------------------------------------------------
+
+
+async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    claude.enqueue(FakeReply.text("answered on the plan"))
+    async with running(bot, telegram):
+        await use_up_free_budget(bot)
+        refused = await ask(telegram, USER, "hello")
+        assert refused.plain_text.startswith(bot.options.budget_text)
+        assert "/plans" in refused.plain_text, "the over-budget text offers the plans"
+
+        invoice = await buy(telegram, USER, "Buy Pro — 50 ⭐")
+        assert invoice["currency"] == "XTR"
+        assert invoice["prices"] == [{"label": "Pro", "amount": 50}]
+        assert invoice.get("provider_token", "") == ""
+
+        before = len(telegram.sent_messages(USER))
+        charge = await telegram.pay(USER, invoice)
+        assert charge is not None, telegram.checkout_answers
+        thanks = await next_message(telegram, USER, before)
+        assert "Pro" in thanks.plain_text and "active until" in thanks.plain_text
+
+        [grant] = await grants(bot)
+        assert (grant.charge_id, grant.user_id, grant.plan_id, grant.stars) == (
+            charge,
+            USER,
+            "pro",
+            50,
+        )
+        assert timedelta(days=29) < grant.ends_at - datetime.now(UTC) <= timedelta(days=30)
+        assert (await ask(telegram, USER, "hello again")).text == "answered on the plan"
+        shown = (await ask(telegram, USER, "/plan")).plain_text
+        assert "Pro" in shown and "Left today" in shown
+    assert metric(bot, "botkit_payments_total", plan="pro") == 1
+    assert metric(bot, "botkit_payment_stars_total", plan="pro") == 50
+    assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1
+
+
+async def test_a_subscription_is_sold_through_an_invoice_link_and_renewals_extend_it(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    async with running(bot, telegram):
+        listing = await ask(telegram, USER, "/plans")
+        before = len(telegram.sent_messages(USER))
+        telegram.press_button(USER, listing, "Buy Monthly — 120 ⭐")
+        offer = await next_message(telegram, USER, before)
+        [[button]] = offer.params["reply_markup"]["inline_keyboard"]
+        link = telegram.invoice_links[button["url"]]
+        assert link["subscription_period"] == 2592000
+        assert link["currency"] == "XTR" and link["prices"] == [{"label": "Monthly", "amount": 120}]
+
+        first_end = int(time.time()) + 2592000
+        query = telegram.start_checkout(USER, link["payload"], 120)
+        assert (await telegram.wait_for_checkout(query))["ok"] is True
+        before = len(telegram.sent_messages(USER))
+        telegram.complete_payment(
+            USER,
+            link["payload"],
+            120,
+            subscription_expiration_date=first_end,
+            is_recurring=True,
+            is_first_recurring=True,
+        )
+        await next_message(telegram, USER, before)
+        renewed_end = first_end + 2592000
+        telegram.complete_payment(
+            USER,
+            link["payload"],
+            120,
+            subscription_expiration_date=renewed_end,
+            is_recurring=True,
+        )
+        renewal = await next_message(telegram, USER, before + 1)
+        assert "renewed" in renewal.plain_text
+        plan = await bot.payments.current_plan(USER)
+        assert plan is not None and plan.plan_id == "monthly"
+        assert int(plan.ends_at.timestamp()) == renewed_end
+    assert len(await grants(bot)) == 2
+    assert metric(bot, "botkit_payment_stars_total", plan="monthly") == 240
+
+
+async def test_the_same_successful_payment_twice_grants_the_plan_once(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    payload = f"plan:pro:50:{USER}"
+    async with running(bot, telegram):
+        telegram.complete_payment(USER, payload, 50, charge_id="charge-twice")
+        await telegram.wait_for_messages(USER, 1)
+        telegram.complete_payment(USER, payload, 50, charge_id="charge-twice")
+        await telegram.wait_for_messages(USER, 2)
+    [grant] = await grants(bot)
+    assert grant.ends_at - grant.paid_at == timedelta(days=30), "not extended twice"
+    assert metric(bot, "botkit_payments_total", plan="pro") == 1
+
+
+# --- checkout refusals --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "amount", "text"),
+    [
+        (f"plan:gold:50:{USER}", 50, "unknown_plan_text"),
+        (f"plan:pro:40:{USER}", 40, "price_changed_text"),  # an invoice from before a rise
+        (f"plan:pro:50:{USER}", 10, "price_changed_text"),
+        (f"plan:pro:50:{OTHER}", 50, "not_your_invoice_text"),
+        ("something else", 50, "unknown_plan_text"),
+    ],
+)
+async def test_a_checkout_for_no_plan_on_sale_at_its_price_is_refused_with_a_text(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    payload: str,
+    amount: int,
+    text: str,
+) -> None:
+    bot = paid_bot(claude, tmp_path, {})
+    async with running(bot, telegram):
+        answer = await telegram.wait_for_checkout(telegram.start_checkout(USER, payload, amount))
+    assert answer == {"ok": False, "error_message": getattr(bot.options.payment_texts, text)}
+    assert metric(bot, "botkit_checkouts_total", outcome="refused") == 1
+
+
+async def test_a_blocked_user_cannot_pay(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store, allowed_users=frozenset(), access="invite")
+    await (await bot.user_store()).block_user(USER)
+    async with running(bot, telegram):
+        query = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
+        answer = await telegram.wait_for_checkout(query)
+        stranger = telegram.start_checkout(OTHER, f"plan:pro:50:{OTHER}", 50)
+        refused = await telegram.wait_for_checkout(stranger)
+    texts = bot.options.payment_texts
+    assert answer == {"ok": False, "error_message": texts.refused_text}
+    assert refused == {"ok": False, "error_message": texts.refused_text}, "never admitted"
+
+
+async def test_a_checkout_is_answered_while_the_users_turn_runs(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = paid_bot(claude, tmp_path, {}, daily_token_budget=None)
+    started, go_on = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def think_long() -> str:
+        """Thinks for a long time."""
+        started.set()
+        await go_on.wait()
+        return "thought"
+
+    bot.tools.register(think_long)
+    claude.enqueue(FakeReply.tool_use("think_long", {}), FakeReply.text("done thinking"))
+    async with running(bot, telegram):
+        telegram.send_text(USER, "think long")
+        await asyncio.wait_for(started.wait(), 10)
+        query = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
+        answer = await telegram.wait_for_checkout(query, timeout=5)
+        assert answer["ok"] is True, "answered beside the running turn, not after it"
+        go_on.set()
+        assert (await telegram.wait_for_messages(USER, 1))[0].text == "done thinking"
+
+
+# --- expiry, refunds, the budget gate --------------------------------------------------------
+
+
+async def test_a_plan_past_its_end_no_longer_raises_the_budget(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    claude.enqueue(FakeReply.text("on the plan"))
+    payload = f"plan:monthly:120:{USER}"
+    async with running(bot, telegram):
+        await use_up_free_budget(bot)
+        ends = int(time.time()) + 3
+        telegram.complete_payment(USER, payload, 120, subscription_expiration_date=ends)
+        await telegram.wait_for_messages(USER, 1)
+        assert (await ask(telegram, USER, "while it lasts")).text == "on the plan"
+        await asyncio.sleep(max(0.0, ends - time.time()) + 0.5)
+        after = await ask(telegram, USER, "after its end")
+        assert after.plain_text.startswith(bot.options.budget_text)
+        assert "no plan" in (await ask(telegram, USER, "/plan")).plain_text
+
+
+async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    claude.enqueue(FakeReply.text("on the plan"))
+    env = {
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_BASE": telegram.base_url,
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+    }
+    if "database_url" in store:
+        env["BOTKIT_DATABASE_URL"] = store["database_url"].get_secret_value()
+    async with running(bot, telegram):
+        await use_up_free_budget(bot)
+        charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
+        await telegram.wait_for_messages(USER, 1)
+        assert (await ask(telegram, USER, "paid")).text == "on the plan"
+
+        refund = await cli(tmp_path, env, "payments", "refund", charge)
+        assert refund.returncode == 0, refund.stderr
+        assert telegram.refunded == [charge]
+        assert [r.params["user_id"] for r in telegram.requests_for("refundStarPayment")] == [USER]
+        assert "payments.refunded" in refund.stdout + refund.stderr, "an audit line"
+        again = await cli(tmp_path, env, "payments", "refund", charge)
+        assert again.returncode == 1 and "was refunded" in again.stderr
+        assert telegram.refunded == [charge], "not refunded twice"
+
+        await asyncio.sleep(3.2)  # the bot's read of the plan is trusted for up to 3 s
+        refused = await ask(telegram, USER, "after the refund")
+        assert refused.plain_text.startswith(bot.options.budget_text)
+        listed = await cli(tmp_path, env, "payments", "list")
+        assert charge in listed.stdout and "\tpro\t50\t" in listed.stdout
+    [grant] = await grants(bot)
+    assert grant.refunded_at is not None
+
+
+async def cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m botkit ARGS`` with this configuration only (no .env, no outer settings)."""
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC", "BOTKIT"))
+    }
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "botkit", *args],
+        env={**clean, **env, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_without_plans_nothing_is_sold_and_budgets_are_as_before(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = paid_bot(claude, tmp_path, {}, plans=())
+    async with running(bot, telegram):
+        await use_up_free_budget(bot)
+        assert (await ask(telegram, USER, "hello")).plain_text == bot.options.budget_text
+        assert "plans" not in bot.commands and "terms" not in bot.commands
+
+
+async def test_terms_and_paysupport_answer_when_plans_are_sold(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = paid_bot(claude, tmp_path, {})
+    texts = bot.options.payment_texts
+    async with running(bot, telegram):
+        assert (await ask(telegram, USER, "/terms")).plain_text == texts.terms_text
+        assert (await ask(telegram, USER, "/paysupport")).plain_text == texts.paysupport_text
