@@ -410,3 +410,182 @@ async def test_terms_and_paysupport_answer_when_plans_are_sold(
     async with running(bot, telegram):
         assert (await ask(telegram, USER, "/terms")).plain_text == texts.terms_text
         assert (await ask(telegram, USER, "/paysupport")).plain_text == texts.paysupport_text
+
+
+# --- exactly once across processes ----------------------------------------------------------
+
+
+async def test_two_stores_granting_one_charge_at_once_grant_it_once(
+    claude: FakeAnthropicServer, tmp_path: Path, store: dict[str, Any]
+) -> None:
+    from botkit.access import open_user_store
+    from botkit.payments.store import NewPayment, payment_store_for
+
+    settings = make_settings(tmp_path, **store)
+    users = [await open_user_store(settings) for _ in range(2)]
+    stores = [payment_store_for(u) for u in users]
+    now = datetime.now(UTC)
+    try:
+        paid = [NewPayment(f"race-{i}", USER, PRO, 50, now) for i in range(20)]
+        results = await asyncio.gather(
+            *(s.grant(p) for p in paid for s in stores)  # each charge by both, at once
+        )
+        granted = [g for g in results if g is not None]
+        assert sorted(g.charge_id for g in granted) == sorted(p.charge_id for p in paid)
+        ends = sorted(g.ends_at for g in granted)
+        assert ends[-1] - now == timedelta(days=30 * 20), "each charge extended the plan once"
+    finally:
+        for s, u in zip(stores, users, strict=True):
+            await s.close()
+            await u.close()
+
+
+async def test_on_the_job_queue_a_payment_is_granted_once_and_checkouts_answered(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    migrated_db: str,
+) -> None:
+    from botkit.messengers.flood import FloodControl
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    def queued_bot(folder: str) -> Bot:
+        return paid_bot(
+            claude,
+            tmp_path / folder,
+            {"database_url": SecretStr(migrated_db)},
+            telegram_bot_token=SecretStr(telegram.token),
+            telegram_api_base=telegram.base_url,
+            stalled_timeout=2.0,
+            poll_timeout=1,
+        )
+
+    stop = asyncio.Event()
+    bots = [queued_bot("a"), queued_bot("b")]
+    tasks = [
+        asyncio.create_task(
+            serve_queued(
+                bot,
+                stop,
+                receive=receive,
+                work=True,
+                concurrency=4,
+                messenger=messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False),
+                queue=queue_for(bot.settings, concurrency=4),
+                grace_period=5,
+            )
+        )
+        for bot, receive in zip(bots, (True, False), strict=True)
+    ]
+    try:
+        invoice = await buy(telegram, USER, "Buy Pro — 50 ⭐")
+        charge = await telegram.pay(USER, invoice)
+        assert charge is not None, "a worker answered the checkout"
+        await telegram.wait_for_messages(USER, 2, timeout=20)  # the listing, the thanks
+        for _ in range(3):  # delivered again, as after a receiver's restart
+            telegram.complete_payment(USER, str(invoice["payload"]), 50, charge_id=charge)
+        await telegram.wait_for_messages(USER, 5, timeout=20)
+        refused = telegram.start_checkout(USER, f"plan:pro:49:{USER}", 49)
+        answer = await telegram.wait_for_checkout(refused, timeout=10)
+        assert answer["ok"] is False
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    [grant] = await grants(bots[0])
+    assert grant.charge_id == charge and grant.ends_at - grant.paid_at == timedelta(days=30)
+    granted = sum(metric(bot, "botkit_payments_total", plan="pro") for bot in bots)
+    assert granted == 1
+
+
+STALLING_BOT = """
+import asyncio
+from pathlib import Path
+
+from botkit import Bot
+
+bot = Bot()  # its plans from BOTKIT_PLANS
+opened = bot.payments.store
+
+
+async def store():
+    payments = await opened()
+    grant = payments.grant
+
+    async def stalled(payment):
+        if Path("stall").exists():  # the test kills the process here, before the record
+            Path("stalled").touch()
+            await asyncio.sleep(3600)
+        return await grant(payment)
+
+    if getattr(payments.grant, "__name__", "") != "stalled":
+        payments.grant = stalled
+    return payments
+
+
+bot.payments.store = store
+"""
+
+
+@pytest.mark.timeout(300)
+async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_restart(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    from botkit.payments.store import SqlitePayments
+
+    (tmp_path / "stalling_bot.py").write_text(STALLING_BOT)
+    (tmp_path / "stall").touch()
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+    env = {
+        **{k: v for k, v in keep.items() if not k.startswith("BOTKIT")},
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_BASE": telegram.base_url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": claude.base_url,
+        "BOTKIT_ACCESS": "open",
+        "BOTKIT_POLL_TIMEOUT": "1",
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+        "BOTKIT_DAILY_TOKEN_BUDGET": str(FREE),
+        "BOTKIT_PLANS": f"[{PRO.model_dump_json()}]",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+    }
+
+    def start() -> subprocess.Popen[bytes]:
+        with (tmp_path / "stderr.log").open("ab") as stderr:
+            return subprocess.Popen(
+                [sys.executable, "-m", "botkit", "run", "stalling_bot:bot"],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+
+    async def until_exists(path: Path, timeout: float) -> None:  # noqa: ASYNC109
+        deadline = time.monotonic() + timeout
+        while not await asyncio.to_thread(path.exists):
+            assert time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-3000:]
+            await asyncio.sleep(0.1)
+
+    payments = SqlitePayments(tmp_path / "sessions" / "botkit.db")
+    process = start()
+    try:
+        charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
+        await until_exists(tmp_path / "stalled", timeout=90)
+        process.kill()  # SIGKILL: between the update journaled and its record
+        await asyncio.to_thread(process.wait, 30)
+        (tmp_path / "stall").unlink()
+        assert await payments.recent() == [], "killed before the record"
+
+        process = start()
+        [thanks] = await telegram.wait_for_messages(USER, 1, timeout=90)
+        assert "Pro" in thanks.plain_text
+        await asyncio.sleep(1.5)  # a second grant or thanks would come by now
+        assert len(telegram.sent_messages(USER)) == 1
+        [grant] = await payments.recent()
+        assert (grant.charge_id, grant.user_id, grant.plan_id) == (charge, USER, "pro")
+        assert grant.ends_at - grant.paid_at == timedelta(days=30)
+    finally:
+        await payments.close()
+        if process.poll() is None:
+            process.terminate()
+            await asyncio.to_thread(process.wait, 30)
