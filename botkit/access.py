@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, date, datetime
 
 import structlog
@@ -48,6 +49,8 @@ class Access:
         """Every user's tokens per day and model, recorded whether budgets are set or not."""
         self.plan_budget: Callable[[int], Awaitable[int | None]] | None = None
         """The daily budget of a user's paid plan (``None``: no plan); set when plans are sold."""
+        self.plan_role: Callable[[int], Awaitable[str | None]] | None = None
+        """The role a user's paid plan gives (``None``: none); set when plans are sold."""
         self.budget_hint: str | None = None
         """Added to the over-budget text (where to raise the budget), when plans are sold."""
 
@@ -116,12 +119,17 @@ class Access:
         return record
 
     async def user_record(self, message: Incoming) -> UserRecord:
-        """The sender's record; one admitted by configuration alone gets role admin or user."""
+        """The sender's record; one admitted by configuration alone gets role admin or user;
+        a paid plan with a role gives its role while it lasts (admins stay admins)."""
         record = await self.known_user(message.user_id)
         if record is None:  # admitted by config (allowlist, admin, open): not stored
             role = "admin" if self.is_admin(message.user_id) else "user"
             now = datetime.now(UTC)
             record = UserRecord(message.user_id, role, name_of(message), now, blocked=False)
+        if self.plan_role is not None and record.role != "admin":
+            paid_role = await self.plan_role(message.user_id)
+            if paid_role is not None:
+                record = replace(record, role=paid_role)
         return record
 
     async def over_budget(self, user_id: int) -> bool:

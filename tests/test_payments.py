@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot, Plan, tool
+from botkit import Bot, Incoming, Plan, tool
 from botkit.errors import ConfigError
 from botkit.payments import load_plans
 from botkit.payments.store import Grant
@@ -158,6 +158,8 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
         before = len(telegram.sent_messages(USER))
         charge = await telegram.pay(USER, invoice)
         assert charge is not None, telegram.checkout_answers
+        polled = telegram.requests_for("getUpdates")[-1].params
+        assert "pre_checkout_query" in polled["allowed_updates"], "Telegram sends checkouts"
         thanks = await next_message(telegram, USER, before)
         assert "Pro" in thanks.plain_text and "active until" in thanks.plain_text
 
@@ -175,6 +177,7 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
     assert metric(bot, "botkit_payments_total", plan="pro") == 1
     assert metric(bot, "botkit_payment_stars_total", plan="pro") == 50
     assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1
+    assert metric(bot, "botkit_turns_total", outcome="payment") == 1
 
 
 async def test_a_subscription_is_sold_through_an_invoice_link_and_renewals_extend_it(
@@ -589,3 +592,48 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
         if process.poll() is None:
             process.terminate()
             await asyncio.to_thread(process.wait, 30)
+
+
+async def test_a_plan_with_a_role_gives_it_while_it_lasts(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    roles: list[str | None] = []
+
+    async def build_prompt(message: Incoming) -> str:
+        roles.append(message.user.role if message.user else None)
+        return "You are a test bot."
+
+    team = Plan(
+        id="team",
+        title="Team",
+        description="With tools",
+        stars=80,
+        daily_tokens=10**6,
+        role="premium",
+    )
+    settings = make_settings(tmp_path, allowed_users=frozenset({USER}))
+    bot = Bot(settings=settings, llm=fake_llm(claude), plans=[team], build_prompt=build_prompt)
+    async with running(bot, telegram):
+        await ask(telegram, USER, "before")
+        ends = int(time.time()) + 3
+        telegram.complete_payment(
+            USER, f"plan:team:80:{USER}", 80, subscription_expiration_date=ends
+        )
+        await telegram.wait_for_messages(USER, 2)
+        await ask(telegram, USER, "on the plan")
+        await asyncio.sleep(max(0.0, ends - time.time()) + 0.5)
+        await ask(telegram, USER, "after")
+    assert roles == ["user", "premium", "user"]
+
+
+async def test_a_payment_made_in_a_group_is_granted_though_the_bot_was_not_mentioned(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = paid_bot(claude, tmp_path, {})
+    async with running(bot, telegram):
+        telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50, chat_type="supergroup")
+        group = -(1_000_000_000_000 + USER)
+        [thanks] = await telegram.wait_for_messages(group, 1)
+    assert "Pro" in thanks.plain_text
+    [grant] = await grants(bot)
+    assert grant.user_id == USER

@@ -556,7 +556,7 @@ class TelegramMessenger:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
-        if message.chat.type in GROUP_CHATS:
+        if message.chat.type in GROUP_CHATS and message.successful_payment is None:
             addressed = self._addressed_text(message, text)
             if addressed is None:
                 return None

@@ -115,6 +115,8 @@ class Payments:
         if not self.plans:
             return
         self.access.plan_budget = self.daily_budget
+        if any(plan.role for plan in self.plans.values()):
+            self.access.plan_role = self.role
         self.access.budget_hint = self.texts.budget_hint
         command = self.host.command
         command("plans", "plans to buy with Telegram Stars")(self._list_plans)
@@ -143,6 +145,11 @@ class Payments:
         """The daily token budget of the user's current plan; ``None`` without one."""
         grant = await self.current_plan(user_id)
         return None if grant is None else grant.daily_tokens
+
+    async def role(self, user_id: int) -> str | None:
+        """The role the user's current plan gives; ``None`` without one."""
+        grant = await self.current_plan(user_id)
+        return None if grant is None else grant.role
 
     async def current_plan(self, user_id: int) -> Grant | None:
         """The user's plan now (read at most every few seconds: every turn asks)."""

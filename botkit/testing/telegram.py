@@ -1483,9 +1483,11 @@ class FakeTelegramServer(LoopbackServer):
         subscription_expiration_date: int | None = None,
         is_recurring: bool = False,
         is_first_recurring: bool = False,
+        chat_type: str = "private",
     ) -> str:
-        """The payment went through: a ``successful_payment`` message from ``user_id``;
-        returns its ``telegram_payment_charge_id`` (``charge_id``, or a new one)."""
+        """The payment went through: a ``successful_payment`` message from ``user_id`` (in
+        their private chat, or a group's for ``chat_type``); returns its
+        ``telegram_payment_charge_id`` (``charge_id``, or a new one)."""
         charge_id = charge_id or f"stxCharge{len(self.charges) + 1:04d}"
         self.charges[charge_id] = user_id
         paid: dict[str, Any] = {
@@ -1502,11 +1504,11 @@ class FakeTelegramServer(LoopbackServer):
         message = self._incoming_message(
             user_id,
             chat_id=None,
-            chat_type="private",
+            chat_type=chat_type,
             first_name="User",
             username=None,
             reply_to_message_id=None,
-            chat_title="",
+            chat_title="Test Group",
         )
         message["successful_payment"] = paid
         self.inject_update({"message": message})
