@@ -55,6 +55,7 @@ ALL = [
     "008_bot_identity",
     "009_schedule_limits",
     "010_update_starts",
+    "014_payments",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
