@@ -637,3 +637,20 @@ async def test_a_payment_made_in_a_group_is_granted_though_the_bot_was_not_menti
     assert "Pro" in thanks.plain_text
     [grant] = await grants(bot)
     assert grant.user_id == USER
+
+
+async def test_a_checkout_the_bot_cannot_check_is_refused_not_left_waiting(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, migrated_db: str
+) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    bot = paid_bot(claude, tmp_path, {"database_url": SecretStr(migrated_db)})
+    async with running(bot, telegram):
+        conn = await asyncpg.connect(migrated_db)
+        try:
+            await conn.execute("DROP TABLE botkit_users CASCADE")  # every user read fails
+        finally:
+            await conn.close()
+        query = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
+        answer = await telegram.wait_for_checkout(query, timeout=20)
+    assert answer == {"ok": False, "error_message": bot.options.error_text}

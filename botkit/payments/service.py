@@ -215,12 +215,20 @@ class Payments:
     async def answer_checkout(self, checkout: Checkout, messenger: Messenger) -> None:
         """Answer a ``pre_checkout_query``: ok only for a plan on sale at its current price,
         bought by the user it was made for, whom the gates admit."""
-        refusal = await self._checkout_refusal(checkout)
+        try:
+            refusal = await self._checkout_refusal(checkout)
+        except Exception:  # the store away, say: stop this payment rather than leave it
+            log.exception("payments.checkout_failed", user_id=checkout.user_id)
+            refusal = self.host.options.error_text
         sales = _sales_of(messenger)
         if sales is None:
             log.error("payments.checkout_unanswerable", user_id=checkout.user_id)
             return
-        await sales.answer_checkout(checkout.query_id, refusal)
+        try:
+            await sales.answer_checkout(checkout.query_id, refusal)
+        except MessengerError as e:  # too late, or Telegram away: the payment does not happen
+            log.warning("payments.checkout_not_answered", user_id=checkout.user_id, error=str(e))
+            return
         self.checkouts.labels("ok" if refusal is None else "refused").inc()
         log.info(
             "payments.checkout",
