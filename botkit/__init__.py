@@ -43,6 +43,7 @@ from botkit.errors import (
 )
 from botkit.llm import LLM, LLMRequest, LLMResponse
 from botkit.messengers import Incoming, Messenger
+from botkit.payments import Plan
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.sessions import JsonlSessionStore, SessionEntry, SessionStore, read_session_file
 from botkit.skills import Skill, SkillLibrary, load_skills
@@ -107,6 +108,7 @@ __all__ = [
     "Message",
     "Messenger",
     "MessengerError",
+    "Plan",
     "Plugin",
     "PromptPlugin",
     "PromptTooLongError",

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, date, datetime
 
 import structlog
@@ -46,6 +47,12 @@ class Access:
         self._cache: dict[int, tuple[float, UserRecord | None]] = {}
         self.ledger = UsageLedger(self.user_store)
         """Every user's tokens per day and model, recorded whether budgets are set or not."""
+        self.plan_budget: Callable[[int], Awaitable[int | None]] | None = None
+        """The daily budget of a user's paid plan (``None``: no plan); set when plans are sold."""
+        self.plan_role: Callable[[int], Awaitable[str | None]] | None = None
+        """The role a user's paid plan gives (``None``: none); set when plans are sold."""
+        self.budget_hint: str | None = None
+        """Added to the over-budget text (where to raise the budget), when plans are sold."""
 
     async def user_store(self) -> UserStore:
         """The users and invites store, opened on first use."""
@@ -112,20 +119,39 @@ class Access:
         return record
 
     async def user_record(self, message: Incoming) -> UserRecord:
-        """The sender's record; one admitted by configuration alone gets role admin or user."""
+        """The sender's record; one admitted by configuration alone gets role admin or user;
+        a paid plan with a role gives its role while it lasts (admins stay admins)."""
         record = await self.known_user(message.user_id)
         if record is None:  # admitted by config (allowlist, admin, open): not stored
             role = "admin" if self.is_admin(message.user_id) else "user"
             now = datetime.now(UTC)
             record = UserRecord(message.user_id, role, name_of(message), now, blocked=False)
+        if self.plan_role is not None and record.role != "admin":
+            paid_role = await self.plan_role(message.user_id)
+            if paid_role is not None:
+                record = replace(record, role=paid_role)
         return record
 
     async def over_budget(self, user_id: int) -> bool:
         """Whether the user has used up today's token budget (if one is set)."""
-        budget = self.settings.daily_token_budget
+        budget = await self.daily_budget(user_id)
         if budget is None:
             return False
         return await (await self.user_store()).usage_on(user_id, today()) >= budget
+
+    async def daily_budget(self, user_id: int) -> int | None:
+        """The user's daily token budget: their paid plan's, else BOTKIT_DAILY_TOKEN_BUDGET."""
+        if self.plan_budget is not None:
+            paid = await self.plan_budget(user_id)
+            if paid is not None:
+                return paid
+        return self.settings.daily_token_budget
+
+    @property
+    def budget_text(self) -> str:
+        """What a user over budget is told (with where to buy more, when plans are sold)."""
+        hint = self.budget_hint
+        return f"{self.options.budget_text}\n\n{hint}" if hint else self.options.budget_text
 
     def forget(self, user_id: int) -> None:
         """Drop the cached record of ``user_id``, so the next message reads it afresh."""
@@ -136,7 +162,7 @@ class Access:
         user's daily budget (when budgets are on)."""
         if model:
             self.ledger.add(user_id, model, usage)
-        if self.settings.daily_token_budget is None:
+        if self.settings.daily_token_budget is None and self.plan_budget is None:
             return
         spent = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
         spent += round(usage.cache_read_input_tokens * CACHE_READ_FACTOR)  # billed at a tenth

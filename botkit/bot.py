@@ -35,6 +35,8 @@ from botkit.options import (
     BuildTools,
     HandleStart,
 )
+from botkit.payments.plans import Plan, load_plans
+from botkit.payments.service import Payments
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.relay import relay, send_user_message_tool
 from botkit.reminders.commands import register_scheduling_commands
@@ -70,6 +72,7 @@ class Bot:
         users: UserStore | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         plugins: Iterable[Plugin] = (),
+        plans: Iterable[Plan] = (),
         options: BotOptions | None = None,
         tracer_provider: Any = None,
         **overrides: Any,
@@ -106,6 +109,9 @@ class Bot:
         self._llm = llm
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
+        self.payments = Payments(self, load_plans(self.settings.plans, plans), self.access)
+        """Plans sold for Telegram Stars (``plans`` and BOTKIT_PLANS): ``/plans``, budgets."""
+        self.payments.register()
         self.reminders = Reminders(self.user_store, self.settings)
         """Reminders and scheduled tasks, kept in the user store; fired by the runtime."""
         if self.options.scheduling:
@@ -300,6 +306,7 @@ class Bot:
         """Release what the bot opened: the LLM client, the user store, the session files."""
         if self._llm is not None:
             await self._llm.close()
+        await self.payments.close()
         await self.access.close()
         await self.approvals.aclose()
         await self.sessions.close()

@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     from botkit.handoff import cli as handoff_cli
 
     handoff_cli.add_parser(commands)
+
+    from botkit.payments import cli as payments_cli
+
+    payments_cli.add_parser(commands)
     scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
     scheduled.add_argument("--user", type=int, help="only this user's")
     scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -212,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sessions(args.action, args.directory, args.dsn)
         if args.command == "prune":
             return _prune(args.days, dry_run=args.dry_run)
+        if args.command == "payments":
+            from botkit.payments import cli as payments_cli
+
+            return payments_cli.run(args)
     except ConfigError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -49,10 +49,12 @@ TurnOutcome = Literal[
     "handoff",
     "waiting",
     "held",
+    "payment",
 ]
 """How a turn ended; ``cancelled``: cut off when the process stopped; ``handoff``: relayed
 between a handed-over user and the operators (no LLM call); ``waiting``: a call waits for a
-person's Allow; ``held``: its conversation waits, the message runs after."""
+person's Allow; ``held``: its conversation waits, the message runs after; ``payment``: a
+``successful_payment`` recorded (no LLM call)."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")

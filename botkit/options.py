@@ -10,6 +10,7 @@ from botkit.agent.loop import LoopTexts
 from botkit.approvals.texts import ApprovalTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.messengers.base import Incoming
+from botkit.payments.texts import PaymentTexts
 from botkit.tools import Tool, ToolRegistry
 
 __all__ = [
@@ -147,6 +148,8 @@ class BotOptions:
     handoff_undelivered_text: str = "Not delivered to the user: {error}"
     approval_texts: ApprovalTexts = field(default_factory=ApprovalTexts)
     """What approval requests say, their buttons, and the answers to presses."""
+    payment_texts: PaymentTexts = field(default_factory=PaymentTexts)
+    """What users are told about plans and payments (with BOTKIT_PLANS or ``Bot(plans=)``)."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

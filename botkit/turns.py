@@ -47,6 +47,7 @@ from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
+from botkit.payments.service import Payments
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
@@ -79,6 +80,7 @@ class BotSteps(Protocol):
     hooks: Hooks
     model_override: str | None
     approvals: Approvals
+    payments: Payments
 
     def commands_for(self, message: Incoming) -> list[Command]:
         """The commands the sender of ``message`` may see (hidden ones only for admins)."""
@@ -236,6 +238,9 @@ class TurnPipeline:
         """
         if self.handoffs and await self.handoffs.take_operator_message(message, messenger):
             return "handoff"  # the operators' chat: not a user's turn, and no gate applies
+        if message.payment is not None:  # paid: granted once, whatever the gates say now
+            await self.bot.payments.take_payment(message, messenger)
+            return "payment"
         if message.command == "start":
             welcome = await self.bot.handle_start(message, message.command_args)
             tracing.tracer.gate("handle_start", not welcome)
@@ -260,7 +265,7 @@ class TurnPipeline:
         over_budget = await self.access.over_budget(message.user_id)
         tracing.tracer.gate("budget", not over_budget)
         if over_budget:
-            await self._reply(messenger, message, self.bot.options.budget_text)
+            await self._reply(messenger, message, self.access.budget_text)
             return "budget"
         read = await self._read_files(message, messenger)
         if isinstance(read, str):

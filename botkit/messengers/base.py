@@ -16,6 +16,7 @@ __all__ = [
     "Attachment",
     "Button",
     "ButtonPress",
+    "Checkout",
     "Draft",
     "Incoming",
     "JournaledUpdate",
@@ -23,6 +24,8 @@ __all__ = [
     "OutgoingFile",
     "Reply",
     "ReplyContext",
+    "StarPayment",
+    "StarSales",
     "UpdateJournal",
 ]
 
@@ -110,6 +113,8 @@ class Incoming:
     """When this process read it (``time.monotonic()``): turn latency is measured from here."""
     schedule_id: int | None = None
     """The scheduled task this turn carries out (not written by the user now); else ``None``."""
+    payment: StarPayment | None = None
+    """A payment the user made (``successful_payment``): no turn, a plan granted once."""
 
     @property
     def in_group(self) -> bool:
@@ -182,6 +187,45 @@ class ButtonPress:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """A user is about to pay an invoice (``pre_checkout_query``): answer within 10 s."""
+
+    query_id: str
+    user_id: int
+    currency: str
+    total_amount: int
+    payload: str
+    """The invoice's payload, as the bot made it."""
+    first_name: str | None = None
+
+    def as_incoming(self) -> Incoming:
+        """The checkout as a message from the payer, for the gates that admit messages."""
+        return Incoming(
+            update_id=0,
+            user_id=self.user_id,
+            chat_id=self.user_id,
+            text="",
+            date=datetime.now(UTC),
+            first_name=self.first_name,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StarPayment:
+    """A payment that went through (``successful_payment``), in Telegram Stars."""
+
+    charge_id: str
+    """``telegram_payment_charge_id``: names the payment, for exactly-once and refunds."""
+    currency: str
+    total_amount: int
+    payload: str
+    subscription_expires_at: datetime | None = None
+    """When a subscription's paid period ends (Telegram's ``subscription_expiration_date``)."""
+    is_recurring: bool = False
+    is_first_recurring: bool = False
+
+
 class Draft(Protocol):
     """A reply shown to the user while it is being written."""
 
@@ -252,6 +296,34 @@ class Messenger(Protocol):
 
     async def answer_press(self, press_id: str, text: str | None = None) -> None:
         """Acknowledge a button press, with a short notice for the user if ``text``."""
+        ...
+
+
+class StarSales(Protocol):
+    """What selling for Telegram Stars needs of a messenger (``TelegramMessenger.stars``)."""
+
+    async def send_invoice(
+        self, chat_id: int, title: str, description: str, payload: str, stars: int
+    ) -> None:
+        """Send a one-off invoice of ``stars`` Stars to ``chat_id``."""
+        ...
+
+    async def subscription_link(
+        self, title: str, description: str, payload: str, stars: int, period: int
+    ) -> str:
+        """A link to subscribe for ``stars`` Stars every ``period`` seconds."""
+        ...
+
+    async def send_link(self, chat_id: int, text: str, label: str, url: str) -> None:
+        """Send ``text`` with one button that opens ``url``."""
+        ...
+
+    async def answer_checkout(self, query_id: str, error: str | None) -> None:
+        """Let the payment go on (``error`` ``None``), or stop it, telling the user ``error``."""
+        ...
+
+    async def refund(self, user_id: int, charge_id: str) -> None:
+        """Give the Stars of payment ``charge_id`` back to ``user_id``."""
         ...
 
 

@@ -50,6 +50,7 @@ from botkit.messengers.base import (
     Attachment,
     Button,
     ButtonPress,
+    Checkout,
     Incoming,
     OutgoingFile,
     Reply,
@@ -58,6 +59,7 @@ from botkit.messengers.base import (
 )
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
+from botkit.messengers.stars import TelegramStars, checkout_of, payment_of
 from botkit.messengers.updates import RawGetUpdates, parse_update
 
 if TYPE_CHECKING:
@@ -82,7 +84,7 @@ DRAFTS_IN_FLIGHT = 16
 turn (each then shows the newest text), so drafts never crowd out LLM calls and replies."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
-ALLOWED_UPDATES = ["message", "stopped_message_generation", "callback_query"]
+ALLOWED_UPDATES = ["message", "stopped_message_generation", "callback_query", "pre_checkout_query"]
 GROUP_CHATS = frozenset({"group", "supergroup"})
 MAX_ALBUMS = 256
 OTHER_KINDS = (
@@ -107,6 +109,8 @@ OnStop = Callable[[int, int], object]
 """Called with the chat id and the draft id when the user presses a draft's stop button."""
 OnPress = Callable[[ButtonPress], object]
 """Called when a user presses an inline button under one of the bot's messages."""
+OnCheckout = Callable[[Checkout], object]
+"""Called when a user is about to pay one of the bot's invoices (answer within 10 s)."""
 
 _draft_ids = itertools.count(1)
 
@@ -138,8 +142,10 @@ class TelegramMessenger:
             session.middleware(_TracedRequests())
         self.sender = JsonSender(self.api, session)
         """The hot sends (messages, drafts, typing), posted as JSON past aiogram's models."""
-        self.poll_timeout = poll_timeout
         self.flood = flood or FloodControl()
+        self.stars = TelegramStars(self.api, self.flood)
+        """Invoices, checkouts and refunds in Telegram Stars."""
+        self.poll_timeout = poll_timeout
         self.inbox = inbox
         self.answer_groups = answer_groups
         """``mention``: in groups, answer only when mentioned or replied to; ``all``: always."""
@@ -387,6 +393,7 @@ class TelegramMessenger:
         stop: asyncio.Event,
         *,
         on_press: OnPress | None = None,
+        on_checkout: OnCheckout | None = None,
     ) -> None:
         """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on.
 
@@ -404,7 +411,7 @@ class TelegramMessenger:
         while not stop.is_set():
             for update_id, raw in await self._poll_once(offset, stop, failures):
                 offset = max(offset or 0, update_id + 1)
-                await self._take_safely(update_id, raw, on_message, on_stop, on_press)
+                await self._take_safely(update_id, raw, on_message, on_stop, on_press, on_checkout)
         await self._confirm(offset)  # what was journaled, so a restart does not re-read it
 
     async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
@@ -470,10 +477,10 @@ class TelegramMessenger:
 
     async def read_update(
         self, raw: dict[str, Any]
-    ) -> Incoming | ButtonPress | Update | str | None:
-        """One raw update read: the message for a turn; a button press; the ``Update`` when it
-        is something else (a stop press); why it could not be read; ``None`` when it is not
-        for this bot."""
+    ) -> Incoming | ButtonPress | Checkout | Update | str | None:
+        """One raw update read: the message for a turn; a button press; a checkout; the
+        ``Update`` when it is something else (a stop press); why it could not be read;
+        ``None`` when it is not for this bot."""
         parsed = parse_update(raw, self.api)
         if parsed.update is None:
             return parsed.error or "unparseable"
@@ -484,6 +491,8 @@ class TelegramMessenger:
             return parsed.update
         if parsed.update.callback_query is not None:
             return _press(parsed.update.callback_query)
+        if parsed.update.pre_checkout_query is not None:
+            return checkout_of(parsed.update.pre_checkout_query)
         return await self._incoming(parsed.update)
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:
@@ -504,10 +513,11 @@ class TelegramMessenger:
         on_message: OnMessage,
         on_stop: OnStop,
         on_press: OnPress | None = None,
+        on_checkout: OnCheckout | None = None,
     ) -> None:
         """Take one raw update; whatever goes wrong with it, the others are still taken."""
         try:
-            await self._take(update_id, raw, on_message, on_stop, on_press)
+            await self._take(update_id, raw, on_message, on_stop, on_press, on_checkout)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -521,6 +531,7 @@ class TelegramMessenger:
         on_message: OnMessage,
         on_stop: OnStop,
         on_press: OnPress | None = None,
+        on_checkout: OnCheckout | None = None,
     ) -> None:
         if self.inbox is not None and self.inbox.seen(update_id):
             return  # delivered again after a restart: already accepted
@@ -540,6 +551,10 @@ class TelegramMessenger:
             press = _press(update.callback_query)
             if press is not None and on_press is not None:
                 on_press(press)
+            return
+        if update.pre_checkout_query is not None:
+            if on_checkout is not None:
+                on_checkout(checkout_of(update.pre_checkout_query))
             return
         message = await self._incoming(update)
         if message is None:
@@ -580,7 +595,11 @@ class TelegramMessenger:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
-        if message.chat.type in GROUP_CHATS and message.chat.id != self.operators_chat:
+        if (
+            message.chat.type in GROUP_CHATS
+            and message.chat.id != self.operators_chat
+            and message.successful_payment is None
+        ):
             addressed = self._addressed_text(message, text)
             if addressed is None:
                 return None
@@ -606,6 +625,7 @@ class TelegramMessenger:
             photo_ids=(message.photo[-1].file_id,) if message.photo else (),
             attachments=_attachments(message),
             media_group_id=message.media_group_id,
+            payment=payment_of(paid) if (paid := message.successful_payment) else None,
         )
 
     def _addressed_text(self, message: TgMessage, text: str) -> str | None:

@@ -110,6 +110,7 @@ class RerunSteps:
         self.commands: dict[str, Command] = bot.commands
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
+        self.payments = bot.payments
         self.model_override: str | None = model or bot.model_override
         self.approvals = bot.approvals
         """The bot's: a re-run turn whose call waits for approval ends without a reply."""

@@ -18,6 +18,7 @@ from botkit.llm.base import LLM
 from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
+from botkit.payments.service import Payments
 from botkit.reminders.service import Reminders
 from botkit.sessions import SessionStore
 from botkit.stores.base import UserStore
@@ -40,6 +41,7 @@ class ServedBot(Protocol):
     metrics: Metrics
     sessions: SessionStore
     reminders: Reminders
+    payments: Payments
 
     @property
     def llm(self) -> LLM:

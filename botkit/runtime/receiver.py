@@ -19,7 +19,7 @@ import structlog
 from botkit import tracing
 from botkit.config import Settings
 from botkit.errors import StoreError
-from botkit.messengers.base import ButtonPress, Incoming
+from botkit.messengers.base import ButtonPress, Checkout, Incoming
 from botkit.runtime.queue import Outage, TurnQueue, lock_for
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ class Receiver:
             await self.queue.defer(self.bot_id, update_id, raw, lock)
         elif isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
             await self.queue.defer(self.bot_id, update_id, raw, f"user:{read.user_id}")
+        elif isinstance(read, Checkout):  # not behind the user's turns: 10 s to answer it
+            await self.queue.defer(self.bot_id, update_id, raw, f"checkout:{read.user_id}")
         elif read is not None:
             await self._stop_pressed(read)
 

@@ -13,7 +13,7 @@ from botkit.approvals.service import sweeping
 from botkit.chats import conversation_of
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
-from botkit.messengers.base import ButtonPress, Messenger
+from botkit.messengers.base import ButtonPress, Checkout, Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
@@ -122,6 +122,11 @@ async def _serve(
         presses.add(task)
         task.add_done_callback(presses.discard)
 
+    def on_checkout(checkout: Checkout) -> None:  # answered at once, beside running turns
+        task = asyncio.create_task(bot.payments.answer_checkout(checkout, messenger))
+        presses.add(task)
+        task.add_done_callback(presses.discard)
+
     dispatcher = TurnDispatcher(
         journaled_turns(bot, messenger, inbox),
         key=lambda message: conversation_of(message, bot.settings.group_context),
@@ -148,7 +153,9 @@ async def _serve(
             approvals = sweeping(bot, messenger, stop)
             if freeze_startup:
                 freeze_startup_objects()
-            await messenger.poll(dispatcher.submit, bot.stop_turn, stop, on_press=on_press)
+            await messenger.poll(
+                dispatcher.submit, bot.stop_turn, stop, on_press=on_press, on_checkout=on_checkout
+            )
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period
             await firing_task

@@ -22,7 +22,7 @@ import structlog
 from procrastinate.exceptions import ConnectorException
 
 from botkit.errors import StoreError
-from botkit.messengers.base import ButtonPress, Incoming
+from botkit.messengers.base import ButtonPress, Checkout, Incoming
 from botkit.runtime.base import ServedBot
 from botkit.runtime.poison import SuspectLane, tell_given_up
 from botkit.runtime.queue import Claim, Outage, TurnQueue, lock_for
@@ -90,6 +90,8 @@ class Worker:
                 self.running -= 1
         elif isinstance(message, ButtonPress):
             await self.bot.handle_press(message, self.messenger)
+        elif isinstance(message, Checkout):
+            await self.bot.payments.answer_checkout(message, self.messenger)
 
     async def _give_up(self, update: dict[str, Any], job_id: int, claim: Claim) -> None:
         """Mark the update given up, then (the one start that marked it) tell its sender."""

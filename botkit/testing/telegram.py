@@ -470,6 +470,15 @@ class FakeTelegramServer(LoopbackServer):
             "close": self._return_true,
             "logout": self._return_true,
         }
+        self._handlers.update(self._stars_handlers())
+        self.checkout_answers: dict[str, dict[str, Any]] = {}
+        """``answerPreCheckoutQuery`` calls by query id (``ok``, ``error_message``)."""
+        self.charges: dict[str, int] = {}
+        """Every payment made with :meth:`complete_payment`: its charge id and payer."""
+        self.refunded: list[str] = []
+        """Charge ids refunded with ``refundStarPayment``, in order."""
+        self.invoice_links: dict[str, dict[str, Any]] = {}
+        """Links made with ``createInvoiceLink``, with their parameters."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1561,6 +1570,185 @@ class FakeTelegramServer(LoopbackServer):
         copy = SentFile(chat_id, message_id, "copyMessage", data, name, caption, params, thread_id)
         self._sent_files.append(copy)
         self._messages[(chat_id, message_id)] = _StoredMessage(message, True)
+
+    # ------------------------------------------------------------------ Telegram Stars
+
+    def _stars_handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
+        return {
+            "sendinvoice": self._send_invoice,
+            "createinvoicelink": self._create_invoice_link,
+            "answerprecheckoutquery": self._answer_pre_checkout_query,
+            "refundstarpayment": self._refund_star_payment,
+        }
+
+    def invoices(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+        """The parameters of every invoice sent with ``sendInvoice`` (to ``chat_id``)."""
+        return [
+            r.params
+            for r in self.requests_for("sendInvoice")
+            if r.error_code is None and chat_id in (None, r.params.get("chat_id"))
+        ]
+
+    def start_checkout(
+        self,
+        user_id: int,
+        payload: str,
+        total_amount: int,
+        *,
+        currency: str = "XTR",
+        first_name: str = "User",
+    ) -> str:
+        """The user confirms paying an invoice: a ``pre_checkout_query``; returns its id."""
+        self._callback_ids += 1
+        query_id = f"checkout-{self._callback_ids}"
+        query = {
+            "id": query_id,
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name},
+            "currency": currency,
+            "total_amount": total_amount,
+            "invoice_payload": payload,
+        }
+        self.inject_update({"pre_checkout_query": query})
+        return query_id
+
+    async def wait_for_checkout(
+        self,
+        query_id: str,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """The bot's answer to checkout ``query_id`` (``ok``, ``error_message``), once given."""
+        try:
+            await self._wait_until(lambda: query_id in self.checkout_answers, timeout)
+        except TimeoutError:
+            raise AssertionError(f"checkout {query_id} not answered within {timeout}s") from None
+        return self.checkout_answers[query_id]
+
+    def complete_payment(
+        self,
+        user_id: int,
+        payload: str,
+        total_amount: int,
+        *,
+        charge_id: str | None = None,
+        currency: str = "XTR",
+        subscription_expiration_date: int | None = None,
+        is_recurring: bool = False,
+        is_first_recurring: bool = False,
+        chat_type: str = "private",
+    ) -> str:
+        """The payment went through: a ``successful_payment`` message from ``user_id`` (in
+        their private chat, or a group's for ``chat_type``); returns its
+        ``telegram_payment_charge_id`` (``charge_id``, or a new one)."""
+        charge_id = charge_id or f"stxCharge{len(self.charges) + 1:04d}"
+        self.charges[charge_id] = user_id
+        paid: dict[str, Any] = {
+            "currency": currency,
+            "total_amount": total_amount,
+            "invoice_payload": payload,
+            "telegram_payment_charge_id": charge_id,
+            "provider_payment_charge_id": "",
+        }
+        if subscription_expiration_date is not None:
+            paid["subscription_expiration_date"] = subscription_expiration_date
+        if is_recurring:
+            paid.update(is_recurring=True, is_first_recurring=is_first_recurring)
+        message = self._incoming_message(
+            user_id,
+            chat_id=None,
+            chat_type=chat_type,
+            first_name="User",
+            username=None,
+            reply_to_message_id=None,
+            chat_title="Test Group",
+        )
+        message["successful_payment"] = paid
+        self.inject_update({"message": message})
+        return charge_id
+
+    async def pay(
+        self,
+        user_id: int,
+        invoice: dict[str, Any],
+        *,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> str | None:
+        """Pay ``invoice`` (the parameters of a ``sendInvoice`` or ``createInvoiceLink``) as
+        ``user_id``, as Telegram does: the checkout, then, if the bot said ok, the payment.
+        Returns the charge id, or ``None`` when the bot refused the checkout."""
+        total = sum(int(price["amount"]) for price in invoice["prices"])
+        payload = str(invoice["payload"])
+        query_id = self.start_checkout(user_id, payload, total, currency=invoice["currency"])
+        answer = await self.wait_for_checkout(query_id, timeout)
+        if not answer.get("ok"):
+            return None
+        period = invoice.get("subscription_period")
+        expires = int(time.time()) + int(period) if period else None
+        return self.complete_payment(
+            user_id,
+            payload,
+            total,
+            subscription_expiration_date=expires,
+            is_recurring=bool(period),
+            is_first_recurring=bool(period),
+        )
+
+    def _check_invoice(self, params: dict[str, Any]) -> None:
+        prices = params.get("prices")
+        if params.get("currency") != "XTR" or not isinstance(prices, list) or len(prices) != 1:
+            raise _ApiError(400, "Bad Request: XTR invoices must have exactly one price")
+        if params.get("provider_token") not in (None, ""):
+            raise _ApiError(400, "Bad Request: provider_token must be empty for XTR")
+        if not params.get("payload") or len(str(params["payload"]).encode()) > 128:
+            raise _ApiError(400, "Bad Request: INVOICE_PAYLOAD_INVALID")
+
+    async def _send_invoice(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        self._check_invoice(params)
+        message_id = self._next_message_id(chat_id)
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "from": self._bot_user(),
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "invoice": {
+                "title": params.get("title", ""),
+                "description": params.get("description", ""),
+                "start_parameter": "",
+                "currency": params["currency"],
+                "total_amount": params["prices"][0]["amount"],
+            },
+        }
+        self._messages[(chat_id, message_id)] = _StoredMessage(message, True)
+        return message
+
+    async def _create_invoice_link(self, params: dict[str, Any]) -> str:
+        self._check_invoice(params)
+        period = params.get("subscription_period")
+        if period is not None and period != 2592000:
+            raise _ApiError(400, "Bad Request: SUBSCRIPTION_PERIOD_INVALID")
+        link = f"https://t.me/$fakeinvoice{len(self.invoice_links) + 1}"
+        self.invoice_links[link] = params
+        return link
+
+    async def _answer_pre_checkout_query(self, params: dict[str, Any]) -> bool:
+        query_id = str(params.get("pre_checkout_query_id", ""))
+        if query_id in self.checkout_answers:
+            raise _ApiError(400, "Bad Request: query is too old or query ID is invalid")
+        ok = params.get("ok") is True
+        if not ok and not params.get("error_message"):
+            raise _ApiError(400, "Bad Request: error_message is required when ok is false")
+        self.checkout_answers[query_id] = {"ok": ok, "error_message": params.get("error_message")}
+        return True
+
+    async def _refund_star_payment(self, params: dict[str, Any]) -> bool:
+        charge_id = str(params.get("telegram_payment_charge_id", ""))
+        if self.charges.get(charge_id) != params.get("user_id"):
+            raise _ApiError(400, "Bad Request: CHARGE_NOT_FOUND")
+        if charge_id in self.refunded:
+            raise _ApiError(400, "Bad Request: CHARGE_ALREADY_REFUNDED")
+        self.refunded.append(charge_id)
+        return True
 
 
 _COPIED_KINDS = ("text", "photo", "document", "voice", "audio", "video", "animation", "sticker")

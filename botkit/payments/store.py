@@ -1,0 +1,408 @@
+"""Where payments are kept: one row per Telegram charge, so each is granted exactly once.
+
+The table lives beside the users: in the SQLite file of the user store (made on first use),
+or in PostgreSQL (migration ``014_payments.sql``). ``grant`` inserts a payment under its
+``telegram_payment_charge_id``, the primary key: a second insert of the same charge (the update
+delivered again, retried after a crash, or run by two workers at once) inserts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from botkit.errors import StoreError
+from botkit.payments.plans import SUBSCRIPTION_PERIOD, Plan
+from botkit.stores.base import UserStore
+
+__all__ = ["Grant", "PaymentStore", "PostgresPayments", "SqlitePayments", "payment_store_for"]
+
+_COLUMNS = (
+    "charge_id, user_id, plan_id, stars, daily_tokens, role, subscription, paid_at, ends_at, "
+    "refunded_at"
+)
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One payment and the plan it granted."""
+
+    charge_id: str
+    """Telegram's ``telegram_payment_charge_id``."""
+    user_id: int
+    plan_id: str
+    stars: int
+    """What the user paid, in Stars."""
+    daily_tokens: int
+    """The daily budget the plan granted."""
+    role: str | None
+    subscription: bool
+    paid_at: datetime
+    ends_at: datetime
+    """The plan lasts until this moment (UTC)."""
+    refunded_at: datetime | None = None
+    """Set once refunded: the grant no longer counts."""
+
+    def active(self, now: datetime) -> bool:
+        """Whether this grant counts at ``now``: not refunded, not yet ended."""
+        return self.refunded_at is None and self.ends_at > now
+
+
+@dataclass(frozen=True, slots=True)
+class NewPayment:
+    """A payment to record, and what it buys."""
+
+    charge_id: str
+    user_id: int
+    plan: Plan
+    stars: int
+    paid_at: datetime
+    paid_until: datetime | None = None
+    """For a subscription: the end of the paid period, as Telegram says."""
+
+    def ends_after(self, current_end: datetime | None) -> datetime:
+        """When the plan ends: Telegram's period end, or its length after the later of now
+        and the end of the same plan already held (a renewal, or a second purchase, extends)."""
+        if self.paid_until is not None:
+            return max(self.paid_until, current_end or self.paid_until)
+        start = max(self.paid_at, current_end or self.paid_at)
+        length = timedelta(seconds=SUBSCRIPTION_PERIOD) if self.plan.subscription else None
+        return start + (length or timedelta(days=self.plan.days))
+
+
+class PaymentStore(Protocol):
+    """Payments and the plans they granted."""
+
+    async def grant(self, payment: NewPayment) -> Grant | None:
+        """Record ``payment`` and its plan; ``None`` when its charge was recorded before."""
+        ...
+
+    async def active(self, user_id: int, now: datetime) -> Grant | None:
+        """The user's current plan at ``now`` (the largest budget among those that count)."""
+        ...
+
+    async def get(self, charge_id: str) -> Grant | None:
+        """The payment ``charge_id``, if recorded."""
+        ...
+
+    async def revoke(self, charge_id: str, now: datetime) -> Grant | None:
+        """Mark a payment refunded (its plan ends); ``None`` if unknown or refunded before."""
+        ...
+
+    async def recent(self, limit: int = 50) -> list[Grant]:
+        """The latest payments, newest first."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the store opened."""
+        ...
+
+
+def payment_store_for(users: UserStore) -> PaymentStore:
+    """The payment store beside ``users``: in its SQLite file, or its PostgreSQL pool."""
+    pool = getattr(users, "pool", None)
+    if pool is not None:
+        return PostgresPayments(pool)
+    path = getattr(users, "path", None)
+    if path is None:
+        raise StoreError(f"payments need a SQLite or PostgreSQL user store, not {type(users)}")
+    return SqlitePayments(path)
+
+
+class SqlitePayments:
+    """Payments in the user store's SQLite file (a connection of its own; every write a
+    ``BEGIN IMMEDIATE`` transaction, so processes sharing the file grant a charge once)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = os.fspath(path)
+        self._busy_timeout = busy_timeout
+        self._db: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def grant(self, payment: NewPayment) -> Grant | None:
+        """Record ``payment`` and its plan; ``None`` when its charge was recorded before."""
+        grant: Grant | None = await self._run("recording a payment", _sqlite_grant, payment)
+        return grant
+
+    async def active(self, user_id: int, now: datetime) -> Grant | None:
+        """The user's current plan at ``now``."""
+        sql = f"""SELECT {_COLUMNS} FROM botkit_payments
+            WHERE user_id = ? AND refunded_at IS NULL AND ends_at > ?
+            ORDER BY daily_tokens DESC, ends_at DESC LIMIT 1"""
+        rows = await self._run("reading a plan", _fetch, sql, (user_id, _to_db(now)))
+        return _sqlite_row(rows[0]) if rows else None
+
+    async def get(self, charge_id: str) -> Grant | None:
+        """The payment ``charge_id``, if recorded."""
+        sql = f"SELECT {_COLUMNS} FROM botkit_payments WHERE charge_id = ?"
+        rows = await self._run("reading a payment", _fetch, sql, (charge_id,))
+        return _sqlite_row(rows[0]) if rows else None
+
+    async def revoke(self, charge_id: str, now: datetime) -> Grant | None:
+        """Mark a payment refunded; ``None`` if unknown or refunded before."""
+        sql = f"""UPDATE botkit_payments SET refunded_at = ?
+            WHERE charge_id = ? AND refunded_at IS NULL RETURNING {_COLUMNS}"""
+        rows = await self._run("revoking a payment", _write, sql, (_to_db(now), charge_id))
+        return _sqlite_row(rows[0]) if rows else None
+
+    async def recent(self, limit: int = 50) -> list[Grant]:
+        """The latest payments, newest first."""
+        sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT ?"
+        return [
+            _sqlite_row(row) for row in await self._run("listing payments", _fetch, sql, (limit,))
+        ]
+
+    async def close(self) -> None:
+        """Close the connection."""
+        async with self._lock:
+            if self._db is not None:
+                db, self._db = self._db, None
+                await asyncio.to_thread(db.close)
+
+    async def _run(self, doing: str, work: Any, *args: Any) -> Any:
+        """``work(connection, *args)`` on a worker thread, SQLite's errors as StoreError."""
+        async with self._lock:
+            try:
+                if self._db is None:
+                    self._db = await asyncio.to_thread(_open, self.path, self._busy_timeout)
+                return await asyncio.to_thread(work, self._db, *args)
+            except sqlite3.Error as e:
+                raise StoreError(
+                    f"the payments in {self.path} failed while {doing}: {type(e).__name__}: {e}"
+                ) from e
+
+
+_SQLITE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS botkit_payments (
+        charge_id    TEXT    PRIMARY KEY,
+        user_id      INTEGER NOT NULL,
+        plan_id      TEXT    NOT NULL,
+        stars        INTEGER NOT NULL CHECK (stars >= 0),
+        daily_tokens INTEGER NOT NULL CHECK (daily_tokens > 0),
+        role         TEXT,
+        subscription INTEGER NOT NULL DEFAULT 0,
+        paid_at      TEXT    NOT NULL,
+        ends_at      TEXT    NOT NULL,
+        refunded_at  TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS botkit_payments_user_idx ON botkit_payments (user_id, ends_at)",
+)
+
+
+def _open(path: str, busy_timeout: float) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    for statement in _SQLITE_SCHEMA:
+        db.execute(statement)
+    return db
+
+
+def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
+    return db.execute(sql, params).fetchall()
+
+
+def _write(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        rows = db.execute(sql, params).fetchall()
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return rows
+
+
+def _sqlite_grant(db: sqlite3.Connection, payment: NewPayment) -> Grant | None:
+    """The grant, in one ``BEGIN IMMEDIATE`` transaction: the charge is checked, the end
+    computed from the plan already held, and the row inserted, with no writer in between."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        seen = db.execute(
+            "SELECT 1 FROM botkit_payments WHERE charge_id = ?", (payment.charge_id,)
+        ).fetchone()
+        if seen is not None:
+            db.execute("COMMIT")
+            return None
+        current = db.execute(
+            """SELECT max(ends_at) FROM botkit_payments
+            WHERE user_id = ? AND plan_id = ? AND refunded_at IS NULL AND ends_at > ?""",
+            (payment.user_id, payment.plan.id, _to_db(payment.paid_at)),
+        ).fetchone()[0]
+        grant = _new_grant(payment, _from_db(current) if current else None)
+        db.execute(
+            f"INSERT INTO botkit_payments ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _sqlite_values(grant),
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return grant
+
+
+def _new_grant(payment: NewPayment, current_end: datetime | None) -> Grant:
+    plan = payment.plan
+    return Grant(
+        charge_id=payment.charge_id,
+        user_id=payment.user_id,
+        plan_id=plan.id,
+        stars=payment.stars,
+        daily_tokens=plan.daily_tokens,
+        role=plan.role,
+        subscription=plan.subscription,
+        paid_at=payment.paid_at,
+        ends_at=payment.ends_after(current_end),
+    )
+
+
+def _sqlite_values(grant: Grant) -> tuple[object, ...]:
+    return (
+        grant.charge_id,
+        grant.user_id,
+        grant.plan_id,
+        grant.stars,
+        grant.daily_tokens,
+        grant.role,
+        int(grant.subscription),
+        _to_db(grant.paid_at),
+        _to_db(grant.ends_at),
+        _to_db(grant.refunded_at) if grant.refunded_at else None,
+    )
+
+
+def _sqlite_row(row: Sequence[Any]) -> Grant:
+    charge_id, user_id, plan_id, stars, tokens, role, subscription, paid, ends, refunded = row
+    return Grant(
+        charge_id,
+        user_id,
+        plan_id,
+        stars,
+        tokens,
+        role,
+        bool(subscription),
+        _from_db(paid),
+        _from_db(ends),
+        _from_db(refunded) if refunded else None,
+    )
+
+
+def _to_db(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
+
+
+def _from_db(text: str) -> datetime:
+    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
+
+
+class PostgresPayments:
+    """Payments in PostgreSQL (``botkit_payments``, migration 014), on the user store's pool."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    async def grant(self, payment: NewPayment) -> Grant | None:
+        """Record ``payment`` and its plan; ``None`` when its charge was recorded before.
+
+        The user's payments are locked for the transaction (an advisory lock), so two
+        charges of one user at once extend one after the other."""
+        async with self._connection("recording a payment") as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('botkit_payments'), hashtext($1::text))",
+                str(payment.user_id),
+            )
+            current = await conn.fetchval(
+                """SELECT max(ends_at) FROM botkit_payments
+                WHERE user_id = $1 AND plan_id = $2 AND refunded_at IS NULL AND ends_at > $3""",
+                payment.user_id,
+                payment.plan.id,
+                payment.paid_at,
+            )
+            grant = _new_grant(payment, current)
+            row = await conn.fetchrow(
+                f"""INSERT INTO botkit_payments ({_COLUMNS})
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                ON CONFLICT (charge_id) DO NOTHING RETURNING {_COLUMNS}""",
+                *_postgres_values(grant),
+            )
+        return None if row is None else _postgres_row(row)
+
+    async def active(self, user_id: int, now: datetime) -> Grant | None:
+        """The user's current plan at ``now``."""
+        async with self._connection("reading a plan") as conn:
+            row = await conn.fetchrow(
+                f"""SELECT {_COLUMNS} FROM botkit_payments
+                WHERE user_id = $1 AND refunded_at IS NULL AND ends_at > $2
+                ORDER BY daily_tokens DESC, ends_at DESC LIMIT 1""",
+                user_id,
+                now,
+            )
+        return None if row is None else _postgres_row(row)
+
+    async def get(self, charge_id: str) -> Grant | None:
+        """The payment ``charge_id``, if recorded."""
+        async with self._connection("reading a payment") as conn:
+            sql = f"SELECT {_COLUMNS} FROM botkit_payments WHERE charge_id = $1"
+            row = await conn.fetchrow(sql, charge_id)
+        return None if row is None else _postgres_row(row)
+
+    async def revoke(self, charge_id: str, now: datetime) -> Grant | None:
+        """Mark a payment refunded; ``None`` if unknown or refunded before."""
+        async with self._connection("revoking a payment") as conn:
+            row = await conn.fetchrow(
+                f"""UPDATE botkit_payments SET refunded_at = $2
+                WHERE charge_id = $1 AND refunded_at IS NULL RETURNING {_COLUMNS}""",
+                charge_id,
+                now,
+            )
+        return None if row is None else _postgres_row(row)
+
+    async def recent(self, limit: int = 50) -> list[Grant]:
+        """The latest payments, newest first."""
+        async with self._connection("listing payments") as conn:
+            sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT $1"
+            rows = await conn.fetch(sql, limit)
+        return [_postgres_row(row) for row in rows]
+
+    async def close(self) -> None:
+        """Nothing of its own: the pool is the user store's."""
+
+    @asynccontextmanager
+    async def _connection(self, doing: str) -> AsyncIterator[Any]:
+        import asyncpg  # type: ignore[import-untyped]
+
+        try:
+            async with self.pool.acquire() as conn:
+                yield conn
+        except asyncpg.UndefinedTableError as e:
+            raise StoreError(f"{e}: run `python -m botkit migrate`") from e
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise StoreError(
+                f"the payments database failed while {doing}: {type(e).__name__}"
+            ) from e
+
+
+def _postgres_values(grant: Grant) -> tuple[object, ...]:
+    return (
+        grant.charge_id,
+        grant.user_id,
+        grant.plan_id,
+        grant.stars,
+        grant.daily_tokens,
+        grant.role,
+        grant.subscription,
+        grant.paid_at,
+        grant.ends_at,
+        grant.refunded_at,
+    )
+
+
+def _postgres_row(row: Any) -> Grant:
+    return Grant(*(row[name] for name in _COLUMNS.split(", ")))
