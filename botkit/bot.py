@@ -21,6 +21,7 @@ from botkit.commands import ButtonHandler, Command, CommandHandler, register_bui
 from botkit.config import Settings
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
+from botkit.memory.plugin import enable_memory
 from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import (
@@ -105,6 +106,8 @@ class Bot:
         if self.options.scheduling:
             self.plugins.append(SchedulingPlugin(self.reminders))
             register_scheduling_commands(self, self.reminders)
+        self.memory = enable_memory(self)
+        """Each conversation's long-term memory (``None``: off)."""
         self.contexts = ContextPool(
             self.sessions,
             max_contexts=self.options.max_contexts,
@@ -280,6 +283,8 @@ class Bot:
             await self._llm.close()
         await self.access.close()
         await self.sessions.close()
+        if self.memory is not None:
+            await self.memory.close()
 
     # ---- contexts, users, relaying ----------------------------------------------------
 

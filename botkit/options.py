@@ -8,6 +8,7 @@ from typing import Any
 
 from botkit.agent.loop import LoopTexts
 from botkit.files import FileTexts, Transcribe
+from botkit.memory.texts import MemoryTexts
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry
 
@@ -121,6 +122,9 @@ class BotOptions:
     """Sent instead of a task's answer when its user's tasks used up today's runs
     (BOTKIT_MAX_TASK_RUNS); ``{id}``, ``{when}`` (their local time) and ``{runs}`` are filled in."""
     loop_texts: LoopTexts = field(default_factory=LoopTexts)
+    memory: bool = True
+    """Give each conversation a long-term memory the model manages (BOTKIT_MEMORY too)."""
+    memory_texts: MemoryTexts = field(default_factory=MemoryTexts)
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

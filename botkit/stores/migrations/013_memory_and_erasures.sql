@@ -1,0 +1,17 @@
+-- Long-term memory (botkit.memory): each conversation's memory files, written by the model
+-- through the memory tool. `conversation` is a private conversation's user id or a group's key.
+CREATE TABLE IF NOT EXISTS botkit_memory (
+    conversation text        NOT NULL,
+    path         text        NOT NULL,
+    content      text        NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation, path)
+);
+
+-- Erasures (botkit.privacy, `users forget`): the conversations whose resident contexts every
+-- running process drops. It holds conversation keys only, nothing the user wrote.
+CREATE TABLE IF NOT EXISTS botkit_erasures (
+    id            bigserial   PRIMARY KEY,
+    conversations text[]      NOT NULL,
+    erased_at     timestamptz NOT NULL DEFAULT now()
+);
