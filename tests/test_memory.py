@@ -4,8 +4,10 @@ reaches another's request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from botkit.bot import Bot
@@ -21,7 +25,7 @@ from botkit.memory.plugin import MEMORY_PROMPT
 from botkit.stores.migrate import migrate
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
-from botkit.testing.kit import ask, make_bot
+from botkit.testing.kit import ask, make_bot, make_settings
 from botkit.testing.telegram import FakeTelegramServer
 
 ALICE, BOB = 11, 22
@@ -38,8 +42,8 @@ def memory_script(request: FakeRequest) -> FakeReply:
         text = content if isinstance(content, str) else json.dumps(content)
         return FakeReply.text(("ERROR: " if result.get("is_error") else "") + text)
     said = request.last_user_text()
-    if said.startswith("mem "):
-        return FakeReply.tool_use("memory", json.loads(said[4:]))
+    if "mem {" in said:  # in a group, after who wrote it and the bot's @name
+        return FakeReply.tool_use("memory", json.loads(said[said.index("mem {") + 4 :]))
     return FakeReply.text(f"echo: {said}")
 
 
@@ -96,8 +100,9 @@ async def fresh_database(admin_dsn: str) -> AsyncIterator[str]:
 
 def memory_bot(claude: FakeAnthropicServer, tmp_path: Path, **more: Any) -> Bot:
     claude.responder = memory_script
-    values: dict[str, Any] = {"allowed_users": frozenset({ALICE, BOB})}
-    return make_bot(claude, tmp_path, **{**values, **more})
+    if "settings" not in more:
+        more = {"allowed_users": frozenset({ALICE, BOB}), **more}
+    return make_bot(claude, tmp_path, **more)
 
 
 async def test_every_command_through_a_turn(
@@ -244,3 +249,176 @@ async def test_limits_give_the_model_a_clear_error(
             "ERROR: The path /memories/d does not exist. Please provide a valid path."
         )
     await bot.aclose()
+
+
+async def test_memory_survives_clear_and_a_restart(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    store_settings: dict[str, Any],
+) -> None:
+    bot = memory_bot(claude, tmp_path, **store_settings)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text="tea"))
+        assert (await ask(telegram, ALICE, "/clear")).text == bot.options.clear_text
+    await bot.aclose()
+
+    again = memory_bot(claude, tmp_path, **store_settings)
+    async with running(again, telegram):
+        await ask(telegram, ALICE, mem(command="view", path="/memories/me.md"), timeout=20)
+    await again.aclose()
+    assert last_result(claude) == (
+        "Here's the content of /memories/me.md with line numbers:\n     1\ttea"
+    )
+    first_after = claude.requests[-2]
+    assert len(first_after.messages) == 1, "the conversation itself was cleared"
+
+
+async def test_memory_command_shows_and_its_button_erases(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = memory_bot(claude, tmp_path)
+    texts = bot.options.memory_texts
+    async with running(bot, telegram):
+        assert (await ask(telegram, ALICE, "/memory")).text == texts.empty
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text="tea"))
+        await ask(telegram, BOB, mem(command="create", path="/memories/me.md", file_text="cake"))
+        shown = await ask(telegram, ALICE, "/memory")
+        assert shown.plain_text == f"{texts.header}\n\n/memories/me.md:\ntea"
+        telegram.press_button(ALICE, shown, texts.clear_button)
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        [edited] = telegram.edited_messages(ALICE)
+        assert edited.text == texts.cleared
+        assert (await ask(telegram, ALICE, "/memory")).text == texts.empty
+        assert "cake" in (await ask(telegram, BOB, "/memory")).text, "Bob's memory is his own"
+        assert (await ask(telegram, BOB, "/memory clear")).text == texts.cleared
+        assert (await ask(telegram, BOB, "/memory")).text == texts.empty
+    await bot.aclose()
+
+
+async def test_in_a_group_only_its_admins_erase_its_memory(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = memory_bot(claude, tmp_path, group_context="shared")
+    group = {"chat_id": -100_555, "chat_type": "supergroup"}
+    async with running(bot, telegram):
+        create = mem(command="create", path="/memories/g", file_text="x")
+        await ask(telegram, ALICE, f"@botkit_test_bot {create}", **group)
+        denied = await ask(telegram, BOB, "/memory clear", **group)
+        assert denied.text == bot.options.group_admin_only_text
+        assert "/memories/g" in (await ask(telegram, BOB, "/memory", **group)).text
+        assert (await ask(telegram, BOB, "/memory")).text == bot.options.memory_texts.empty
+    await bot.aclose()
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+async def test_memory_can_be_turned_off(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, how: str
+) -> None:
+    if how == "option":
+        bot = memory_bot(claude, tmp_path, memory=False)  # Bot(memory=False)
+    else:
+        bot = memory_bot(claude, tmp_path, settings=make_settings(tmp_path, memory=False))
+    assert bot.memory is None
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, "hello")
+        reply = await ask(telegram, ALICE, "/memory")
+    await bot.aclose()
+    assert "memory" not in claude.requests[0].tool_names
+    assert MEMORY_PROMPT not in claude.requests[0].system_text
+    assert reply.text.startswith("I don't know /memory.")
+
+
+async def test_another_worker_sees_what_the_last_turn_wrote(
+    claude: FakeAnthropicServer, tmp_path: Path, postgres_dsn: str
+) -> None:
+    async with fresh_database(postgres_dsn) as db:
+        await migrate(db)
+        worker_a = memory_bot(claude, tmp_path / "a", database_url=SecretStr(db))
+        worker_b = memory_bot(claude, tmp_path / "b", database_url=SecretStr(db))
+        try:
+            create = mem(command="create", path="/memories/me.md", file_text="tea")
+            [event async for event in worker_a.stream(ALICE, create)]
+            view = mem(command="view", path="/memories")
+            [event async for event in worker_b.stream(ALICE, view)]
+        finally:
+            await worker_a.aclose()
+            await worker_b.aclose()
+    assert last_result(claude).endswith("3B\t/memories\n3B\t/memories/me.md")
+
+
+# --- isolation: many users and groups writing at once ---------------------------------------
+
+USERS = [101, 102, 103, 104]
+GROUPS = [-100_1, -100_2]
+
+
+def isolation_script(request: FakeRequest) -> FakeReply:
+    """``remember W`` makes the model store W (create), then view its whole memory, then answer."""
+    results = request.tool_results()
+    said = request.last_user_text()
+    if not results:
+        word = said.rsplit("remember ", 1)[-1].strip()
+        return FakeReply.tool_use(
+            "memory", {"command": "create", "path": f"/memories/{word}.md", "file_text": word}
+        )
+    if "File created" in str(results[0]["content"]) or "already exists" in str(
+        results[0]["content"]
+    ):
+        return FakeReply.tool_use("memory", {"command": "view", "path": "/memories"})
+    return FakeReply.text("noted")
+
+
+def conversation_of_step(user: int, place: int | None) -> str:
+    return str(user) if place is None else f"chat_{place}"
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(USERS), st.one_of(st.none(), st.sampled_from(GROUPS))),
+        min_size=4,
+        max_size=14,
+    )
+)
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_request_ever_carries_another_conversations_memory(
+    steps: list[tuple[int, int | None]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    asyncio.run(_write_at_once(steps, tmp_path_factory.mktemp("isolation")))
+
+
+async def _write_at_once(steps: list[tuple[int, int | None]], tmp_path: Path) -> None:
+    """Every step is a user telling the bot, in private or in a group, a word unique to it;
+    all are sent at once, to a bot that keeps two contexts in memory (evicting the rest)."""
+    words = {f"w{i}x{secrets.token_hex(3)}": step for i, step in enumerate(steps)}
+    async with FakeTelegramServer() as telegram, FakeAnthropicServer() as claude:
+        claude.responder = isolation_script
+        bot = make_bot(claude, tmp_path, allowed_users=frozenset(USERS), max_contexts=2)
+        async with running(bot, telegram):
+            for word, (user, place) in words.items():
+                if place is None:
+                    telegram.send_text(user, f"remember {word}")
+                else:
+                    telegram.send_text(
+                        user,
+                        f"@botkit_test_bot remember {word}",
+                        chat_id=place,
+                        chat_type="supergroup",
+                    )
+            for chat, count in Counter(place or user for user, place in steps).items():
+                await telegram.wait_for_messages(chat, count, timeout=60)
+        await bot.aclose()
+    owner = {word: conversation_of_step(*step) for word, step in words.items()}
+    viewed: set[str] = set()
+    for request in claude.requests:
+        body = json.dumps(request.body)
+        seen = {owner[word] for word in words if word in body}
+        assert len(seen) <= 1, f"one request carried the memories of {sorted(seen)}"
+        for result in request.tool_results():
+            if str(result["content"]).startswith("Here're the files"):
+                viewed |= {word for word in words if word in str(result["content"])}
+    assert viewed == set(words), "every word came back in its own conversation's memory"

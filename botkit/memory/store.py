@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +20,7 @@ from botkit.errors import ConfigError
 
 __all__ = ["FileMemoryStore", "MemoryStore", "memory_key", "memory_store_for"]
 
-_KEY = re.compile(r"-?[0-9A-Za-z_]{1,128}")
+_KEY = re.compile(r"[0-9A-Za-z_-]{1,128}")
 
 
 def memory_key(owner_id: int, conversation: str | None) -> str:
@@ -118,7 +119,7 @@ class FileMemoryStore:
             path.unlink(missing_ok=True)
             return
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".tmp{os.getpid()}")
+        temporary = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
         data = json.dumps(files, ensure_ascii=False, sort_keys=True).encode("utf-8")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
