@@ -22,6 +22,8 @@ from pydantic import SecretStr
 
 from botkit.bot import Bot
 from botkit.memory.plugin import MEMORY_PROMPT
+from botkit.replay import format_transcript
+from botkit.sessions.jsonl import read_session_file
 from botkit.stores.migrate import migrate
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
@@ -422,3 +424,17 @@ async def _write_at_once(steps: list[tuple[int, int | None]], tmp_path: Path) ->
             if str(result["content"]).startswith("Here're the files"):
                 viewed |= {word for word in words if word in str(result["content"])}
     assert viewed == set(words), "every word came back in its own conversation's memory"
+
+
+async def test_replay_shows_memory_calls_like_other_tool_calls(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = memory_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text="tea"))
+    await bot.aclose()
+    session = read_session_file(tmp_path / "sessions" / f"{ALICE}.jsonl")
+    transcript = format_transcript(session, source="test")
+    assert "/memories/me.md" in transcript and "memory" in transcript
+    assert "↳ result of memory" in transcript
+    assert "File created successfully at: /memories/me.md" in transcript
