@@ -8,10 +8,3 @@ CREATE TABLE IF NOT EXISTS botkit_memory (
     PRIMARY KEY (conversation, path)
 );
 
--- Erasures (botkit.privacy, `users forget`): the conversations whose resident contexts every
--- running process drops. It holds conversation keys only, nothing the user wrote.
-CREATE TABLE IF NOT EXISTS botkit_erasures (
-    id            bigserial   PRIMARY KEY,
-    conversations text[]      NOT NULL,
-    erased_at     timestamptz NOT NULL DEFAULT now()
-);
