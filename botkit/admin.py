@@ -222,6 +222,9 @@ def _add_users(users: argparse.ArgumentParser) -> None:
     role = actions.add_parser("role", help="set a user's role")
     role.add_argument("user_id", type=int, metavar="ID")
     role.add_argument("role", metavar="ROLE")
+    from botkit.privacy.erase import add_actions
+
+    add_actions(actions)  # forget, export
 
 
 def run_command(args: argparse.Namespace, settings: Settings) -> int:

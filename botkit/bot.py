@@ -25,6 +25,7 @@ from botkit.config import Settings
 from botkit.handoff import attach_handoffs
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
+from botkit.memory.plugin import enable_memory
 from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import (
@@ -117,6 +118,8 @@ class Bot:
         if self.options.scheduling:
             self.plugins.append(SchedulingPlugin(self.reminders))
             register_scheduling_commands(self, self.reminders)
+        self.memory = enable_memory(self)
+        """Each conversation's long-term memory (``None``: off)."""
         self.contexts = ContextPool(
             self.sessions,
             max_contexts=self.options.max_contexts,
@@ -310,6 +313,8 @@ class Bot:
         await self.access.close()
         await self.approvals.aclose()
         await self.sessions.close()
+        if self.memory is not None:
+            await self.memory.close()
 
     # ---- contexts, users, relaying ----------------------------------------------------
 

@@ -198,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _invite(args.role, args.uses, args.expires, args.bot_username)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "users" and args.action in ("forget", "export"):
+            from botkit.privacy.erase import run as run_privacy
+
+            return run_privacy(args, load_settings())
         if args.command in ("users", "invites", "usage"):
             from botkit.admin import run_command
 

@@ -9,6 +9,7 @@ from typing import Any
 from botkit.agent.loop import LoopTexts
 from botkit.approvals.texts import ApprovalTexts
 from botkit.files import FileTexts, Transcribe
+from botkit.memory.texts import MemoryTexts
 from botkit.messengers.base import Incoming
 from botkit.payments.texts import PaymentTexts
 from botkit.tools import Tool, ToolRegistry
@@ -150,6 +151,9 @@ class BotOptions:
     """What approval requests say, their buttons, and the answers to presses."""
     payment_texts: PaymentTexts = field(default_factory=PaymentTexts)
     """What users are told about plans and payments (with BOTKIT_PLANS or ``Bot(plans=)``)."""
+    memory: bool = True
+    """Give each conversation a long-term memory the model manages (BOTKIT_MEMORY too)."""
+    memory_texts: MemoryTexts = field(default_factory=MemoryTexts)
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

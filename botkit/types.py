@@ -169,3 +169,11 @@ class ToolDef(BaseModel):
     name: str
     description: str
     input_schema: dict[str, Any]
+    type: str | None = Field(None, exclude=True)
+    """A tool the API defines (e.g. ``memory_20250818``): sent as its type and name only."""
+
+    def to_api(self) -> dict[str, Any]:
+        """The tool as the Messages API takes it."""
+        if self.type is not None:
+            return {"type": self.type, "name": self.name}
+        return self.model_dump()

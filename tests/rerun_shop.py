@@ -36,7 +36,7 @@ def shop_bot(**options: Any) -> Bot:
     """The shop bot (``options`` as ``Bot`` takes them: settings, llm, …)."""
     tools = [lookup_order] if os.environ.get("SHOP_NO_CANCEL") else [lookup_order, cancel_order]
     prompt = os.environ.get("SHOP_PROMPT", PROMPT)
-    return Bot(tools=tools, system_prompt=prompt, scheduling=False, **options)
+    return Bot(tools=tools, system_prompt=prompt, scheduling=False, memory=False, **options)
 
 
 def make() -> Bot:

@@ -160,6 +160,7 @@ async def test_plugins_add_prompt_parts_and_tools_in_order(
         plugins=[PromptPlugin("Be terse."), PromptPlugin(today), ToolPlugin(delete_everything)],
         system_prompt="Base.",
         scheduling=False,
+        memory=False,
     )
     _ = [e async for e in bot.stream(ANN, "hi")]
     assert claude.requests[0].system_text == f"Base.\n\nBe terse.\n\nThe user is {ANN}."

@@ -182,7 +182,7 @@ class AnthropicLLM:
         if request.system:
             params["system"] = request.system
         if request.tools:
-            params["tools"] = [t.model_dump() for t in request.tools]
+            params["tools"] = [t.to_api() for t in request.tools]
         if self.prompt_caching:
             _mark_cache_points(params)
         return params

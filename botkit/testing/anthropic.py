@@ -681,6 +681,28 @@ def _media_problem(where: str, block: dict[str, Any]) -> str | None:
     return None
 
 
+_API_TOOLS = {"memory_20250818": "memory"}
+"""Tool types the API defines itself, and the name each must have."""
+
+
+def _tool_problem(k: int, tool: dict[str, Any]) -> str | None:
+    """The API's complaint about one tool definition: a custom tool needs its input schema;
+    a tool the API defines (such as ``memory_20250818``) needs its own name and nothing else."""
+    kind = tool.get("type")
+    if kind in (None, "custom"):
+        if not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{k}.custom.input_schema: Field required"
+        return None
+    if kind not in _API_TOOLS:
+        return f"tools.{k}: Input tag '{kind}' found using 'type' does not match the expected tags"
+    if tool["name"] != _API_TOOLS[kind]:
+        return f"tools.{k}.{kind}.name: Input should be '{_API_TOOLS[kind]}'"
+    extra = sorted(set(tool) - {"type", "name", "cache_control"})
+    if extra:
+        return f"tools.{k}.{kind}.{extra[0]}: Extra inputs are not permitted"
+    return None
+
+
 def _validate(body: dict[str, Any], *, create: bool) -> str | None:
     """Return the real API's complaint about ``body``, or ``None`` if it is acceptable."""
     model = body.get("model")
@@ -704,6 +726,9 @@ def _validate(body: dict[str, Any], *, create: bool) -> str | None:
                 return f"tools.{k}.name: Field required"
             if tool["name"] in names:
                 return "tools: Tool names must be unique."
+            problem = _tool_problem(k, tool)
+            if problem is not None:
+                return problem
             names.add(tool["name"])
             breakpoints += tool.get("cache_control") is not None
 

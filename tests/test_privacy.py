@@ -1,0 +1,115 @@
+"""A user's data erased (``users forget``) and exported (``users export``) on both stores (#30):
+a marker the user sent is nowhere afterwards, in the data folder or the database; the export
+holds it; other users keep theirs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from pydantic import SecretStr
+from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
+
+from botkit.cli import main
+from botkit.privacy import default_parts, forget_user
+from botkit.stores.migrate import migrate
+from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.harness import running
+from botkit.testing.kit import ask
+from botkit.testing.telegram import FakeTelegramServer
+
+
+@pytest.fixture(params=["files", "postgres"])
+async def stored(
+    request: pytest.FixtureRequest,
+    postgres_dsn: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[dict[str, Any]]:
+    """Settings for the bot, also set in the environment for the command line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BOTKIT_SESSIONS_DIR", str(tmp_path / "sessions"))
+    if request.param == "files":
+        monkeypatch.delenv("BOTKIT_DATABASE_URL", raising=False)
+        yield {}
+        return
+    async with fresh_database(postgres_dsn) as db:
+        await migrate(db)
+        monkeypatch.setenv("BOTKIT_DATABASE_URL", db)
+        yield {"database_url": SecretStr(db)}
+
+
+async def database_text(db: str) -> str:
+    """Every row of every table, as text."""
+    conn = await asyncpg.connect(db)
+    try:
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+        texts = [
+            await conn.fetchval(
+                f"SELECT coalesce(string_agg(t::text, chr(10)), '') FROM \"{name}\" t"
+            )
+            for name in [row["table_name"] for row in tables]
+        ]
+    finally:
+        await conn.close()
+    return "\n".join(texts)
+
+
+async def test_forget_leaves_no_trace_and_export_holds_everything(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, **stored)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text=mark))
+        await ask(telegram, BOB, f"mine is {bobs}")
+        await ask(telegram, BOB, mem(command="create", path="/memories/me.md", file_text=bobs))
+    await bot.aclose()
+    db = stored.get("database_url")
+
+    out = tmp_path / "export"
+    assert await asyncio.to_thread(main, ["users", "export", str(ALICE), str(out)]) == 0
+    exported = holding(out, mark.encode())
+    assert {"sessions/11.jsonl", "memory/11/me.md"} <= exported
+    readme = (out / "README.txt").read_text()
+    assert "sessions/11.jsonl" in readme and "memory/11/me.md" in readme
+    assert not holding(out, bobs.encode()), "nothing of another user"
+    usage = json.loads((out / "records" / "model_usage.json").read_text())
+    assert {row["user_id"] for row in usage} == {ALICE}
+
+    assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+    data = tmp_path / "sessions"
+    assert holding(data, mark.encode()) == set()
+    assert holding(data, bobs.encode()), "Bob's data stays"
+    if db is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text and bobs in text
+
+
+async def test_a_running_bot_forgets_too(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, postgres_dsn: str
+) -> None:
+    mark = f"MARK{secrets.token_hex(6)}"
+    async with fresh_database(postgres_dsn) as db:
+        await migrate(db)
+        bot = memory_bot(claude, tmp_path, database_url=SecretStr(db))
+        async with running(bot, telegram):
+            await ask(telegram, ALICE, f"my secret is {mark}")
+            await forget_user(ALICE, default_parts(bot.settings))
+            await ask(telegram, ALICE, "what did I tell you?")
+        await bot.aclose()
+    assert mark in json.dumps(claude.requests[0].body)
+    assert mark not in json.dumps(claude.requests[-1].body)
+    assert len(claude.requests[-1].messages) == 1
