@@ -100,9 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUBRIC",
         help="have the model grade each changed answer against the recorded one by RUBRIC",
     )
+    from botkit import tryout
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
+    tryout.add_parser(commands)
     scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
     scheduled.add_argument("--user", type=int, help="only this user's")
     scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -171,7 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
     from botkit.errors import BotkitError, ConfigError
-
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
@@ -181,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args.target, queued="work", concurrency=args.concurrency)
         if args.command == "console":
             return _console(args.target, args.user_id, plain=args.plain or not sys.stdout.isatty())
+        if args.command == "try":
+            from botkit import tryout
+
+            return tryout.run(args)
         if args.command == "doctor":
             from botkit.doctor import doctor
 
