@@ -173,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
     from botkit.errors import BotkitError, ConfigError
+    from botkit.targets import warn_unknown_settings
+
+    if args.command != "doctor":  # doctor reports them as failed checks
+        warn_unknown_settings()
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
