@@ -115,6 +115,9 @@ class BotOptions:
     scheduling: bool = True
     """Offer reminders and scheduled tasks: the tools, ``/timezone``, ``/scheduled``, and the
     user's local time before each message."""
+    feature_prompts: bool = True
+    """Add the features' prompt parts (reminders and the user's time zone, skills, ...) after
+    whatever ``build_prompt`` returns; ``False``: the prompt is ``build_prompt``'s alone."""
     task_put_off_text: str = (
         "Scheduled task #{id} was put off to {when}: scheduled tasks may run {runs} times a day."
     )
