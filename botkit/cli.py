@@ -237,6 +237,10 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
 
         raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
     configure_logging(settings.log_level, secrets=settings.secret_values())
+    if queued != "work":  # the front that takes messages says how to get in, if nobody can
+        from botkit.owner import announce_owner_link
+
+        announce_owner_link(settings)
     if queued is None and settings.database_url is None:
         # aiogram takes seconds to import: only once we will run
         from botkit.runtime.telegram import run_bot

@@ -139,7 +139,20 @@ async def _check_telegram(settings: Settings) -> CheckResult:
         if info.url
         else "no webhook set"
     )
-    return CheckResult("Telegram", True, f"@{me.username} answers getMe; {webhook}")
+    owner = await _owner_note(settings, me.username or "")
+    return CheckResult("Telegram", True, f"@{me.username} answers getMe; {webhook}{owner}")
+
+
+async def _owner_note(settings: Settings, username: str) -> str:
+    """``; <owner notice>`` when the bot has no admin yet; a store failure is the database
+    check's to report."""
+    from botkit.owner import owner_link, owner_notice
+
+    try:
+        link = await owner_link(settings, username)
+    except Exception:  # unreachable or unmigrated: the database line says so
+        return ""
+    return f"; {owner_notice(link)}" if link else ""
 
 
 async def _check_anthropic(bot: Bot | None, settings: Settings) -> CheckResult:
