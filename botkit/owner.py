@@ -61,7 +61,12 @@ def announce_owner_link(settings: Settings) -> None:
     """``run``: print the owner link when the bot has no admin yet (nothing otherwise)."""
     import asyncio
 
-    link = asyncio.run(_fresh_link(settings))
+    from botkit.errors import BotkitError
+
+    try:
+        link = asyncio.run(_fresh_link(settings))
+    except (BotkitError, OSError):  # the store or Telegram: start-up reports it in one line
+        return
     if link is not None:
         print(owner_notice(link), flush=True)
 
