@@ -75,7 +75,14 @@ class Access:
         return user_id in self.settings.admins
 
     async def authorize(self, message: Incoming) -> str | None:
-        """Admins, then the access mode: ``None`` admits, the rejection text turns away."""
+        """Admins, then the access mode: ``None`` admits, the rejection text turns away (and
+        tells a stranger's ``/whoami`` their id, which an admin needs to let them in)."""
+        rejection = await self._rejection(message)
+        if rejection and message.command == "whoami":
+            return self.options.stranger_whoami_text.format(user_id=message.user_id)
+        return rejection
+
+    async def _rejection(self, message: Incoming) -> str | None:
         user_id, settings = message.user_id, self.settings
         if self.is_admin(user_id):
             return None

@@ -226,12 +226,11 @@ class Bot:
         return " ".join(notes) or None
 
     async def build_prompt(self, message: Incoming) -> str:
-        """The system prompt for this turn."""
+        """The system prompt for this turn; the plugins' parts are added after it (unless
+        ``feature_prompts=False``)."""
         if self.options.build_prompt is not None:
             return await self.options.build_prompt(message)
-        parts = [self.options.system_prompt]
-        parts += [part for p in self.plugins if (part := await p.prompt(message))]
-        return "\n\n".join(parts)
+        return self.options.system_prompt
 
     async def transcribe(self, audio: bytes, mime: str) -> str | None:
         """What a voice note or audio file says; ``None`` (the default): not understood.

@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUBRIC",
         help="have the model grade each changed answer against the recorded one by RUBRIC",
     )
+    from botkit import tryout
     from botkit.admin import add_commands
 
     add_commands(commands)  # users, invites, usage
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     from botkit.payments import cli as payments_cli
 
     payments_cli.add_parser(commands)
+    tryout.add_parser(commands)
     scheduled = commands.add_parser("scheduled", help="pending reminders and scheduled tasks")
     scheduled.add_argument("--user", type=int, help="only this user's")
     scheduled.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -178,7 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
     from botkit.errors import BotkitError, ConfigError
+    from botkit.targets import warn_unknown_settings
 
+    if args.command != "doctor":  # doctor reports them as failed checks
+        warn_unknown_settings()
     try:
         if args.command in (None, "run"):
             return _run(getattr(args, "target", None))
@@ -188,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args.target, queued="work", concurrency=args.concurrency)
         if args.command == "console":
             return _console(args.target, args.user_id, plain=args.plain or not sys.stdout.isatty())
+        if args.command == "try":
+            from botkit import tryout
+
+            return tryout.run(args)
         if args.command == "doctor":
             from botkit.doctor import doctor
 
@@ -247,6 +256,10 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
 
         raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
     configure_logging(settings.log_level, secrets=settings.secret_values())
+    if queued != "work":  # the front that takes messages says how to get in, if nobody can
+        from botkit.owner import announce_owner_link
+
+        announce_owner_link(settings)
     if queued is None and settings.database_url is None:
         # aiogram takes seconds to import: only once we will run
         from botkit.runtime.telegram import run_bot

@@ -146,10 +146,16 @@ def register_builtin_commands(bot: CommandHost) -> None:
     async def skills(message: Incoming, args: str) -> str:
         return bot.skills.listing()
 
+    async def whoami(message: Incoming, args: str) -> str:
+        admin = bot.is_admin(message.user_id)
+        role = "admin" if admin else message.user.role if message.user else "user"
+        return bot.options.whoami_text.format(user_id=message.user_id, role=role)
+
     bot.command("help", "What this bot can do")(help_)
     bot.command("clear", "Start a fresh conversation")(clear)
     bot.command("usage", "Tokens this conversation used and their cost")(usage)
     bot.command("model", "Show the model (admins: /model NAME switches)")(model)
+    bot.command("whoami", "Your Telegram user id and role")(whoami)
     if bot.skills:
         bot.command("skills", "Skills I can use")(skills)
 

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from botkit.errors import ConfigError
 
-__all__ = ["DEFAULT_MODEL", "Settings"]
+__all__ = ["DEFAULT_MODEL", "Settings", "setting_problems", "unknown_setting_names"]
 
 DEFAULT_MODEL = "claude-sonnet-5"
 FREE_RATE = 30.0
 """Messages per second Telegram allows a bot across all chats without paid broadcasts."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+NOT_SETTINGS = frozenset({"BOTKIT_TEST_DATABASE_URL"})
+"""BOTKIT_ names that are not settings but are known: the test suite's own database."""
 
 IdList = Annotated[frozenset[int], NoDecode]
 
@@ -40,7 +46,9 @@ class Settings(BaseSettings):
     """ANTHROPIC_BASE_URL: another Messages API server, honoured as the SDK does."""
     model: str = Field(DEFAULT_MODEL, validation_alias=AliasChoices("BOTKIT_MODEL", "model"))
     """BOTKIT_MODEL: the Claude model to talk to."""
-    max_tokens: int = Field(4096, validation_alias=AliasChoices("BOTKIT_MAX_TOKENS", "max_tokens"))
+    max_tokens: int = Field(
+        4096, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_TOKENS", "max_tokens")
+    )
     """BOTKIT_MAX_TOKENS: the output limit of one LLM call."""
     sessions_dir: Path = Field(
         Path("sessions"), validation_alias=AliasChoices("BOTKIT_SESSIONS_DIR", "sessions_dir")
@@ -53,15 +61,17 @@ class Settings(BaseSettings):
     admins: IdList = Field(frozenset(), validation_alias=AliasChoices("BOTKIT_ADMINS", "admins"))
     """BOTKIT_ADMINS: comma-separated Telegram user ids with admin rights."""
     poll_timeout: int = Field(
-        30, validation_alias=AliasChoices("BOTKIT_POLL_TIMEOUT", "poll_timeout")
+        30, ge=0, validation_alias=AliasChoices("BOTKIT_POLL_TIMEOUT", "poll_timeout")
     )
     """BOTKIT_POLL_TIMEOUT: seconds one getUpdates long poll may wait."""
     max_concurrent_turns: int = Field(
-        64, validation_alias=AliasChoices("BOTKIT_MAX_CONCURRENT_TURNS", "max_concurrent_turns")
+        64,
+        ge=1,
+        validation_alias=AliasChoices("BOTKIT_MAX_CONCURRENT_TURNS", "max_concurrent_turns"),
     )
     """BOTKIT_MAX_CONCURRENT_TURNS: turns (and so LLM calls) running at once, across users."""
     grace_period: float = Field(
-        25.0, validation_alias=AliasChoices("BOTKIT_GRACE_PERIOD", "grace_period")
+        25.0, ge=0, validation_alias=AliasChoices("BOTKIT_GRACE_PERIOD", "grace_period")
     )
     """BOTKIT_GRACE_PERIOD: seconds running turns may take to finish after SIGTERM."""
     stream_replies: bool = Field(
@@ -73,7 +83,7 @@ class Settings(BaseSettings):
     )
     """BOTKIT_ANSWER_GROUPS: ``mention`` (only when mentioned or replied to) or ``all``."""
     global_rate: float = Field(
-        30.0, validation_alias=AliasChoices("BOTKIT_GLOBAL_RATE", "global_rate")
+        30.0, gt=0, validation_alias=AliasChoices("BOTKIT_GLOBAL_RATE", "global_rate")
     )
     """BOTKIT_GLOBAL_RATE: messages per second across all chats (Telegram allows ~30; more
     only with BOTKIT_PAID_BROADCAST)."""
@@ -89,6 +99,7 @@ class Settings(BaseSettings):
     (one per member in each group and topic). Private chats never share anything."""
     group_rejection_interval: float = Field(
         3600.0,
+        ge=0,
         validation_alias=AliasChoices(
             "BOTKIT_GROUP_REJECTION_INTERVAL", "group_rejection_interval"
         ),
@@ -109,7 +120,7 @@ class Settings(BaseSettings):
     )
     """BOTKIT_DATABASE_PATH: the SQLite file (default ``<sessions_dir>/botkit.db``)."""
     daily_token_budget: int | None = Field(
-        None, validation_alias=AliasChoices("BOTKIT_DAILY_TOKEN_BUDGET", "daily_token_budget")
+        None, ge=1, validation_alias=AliasChoices("BOTKIT_DAILY_TOKEN_BUDGET", "daily_token_budget")
     )
     """BOTKIT_DAILY_TOKEN_BUDGET: tokens one user may use per UTC day; unset: no limit."""
     skills_dir: Path | None = Field(
@@ -152,7 +163,7 @@ class Settings(BaseSettings):
     """BOTKIT_WEBHOOK_SECRET: 1-256 of ``A-Z a-z 0-9 _ -``; Telegram sends it with every
     update and requests without it are refused (required in webhook mode)."""
     stalled_timeout: float = Field(
-        8.0, validation_alias=AliasChoices("BOTKIT_STALLED_TIMEOUT", "stalled_timeout")
+        8.0, gt=0, validation_alias=AliasChoices("BOTKIT_STALLED_TIMEOUT", "stalled_timeout")
     )
     """BOTKIT_STALLED_TIMEOUT: seconds without a heartbeat after which a worker counts as
     dead and its turns are picked up by the others (workers beat 4 times as often)."""
@@ -250,7 +261,7 @@ class Settings(BaseSettings):
     """BOTKIT_PLANS: paid plans as JSON (a list of plans) or a path to a JSON file; plans
     given in code (``Bot(plans=...)``) come first."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
-    """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR."""
+    """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR (any case)."""
     metrics_port: int | None = Field(
         None,
         ge=0,
@@ -273,6 +284,14 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return level
 
     @field_validator("timezone")
     @classmethod
@@ -329,3 +348,41 @@ class Settings(BaseSettings):
                 "or in .env."
             )
         return self.anthropic_api_key.get_secret_value()
+
+
+def setting_problems(error: ValidationError) -> list[str]:
+    """Every invalid value of ``error`` as ``NAME: problem``, named as in the environment."""
+    problems = []
+    for item in error.errors():
+        name = str(item["loc"][0]).upper() if item["loc"] else "settings"
+        problems.append(f"{name}: {item['msg'].removeprefix('Value error, ')}")
+    return problems
+
+
+def known_setting_names() -> list[str]:
+    """The environment variable of every setting (BOTKIT_MODEL, TELEGRAM_BOT_TOKEN, ...)."""
+    names = []
+    for field_name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        first = alias.choices[0] if isinstance(alias, AliasChoices) else None
+        names.append(first if isinstance(first, str) else field_name.upper())
+    return names
+
+
+def unknown_setting_names(env_file: Path | None = Path(".env")) -> list[str]:
+    """``NAME: not a setting; did you mean ...?`` for each BOTKIT_ variable of the environment
+    and of ``env_file`` that no setting reads (a typo is otherwise silently ignored)."""
+    from dotenv import dotenv_values
+
+    names = set(os.environ)
+    if env_file is not None and env_file.is_file():
+        names |= set(dotenv_values(env_file))
+    known = known_setting_names()
+    problems = []
+    for name in sorted(n for n in names if n.upper().startswith("BOTKIT_")):
+        if name.upper() in known or name.upper() in NOT_SETTINGS:
+            continue
+        nearest = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+        hint = f"did you mean {nearest[0]}?" if nearest else "no setting has this name"
+        problems.append(f"{name}: not a setting; {hint}")
+    return problems

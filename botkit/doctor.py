@@ -50,16 +50,30 @@ def doctor(target: str | None, out: TextIO | None = None) -> int:
     try:
         settings = load_settings()
     except ConfigError as e:
-        out.write(CheckResult("configuration", False, str(e)).line() + "\n")
+        for problem in _setting_lines(str(e)):
+            out.write(CheckResult("configuration", False, problem).line() + "\n")
         return 1
     secrets = settings.secret_values()
     configure_logging("CRITICAL", secrets=secrets)
-    results = asyncio.run(run_checks(target, settings))
+    results = [*_unknown_names(), *asyncio.run(run_checks(target, settings))]
     for result in results:
         out.write(_redacted(result.line(), secrets) + "\n")
     failed = sum(not r.ok for r in results)
     out.write(f"{failed} of {len(results)} checks failed\n" if failed else "all checks passed\n")
     return 1 if failed else 0
+
+
+def _setting_lines(message: str) -> list[str]:
+    """Each invalid setting of a settings error on its own line."""
+    lines = [line.strip() for line in message.splitlines()[1:]]
+    return lines or [message]
+
+
+def _unknown_names() -> list[CheckResult]:
+    """A failed check for each BOTKIT_ variable no setting reads (a typo, most likely)."""
+    from botkit.config import unknown_setting_names
+
+    return [CheckResult("configuration", False, problem) for problem in unknown_setting_names()]
 
 
 async def run_checks(target: str | None, settings: Settings) -> list[CheckResult]:
@@ -125,7 +139,20 @@ async def _check_telegram(settings: Settings) -> CheckResult:
         if info.url
         else "no webhook set"
     )
-    return CheckResult("Telegram", True, f"@{me.username} answers getMe; {webhook}")
+    owner = await _owner_note(settings, me.username or "")
+    return CheckResult("Telegram", True, f"@{me.username} answers getMe; {webhook}{owner}")
+
+
+async def _owner_note(settings: Settings, username: str) -> str:
+    """``; <owner notice>`` when the bot has no admin yet; a store failure is the database
+    check's to report."""
+    from botkit.owner import owner_link, owner_notice
+
+    try:
+        link = await owner_link(settings, username)
+    except Exception:  # unreachable or unmigrated: the database line says so
+        return ""
+    return f"; {owner_notice(link)}" if link else ""
 
 
 async def _check_anthropic(bot: Bot | None, settings: Settings) -> CheckResult:

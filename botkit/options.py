@@ -118,6 +118,15 @@ class BotOptions:
     scheduling: bool = True
     """Offer reminders and scheduled tasks: the tools, ``/timezone``, ``/scheduled``, and the
     user's local time before each message."""
+    whoami_text: str = "You are Telegram user {user_id}; your role here: {role}."
+    """``/whoami``'s answer."""
+    stranger_whoami_text: str = (
+        "You are Telegram user {user_id}. This bot is private: ask its admin for an invite link."
+    )
+    """``/whoami``'s answer to someone the bot does not admit (instead of ``rejection_text``)."""
+    feature_prompts: bool = True
+    """Add the features' prompt parts (reminders and the user's time zone, skills, ...) after
+    whatever ``build_prompt`` returns; ``False``: the prompt is ``build_prompt``'s alone."""
     task_put_off_text: str = (
         "Scheduled task #{id} was put off to {when}: scheduled tasks may run {runs} times a day."
     )

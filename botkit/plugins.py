@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry, ToolSet
 
-__all__ = ["Plugin", "PromptPlugin", "ToolPlugin"]
+__all__ = ["Plugin", "PromptPlugin", "ToolPlugin", "compose_prompt"]
 
 PromptSource = str | Callable[[Incoming], Awaitable[str | None]]
 
@@ -57,3 +57,10 @@ class ToolPlugin(Plugin):
     def tools(self, message: Incoming) -> Sequence[Tool]:
         """The same tools every turn."""
         return self._tools
+
+
+async def compose_prompt(prompt: str, plugins: Sequence[Plugin], message: Incoming) -> str:
+    """``prompt`` (the bot's ``build_prompt``) followed by each plugin's part, blank-line apart."""
+    parts = [prompt] if prompt else []
+    parts += [part for plugin in plugins if (part := await plugin.prompt(message))]
+    return "\n\n".join(parts)

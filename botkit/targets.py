@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from botkit.bot import Bot
     from botkit.config import Settings
+    from botkit.errors import ConfigError
 
-__all__ = ["first_error", "load_bot", "load_settings"]
+__all__ = ["first_error", "load_bot", "load_settings", "settings_error", "warn_unknown_settings"]
 
 
 def load_settings() -> Settings:
@@ -22,12 +23,11 @@ def load_settings() -> Settings:
     from pydantic import ValidationError
 
     from botkit.config import Settings
-    from botkit.errors import ConfigError
 
     try:
         return Settings()
     except ValidationError as e:
-        raise ConfigError(f"invalid setting: {first_error(e)}") from e
+        raise settings_error(e) from e
 
 
 def load_bot(target: str | None) -> Bot:
@@ -45,7 +45,7 @@ def load_bot(target: str | None) -> Bot:
         found = _import_target(target)
         bot = found() if callable(found) and not isinstance(found, Bot) else found
     except ValidationError as e:
-        raise ConfigError(f"invalid setting: {first_error(e)}") from e
+        raise settings_error(e) from e
     if not isinstance(bot, Bot):
         raise ConfigError(f"{target} is a {type(bot).__name__}, not a botkit.Bot")
     return bot
@@ -66,6 +66,28 @@ def _import_target(target: str) -> object:
         return getattr(module, attribute)
     except AttributeError:
         raise ConfigError(f"{module_name!r} has no attribute {attribute!r}") from None
+
+
+def settings_error(e: object) -> ConfigError:
+    """One ConfigError naming every invalid setting, one ``NAME: problem`` a line."""
+    from pydantic import ValidationError
+
+    from botkit.config import setting_problems
+    from botkit.errors import ConfigError
+
+    assert isinstance(e, ValidationError)
+    problems = setting_problems(e)
+    if len(problems) == 1:
+        return ConfigError(f"invalid setting: {problems[0]}")
+    return ConfigError("invalid settings:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def warn_unknown_settings() -> None:
+    """One stderr line for each BOTKIT_ variable (environment or .env) that is no setting."""
+    from botkit.config import unknown_setting_names
+
+    for problem in unknown_setting_names():
+        print(f"botkit: warning: {problem}", file=sys.stderr)
 
 
 def first_error(e: object) -> str:

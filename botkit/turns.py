@@ -48,6 +48,7 @@ from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, Outg
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.payments.service import Payments
+from botkit.plugins import Plugin, compose_prompt
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
@@ -81,6 +82,7 @@ class BotSteps(Protocol):
     model_override: str | None
     approvals: Approvals
     payments: Payments
+    plugins: list[Plugin]
 
     def commands_for(self, message: Incoming) -> list[Command]:
         """The commands the sender of ``message`` may see (hidden ones only for admins)."""
@@ -277,7 +279,7 @@ class TurnPipeline:
             return "unsupported"
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        system = _with_note(await self.system_prompt(message), group_note(message))
         context = await self.context_for(message)
         note = await self.bot.turn_note(message)
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
@@ -620,7 +622,7 @@ class TurnPipeline:
         try:
             extra = await self.bot.build_extra(message)
             tools = as_registry(await self.bot.build_tools(message))
-            system = await self.bot.build_prompt(message)
+            system = await self.system_prompt(message)
             context = await self.contexts.get(message.user_id)
             async with context.lock:
                 await context.flush_pending()
@@ -639,7 +641,7 @@ class TurnPipeline:
         ``ToolContext.rerun`` set. No gates or commands; the reply is returned, not sent."""
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        system = _with_note(await self.system_prompt(message), group_note(message))
         context = await self.context_for(message)
         async with context.lock:
             await context.flush_pending()
@@ -649,6 +651,14 @@ class TurnPipeline:
                 message, messenger, context, system, tools, tool_context, None
             )
         return reply
+
+    async def system_prompt(self, message: Incoming) -> str:
+        """The bot's ``build_prompt``, then the features' parts (its plugins': reminders and
+        time zone, skills...) unless ``BotOptions.feature_prompts`` is off."""
+        prompt = await self.bot.build_prompt(message)
+        if not self.bot.options.feature_prompts:
+            return prompt
+        return await compose_prompt(prompt, self.bot.plugins, message)
 
     def _tool_context(
         self, message: Incoming, extra: Any, messenger: Messenger | None = None

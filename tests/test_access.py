@@ -143,7 +143,8 @@ async def test_roles_reach_the_prompt(
     async with running(bot, telegram):
         await ask(telegram, NEWCOMER, "hi")
         await ask(telegram, OTHER, "hi")
-    prompts = sorted(r.system_text for r in claude.requests)
+    # The role's prompt comes first; the features' parts (reminders) follow it.
+    prompts = sorted(r.system_text.split("\n\n")[0] for r in claude.requests)
     assert prompts == ["You assist a cleaner.", "You assist a manager."]
 
 

@@ -95,8 +95,9 @@ async def test_subclass_builds_prompt_tools_and_extra_per_user(
         theirs = await telegram.wait_for_messages(OTHER)
     assert mine[0].text == f"user {USER} of team blue"
     assert theirs[0].text == "no tools for you"
-    assert claude.requests[0].system_text == "You serve Ann."
-    assert claude.requests[-1].system_text == "You serve Bo."
+    # The subclass's prompt comes first; the features' parts (reminders) follow it.
+    assert claude.requests[0].system_text.split("\n\n")[0] == "You serve Ann."
+    assert claude.requests[-1].system_text.split("\n\n")[0] == "You serve Bo."
 
 
 async def test_callbacks_work_without_subclassing(
@@ -116,7 +117,7 @@ async def test_callbacks_work_without_subclassing(
         telegram.send_text(STRANGER, "fine")
         replies = await telegram.wait_for_messages(STRANGER, 2)
     assert [r.text for r in replies] == ["Not that.", "echo: fine"]
-    assert [r.system_text for r in claude.requests] == ["callback prompt"]
+    assert [r.system_text.split("\n\n")[0] for r in claude.requests] == ["callback prompt"]
 
 
 async def test_overloaded_model_gets_a_polite_reply_and_the_next_turn_works(

@@ -50,7 +50,17 @@ async def test_commands_answer_without_the_llm_and_fill_the_menu(
     assert "/clear" in help_text and "/usage" in help_text and "/ping" in help_text
     assert claude.requests == []
     menu = [c["command"] for c in telegram.commands()]
-    assert menu == ["help", "clear", "usage", "model", "timezone", "scheduled", "memory", "ping"]
+    assert menu == [
+        "help",
+        "clear",
+        "usage",
+        "model",
+        "whoami",
+        "timezone",
+        "scheduled",
+        "memory",
+        "ping",
+    ]
 
     def menus_set() -> list[Any]:  # per scope: everyone's, and the admin's own chat
         return [r.params.get("scope") for r in telegram.requests_for("setMyCommands")]

@@ -126,7 +126,7 @@ async def test_every_command_through_a_turn(
         )
         assert claude.requests[0].tools[-1] == {
             **MEMORY_TOOL,
-            "cache_control": {"type": "ephemeral"},
+            "cache_control": {"type": "ephemeral", "ttl": "1h"},
         }
         assert MEMORY_PROMPT in claude.requests[0].system_text
         created = await say(mem(command="create", path="/memories/me.md", file_text="a\nb\n"))
@@ -320,7 +320,8 @@ async def test_memory_can_be_turned_off(
     if how == "option":
         bot = memory_bot(claude, tmp_path, memory=False)  # Bot(memory=False)
     else:
-        bot = memory_bot(claude, tmp_path, settings=make_settings(tmp_path, memory=False))
+        settings = make_settings(tmp_path, memory=False, allowed_users=frozenset({ALICE}))
+        bot = memory_bot(claude, tmp_path, settings=settings)
     assert bot.memory is None
     async with running(bot, telegram):
         await ask(telegram, ALICE, "hello")

@@ -12,6 +12,7 @@ from botkit.config import Settings
 from botkit.llm.base import LLM
 from botkit.messengers.base import Draft, Incoming, OutgoingFile, Reply
 from botkit.options import BotOptions
+from botkit.plugins import Plugin
 from botkit.rerun.recorded import Entry
 from botkit.sessions import SessionFile
 from botkit.tools import Tool, ToolRegistry
@@ -111,6 +112,7 @@ class RerunSteps:
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
         self.payments = bot.payments
+        self.plugins: list[Plugin] = bot.plugins
         self.model_override: str | None = model or bot.model_override
         self.approvals = bot.approvals
         """The bot's: a re-run turn whose call waits for approval ends without a reply."""

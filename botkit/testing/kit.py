@@ -17,16 +17,31 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, overload
+
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from botkit.bot import Bot
 from botkit.config import Settings
 from botkit.llm.anthropic import AnthropicLLM
+from botkit.messengers.base import Incoming
+from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
+from botkit.reminders.tools import SchedulingPlugin
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
 
-__all__ = ["VirtualTimeLoop", "ask", "fake_llm", "make_bot", "make_settings", "run_in_virtual_time"]
+__all__ = [
+    "VirtualTimeLoop",
+    "ask",
+    "build_test_bot",
+    "fake_llm",
+    "isolated_settings",
+    "make_bot",
+    "make_settings",
+    "run_in_virtual_time",
+]
 
 B = TypeVar("B", bound=Bot)
 T = TypeVar("T")
@@ -51,6 +66,88 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     """
     values: dict[str, Any] = {"sessions_dir": tmp_path / "sessions", "stream_replies": False}
     return Settings(_env_file=None, **{**values, **overrides})
+
+
+class _IsolatedSettings(Settings):
+    """Settings from the keywords given and the defaults: no environment, no ``.env``."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only the keywords: the environment, ``.env`` and secrets files are not read."""
+        return (init_settings,)
+
+
+def isolated_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings for one test that read neither the environment nor ``.env`` (an exported
+    BOTKIT_DATABASE_URL or TELEGRAM_BOT_TOKEN is not used): sessions under ``tmp_path``,
+    replies not streamed, and ``overrides`` (``Settings`` fields)."""
+    values: dict[str, Any] = {"sessions_dir": tmp_path / "sessions", "stream_replies": False}
+    return _IsolatedSettings(**{**values, **overrides})
+
+
+def build_test_bot(
+    bot: Bot | type[Bot],
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    **settings_and_options: Any,
+) -> Bot:
+    """Your bot for a test, on ``claude`` with ``isolated_settings``: a ``Bot`` class is made
+    with the keywords (``Settings`` fields go to the settings, the rest to the class); a
+    ``Bot`` object is made again, of its class, with its options, tools, commands and plugins."""
+    fields = {k: v for k, v in settings_and_options.items() if k in Settings.model_fields}
+    rest = {k: v for k, v in settings_and_options.items() if k not in fields}
+    settings = isolated_settings(tmp_path, **fields)
+    llm = fake_llm(claude, model=settings.model, max_tokens=settings.max_tokens)
+    if isinstance(bot, type):
+        return bot(settings=settings, llm=llm, **rest)
+    return _made_again(bot, settings, llm, rest)
+
+
+def _made_again(bot: Bot, settings: Settings, llm: AnthropicLLM, rest: dict[str, Any]) -> Bot:
+    """A bot of ``bot``'s class on new settings, with what was registered on ``bot``."""
+    plugins = rest.pop("plugins", _given_plugins(bot))
+    try:
+        again = type(bot)(settings=settings, llm=llm, options=bot.options, plugins=plugins, **rest)
+    except TypeError as e:
+        name = type(bot).__name__
+        raise TypeError(
+            f"cannot make a {name} again for the test ({e}): pass the class and its "
+            f"arguments instead, make_bot({name}, ...)"
+        ) from e
+    for tool in bot.tools:
+        if tool.name not in again.tools:
+            again.tools.register(tool)
+    again.commands = {**bot.commands, **again.commands}
+    again.buttons = {**bot.buttons, **again.buttons}
+    return again
+
+
+def _given_plugins(bot: Bot) -> list[Plugin]:
+    """The plugins passed to ``bot``, without those it added itself (scheduling, skills)."""
+    own_prompt = bot.skills.prompt_section() if bot.skills else None
+    return [
+        plugin
+        for plugin in bot.plugins
+        if not isinstance(plugin, SchedulingPlugin)
+        and not (isinstance(plugin, PromptPlugin) and plugin.source == own_prompt)
+        and not (isinstance(plugin, ToolPlugin) and bot.skills and _has_skill_tool(plugin))
+    ]
+
+
+def _has_skill_tool(plugin: ToolPlugin) -> bool:
+    return any(tool.name == "load_skill" for tool in plugin.tools(_NOBODY))
+
+
+_NOBODY = Incoming(
+    update_id=0, user_id=0, chat_id=0, text="", date=datetime(2000, 1, 1, tzinfo=UTC)
+)
 
 
 @overload

@@ -20,12 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from botkit.errors import ConfigError
 from botkit.tools.base import Tool, ToolContext
 from botkit.types import ToolDef
 
 __all__ = ["FunctionTool", "ToolSet", "bound_tools", "tool"]
+
+log = structlog.get_logger(__name__)
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION_RE = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
@@ -122,6 +126,27 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         raise TypeError(f"Cannot resolve the type hints of {fn.__qualname__}: {e}") from e
 
 
+def _where(fn: Callable[..., Any]) -> str:
+    """``module.qualname``: where a tool's function is defined, for error messages."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _check_documented(
+    fn: Callable[..., Any], name: str, doc: str, docs: dict[str, str], *, described: bool
+) -> None:
+    """``Args:`` entries must name parameters (ConfigError); no docstring is logged once."""
+    parameters = set(inspect.signature(fn).parameters)
+    unknown = sorted(set(docs) - parameters)
+    if unknown:
+        raise ConfigError(
+            f"tool {name!r} ({_where(fn)}): its docstring's Args: names "
+            f"{', '.join(repr(u) for u in unknown)}, which is no parameter of it; "
+            f"the parameters are {', '.join(sorted(parameters)) or 'none'}"
+        )
+    if not doc.strip() and not described:
+        log.warning("tools.missing_docstring", tool=name, function=_where(fn))
+
+
 # ---- the tool -------------------------------------------------------------------------
 
 
@@ -157,10 +182,12 @@ class FunctionTool(Tool):
             )
         doc = inspect.getdoc(fn) or ""
         self._params, self.args_model = self._inspect(fn, tool_name)
+        docs = _arg_descriptions(doc)
+        _check_documented(fn, tool_name, doc, docs, described=description is not None)
         self._definition = ToolDef(
             name=tool_name,
             description=description if description is not None else _summary(doc),
-            input_schema=_schema(self.args_model, _arg_descriptions(doc)),
+            input_schema=_schema(self.args_model, docs),
         )
 
     def _inspect(self, fn: Callable[..., Any], name: str) -> tuple[list[_Param], type[BaseModel]]:
@@ -176,7 +203,12 @@ class FunctionTool(Tool):
         for i, p in enumerate(params):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TypeError(f"Tool {name!r}: *args and **kwargs are not supported")
-            hint = hints.get(p.name, Any)
+            if p.name not in hints:
+                raise ConfigError(
+                    f"tool {name!r} ({_where(fn)}): parameter {p.name!r} has no type; "
+                    "annotate it (e.g. 'city: str'), the model is told the types"
+                )
+            hint = hints[p.name]
             positional = p.kind is p.POSITIONAL_ONLY
             if hint is ToolContext:
                 out.append(_Param(p.name, None, positional))

@@ -1,0 +1,94 @@
+"""``python -m botkit try``: a bot in the terminal on a fake Telegram and a scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from botkit.testing.anthropic import FakeRequest
+from botkit.tryout.scripted import sample_arguments, scripted_reply
+
+MY_BOT = '''
+from botkit import Bot, tool
+
+
+@tool
+async def greet(name: str) -> str:
+    """Greet someone by name.
+
+    Args:
+        name: Who to greet.
+    """
+    return f"Hello, {name}!"
+
+
+bot = Bot(tools=[greet], system_prompt="You greet people.")
+'''
+
+
+def try_botkit(tmp_path: Path, lines: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
+    env["BOTKIT_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"  # never used by try
+    return subprocess.run(
+        [sys.executable, "-m", "botkit", "try", *args, "--sessions", str(tmp_path / "s")],
+        input=lines,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+def test_try_runs_the_default_assistant_without_keys(tmp_path: Path) -> None:
+    result = try_botkit(tmp_path, "hello there\nuse roll_dice\n/help\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("botkit try: Telegram is fake"), lines[0]
+    assert "so is Claude" in lines[0]
+    assert f"sessions: {tmp_path / 's'}" in result.stdout
+    assert "bot> echo: hello there" in lines
+    tool = next(line for line in lines if line.startswith("tool> roll_dice() → ["))
+    rolled = tool.split("→ ", 1)[1]
+    assert f"bot> roll_dice answered: {rolled}" in lines, "the answer reads the tool's result"
+    assert "/clear — Start a fresh conversation" in lines, "commands run as on Telegram"
+    session = (tmp_path / "s" / "1.jsonl").read_text()
+    assert "hello there" in session and "roll_dice" in session
+    assert "Traceback" not in result.stderr
+
+
+def test_try_runs_your_bot_and_fills_in_required_arguments(tmp_path: Path) -> None:
+    (tmp_path / "mybot.py").write_text(MY_BOT)
+    result = try_botkit(tmp_path, "please use greet Ann\n", "mybot:bot")
+    assert result.returncode == 0, result.stderr
+    assert "tools: greet," in result.stdout
+    assert 'tool> greet(name="Ann") → Hello, Ann!' in result.stdout.splitlines()
+    assert "bot> greet answered: Hello, Ann!" in result.stdout.splitlines()
+
+
+def test_scripted_model_makes_arguments_from_the_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "unit": {"type": "string", "enum": ["C", "F"]},
+            "days": {"type": "integer", "minimum": 1},
+            "city": {"type": "string"},
+            "verbose": {"type": "boolean"},
+        },
+        "required": ["unit", "days", "city"],
+    }
+    assert sample_arguments(schema, "Paris") == {"unit": "C", "days": 1, "city": "Paris"}
+    request = FakeRequest(
+        body={
+            "messages": [{"role": "user", "content": "weather in Paris please"}],
+            "tools": [{"name": "weather", "input_schema": schema}],
+        },
+        headers={},
+        at=0.0,
+    )
+    call = scripted_reply(request).content[-1]
+    assert call["name"] == "weather" and call["input"]["city"] == "in Paris please"
+    assert json.dumps(call["input"])
