@@ -67,6 +67,12 @@ class Access:
         """Whether ``user_id`` is one of the configured admins."""
         return user_id in self.settings.admins
 
+    def sender_is_admin(self, message: Incoming) -> bool:
+        """Whether the sender of ``message`` is an admin: configured, or by their stored role."""
+        return self.is_admin(message.user_id) or (
+            message.user is not None and message.user.role == "admin"
+        )
+
     async def authorize(self, message: Incoming) -> str | None:
         """Admins, then the access mode: ``None`` admits, the rejection text turns away."""
         user_id, settings = message.user_id, self.settings

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from botkit.access import Access
 from botkit.commands import CommandHandler
 from botkit.config import Settings
 from botkit.errors import ConfigError
@@ -127,24 +128,18 @@ class AdminHost(Protocol):
         """Register a command."""
         ...
 
-    async def user_store(self) -> UserStore:
-        """The users and invites store."""
-        ...
-
-    def forget_user(self, user_id: int) -> None:
-        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
-        ...
+    access: Access
 
 
 def register_admin_commands(bot: AdminHost) -> None:
     """``/users``, ``/block ID`` and ``/unblock ID``: for admins only, unknown to others."""
 
     async def admin_of(message: Incoming) -> Admin:
-        return Admin(await bot.user_store(), message.user_id, via="chat")
+        return Admin(await bot.access.user_store(), message.user_id, via="chat")
 
     async def users(message: Incoming, args: str) -> str:
         role = args.strip() or None
-        found = await (await bot.user_store()).list_users(role)
+        found = await (await bot.access.user_store()).list_users(role)
         if not found:
             return "No users" + (f" with role {role}." if role else " are registered.")
         lines = [_chat_line(user) for user in found[-CHAT_USERS_SHOWN:]]
@@ -159,7 +154,7 @@ def register_admin_commands(bot: AdminHost) -> None:
         if user_id is None:
             return "Usage: /block USER_ID"
         record = await (await admin_of(message)).block(user_id)
-        bot.forget_user(user_id)
+        bot.access.forget(user_id)
         note = ""
         if user_id in bot.settings.admins:
             note = " They are in BOTKIT_ADMINS, so they are still admitted."
@@ -171,7 +166,7 @@ def register_admin_commands(bot: AdminHost) -> None:
             return "Usage: /unblock USER_ID"
         if not await (await admin_of(message)).unblock(user_id):
             return f"No user {user_id} in the user store."
-        bot.forget_user(user_id)
+        bot.access.forget(user_id)
         return f"Unblocked {user_id}."
 
     bot.command("users", "Registered users (/users ROLE: only that role)", hidden=True)(users)

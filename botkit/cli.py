@@ -357,7 +357,7 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     async def create() -> str:
         try:
             username = bot_username or await _bot_username(bot)
-            admin = cli_admin(await bot.user_store())
+            admin = cli_admin(await bot.access.user_store())
             invite = await admin.create_invite(role, uses, datetime.now(UTC) + lifetime)
             return invite_link(username, invite.code)
         finally:

@@ -29,7 +29,7 @@ from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks
 from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
+from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro, visible_commands
 from botkit.config import Settings
 from botkit.errors import (
     LLMAuthError,
@@ -72,10 +72,6 @@ class BotSteps(Protocol):
     buttons: dict[str, ButtonHandler]
     hooks: Hooks
     model_override: str | None
-
-    def commands_for(self, message: Incoming) -> list[Command]:
-        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
-        ...
 
     @property
     def llm(self) -> LLM:
@@ -355,7 +351,7 @@ class TurnPipeline:
 
     async def _answer_command(self, message: Incoming) -> str | Reply:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
-        visible = self.bot.commands_for(message)
+        visible = visible_commands(self.bot.commands, admin=self.access.sender_is_admin(message))
         command = self.bot.commands.get(message.command or "")
         if command is not None and command in visible:
             return await self._run_command(command, message)

@@ -339,7 +339,7 @@ async def test_a_running_bot_records_every_users_usage_without_a_budget(
 
     shown = json.loads((await backend.acli("usage", "--json")).stdout)
     (day,) = shown["days"]
-    ((model, spent),) = bot.usage_by_model.items()
+    ((model, spent),) = bot.turns.usage_by_model.items()
     assert set(day["models"]) == {model}
     assert (day["user_id"], day["input_tokens"], day["output_tokens"]) == (
         ALLOWED,

@@ -327,7 +327,7 @@ async def _read_loop(bot: Bot, messenger: ConsoleMessenger, source: TextIO, user
             text=text,
             date=datetime.now(UTC),
         )
-        await bot.handle_safely(message, messenger)
+        await bot.turns.handle_safely(message, messenger)
 
 
 def _show_tool(view: ConsoleView) -> Callable[[ToolEnd], Awaitable[None]]:
