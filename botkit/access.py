@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 import structlog
 
 from botkit.config import Settings
+from botkit.extras import require_extra
 from botkit.messengers.base import Incoming
 from botkit.options import BotOptions
 from botkit.pricing import CACHE_READ_FACTOR
@@ -222,14 +223,21 @@ def today() -> date:
     return datetime.now(UTC).date()
 
 
-async def open_user_store(settings: Settings) -> UserStore:
-    """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
+async def open_user_store(settings: Settings, *, create: bool = True) -> UserStore:
+    """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite.
+
+    ``create=False`` (a command that only reads): an SQLite file that does not exist yet is
+    not made, and an empty store answers instead.
+    """
     if settings.database_url is not None:
+        require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
         from botkit.stores.postgres import PostgresUserStore
 
         return await PostgresUserStore.connect(settings.database_url.get_secret_value())
     from botkit.stores.sqlite import SqliteUserStore
 
     path = settings.database_path or settings.sessions_dir / "botkit.db"
+    if not create and not path.exists():
+        return SqliteUserStore(":memory:")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return SqliteUserStore(path)

@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -298,6 +299,7 @@ async def run_console(
         view, frozenset({bot.options.error_text, bot.options.overloaded_text})
     )
     bot.messenger = messenger
+    bot.options = replace(bot.options, help_text=bot.options.console_help_text)  # text only
     bot.hooks.on("tool_end", _show_tool(view))
     try:
         async with mcp_tools(bot):
