@@ -238,7 +238,7 @@ async def child(directory: Path, users: int, max_contexts: int, messages: int) -
     pauses = collector.stop()
     gc.collect()
     after, peak = proc_status_mb("VmRSS"), proc_status_mb("VmHWM")
-    resident = bot.resident_contexts
+    resident = len(bot.contexts)
 
     # What one resident context holds (the most recent users are all resident).
     recent = range(users - min(SAMPLE, resident) + 1, users + 1)

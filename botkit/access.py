@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 import structlog
 
 from botkit.config import Settings
+from botkit.extras import require_extra
 from botkit.messengers.base import Incoming
 from botkit.options import BotOptions
 from botkit.pricing import CACHE_READ_FACTOR
@@ -73,6 +74,12 @@ class Access:
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the configured admins."""
         return user_id in self.settings.admins
+
+    def sender_is_admin(self, message: Incoming) -> bool:
+        """Whether the sender of ``message`` is an admin: configured, or by their stored role."""
+        return self.is_admin(message.user_id) or (
+            message.user is not None and message.user.role == "admin"
+        )
 
     async def authorize(self, message: Incoming) -> str | None:
         """Admins, then the access mode: ``None`` admits, the rejection text turns away (and
@@ -249,14 +256,21 @@ def today() -> date:
     return datetime.now(UTC).date()
 
 
-async def open_user_store(settings: Settings) -> UserStore:
-    """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
+async def open_user_store(settings: Settings, *, create: bool = True) -> UserStore:
+    """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite.
+
+    ``create=False`` (a command that only reads): an SQLite file that does not exist yet is
+    not made, and an empty store answers instead.
+    """
     if settings.database_url is not None:
+        require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
         from botkit.stores.postgres import PostgresUserStore
 
         return await PostgresUserStore.connect(settings.database_url.get_secret_value())
     from botkit.stores.sqlite import SqliteUserStore
 
     path = settings.database_path or settings.sessions_dir / "botkit.db"
+    if not create and not path.exists():
+        return SqliteUserStore(":memory:")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return SqliteUserStore(path)

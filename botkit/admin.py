@@ -15,12 +15,13 @@ import asyncio
 import getpass
 import json
 import sys
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 
+from botkit.access import Access
 from botkit.commands import CommandHandler
 from botkit.config import Settings
 from botkit.errors import ConfigError
@@ -110,6 +111,20 @@ class Admin:
         )
 
 
+# --- output ------------------------------------------------------------------------------------
+
+JSON_LINES_HELP = "one JSON object per line"
+"""Every ``--json`` of the CLI prints JSON lines: one record per line, nothing around them."""
+MONEY_DIGITS = 6
+"""Dollar amounts in JSON are rounded to millionths (no float noise like ...0000000005)."""
+
+
+def print_json_lines(records: Iterable[dict[str, Any]]) -> None:
+    """Print each record as one line of JSON (the CLI's one ``--json`` convention)."""
+    for record in records:
+        print(json.dumps(record, ensure_ascii=False))
+
+
 # --- admins in chat ---------------------------------------------------------------------------
 
 CHAT_USERS_SHOWN = 30
@@ -127,24 +142,18 @@ class AdminHost(Protocol):
         """Register a command."""
         ...
 
-    async def user_store(self) -> UserStore:
-        """The users and invites store."""
-        ...
-
-    def forget_user(self, user_id: int) -> None:
-        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
-        ...
+    access: Access
 
 
 def register_admin_commands(bot: AdminHost) -> None:
     """``/users``, ``/block ID`` and ``/unblock ID``: for admins only, unknown to others."""
 
     async def admin_of(message: Incoming) -> Admin:
-        return Admin(await bot.user_store(), message.user_id, via="chat")
+        return Admin(await bot.access.user_store(), message.user_id, via="chat")
 
     async def users(message: Incoming, args: str) -> str:
         role = args.strip() or None
-        found = await (await bot.user_store()).list_users(role)
+        found = await (await bot.access.user_store()).list_users(role)
         if not found:
             return "No users" + (f" with role {role}." if role else " are registered.")
         lines = [_chat_line(user) for user in found[-CHAT_USERS_SHOWN:]]
@@ -159,7 +168,7 @@ def register_admin_commands(bot: AdminHost) -> None:
         if user_id is None:
             return "Usage: /block USER_ID"
         record = await (await admin_of(message)).block(user_id)
-        bot.forget_user(user_id)
+        bot.access.forget(user_id)
         note = ""
         if user_id in bot.settings.admins:
             note = " They are in BOTKIT_ADMINS, so they are still admitted."
@@ -171,7 +180,7 @@ def register_admin_commands(bot: AdminHost) -> None:
             return "Usage: /unblock USER_ID"
         if not await (await admin_of(message)).unblock(user_id):
             return f"No user {user_id} in the user store."
-        bot.forget_user(user_id)
+        bot.access.forget(user_id)
         return f"Unblocked {user_id}."
 
     bot.command("users", "Registered users (/users ROLE: only that role)", hidden=True)(users)
@@ -199,12 +208,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     invites = commands.add_parser("invites", help="list or revoke invites")
     actions = invites.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="code prefix, role, uses left, expiry, creator")
-    listing.add_argument("--json", action="store_true", help="a JSON array")
+    listing.add_argument("--json", action="store_true", help=JSON_LINES_HELP)
     revoke = actions.add_parser("revoke", help="revoke an invite by its code or its prefix")
     revoke.add_argument("code", help="the code (from the link) or its first characters")
     usage = commands.add_parser("usage", help="tokens and estimated cost per user and day")
     usage.add_argument("--days", type=int, default=7, help="how many days back (default 7)")
-    usage.add_argument("--json", action="store_true", help="a JSON object")
+    usage.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line: a user's day (scope 'day'), then each user's total",
+    )
 
 
 def _add_users(users: argparse.ArgumentParser) -> None:
@@ -212,7 +225,7 @@ def _add_users(users: argparse.ArgumentParser) -> None:
     listing = actions.add_parser("list", help="the registered users, in the order they joined")
     listing.add_argument("--role", help="only users with this role")
     listing.add_argument("--blocked", action="store_true", help="only blocked users")
-    listing.add_argument("--json", action="store_true", help="a JSON array")
+    listing.add_argument("--json", action="store_true", help=JSON_LINES_HELP)
     for name, text in [
         ("show", "one user's record"),
         ("block", "refuse the user service (any user id)"),
@@ -233,13 +246,18 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
 
     configure_logging(settings.log_level, secrets=settings.secret_values())
     handler = _HANDLERS[(args.command, getattr(args, "action", None))]
-    return asyncio.run(_with_store(settings, lambda store: handler(store, settings, args)))
+    create = handler not in _READ_ONLY
+    return asyncio.run(
+        _with_store(settings, lambda store: handler(store, settings, args), create=create)
+    )
 
 
-async def _with_store(settings: Settings, body: Callable[[UserStore], Awaitable[int]]) -> int:
+async def _with_store(
+    settings: Settings, body: Callable[[UserStore], Awaitable[int]], *, create: bool = True
+) -> int:
     from botkit.access import open_user_store
 
-    store = await open_user_store(settings)
+    store = await open_user_store(settings, create=create)
     try:
         return await body(store)
     finally:
@@ -270,7 +288,7 @@ def _note(text: str) -> None:
 async def _users_list(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
     users = await store.list_users(args.role, blocked=True if args.blocked else None)
     if args.json:
-        print(json.dumps([_user_json(u) for u in users], ensure_ascii=False))
+        print_json_lines(_user_json(u) for u in users)
     elif not users:
         print("no users" + (" match" if args.role or args.blocked else " are registered"))
     else:
@@ -348,7 +366,7 @@ def _user_json(user: UserRecord) -> dict[str, Any]:
 async def _invites_list(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
     invites, now = await store.list_invites(), datetime.now(UTC)
     if args.json:
-        print(json.dumps([_invite_json(i, now) for i in invites]))
+        print_json_lines(_invite_json(i, now) for i in invites)
     elif not invites:
         print("no invites")
     else:
@@ -412,7 +430,10 @@ async def _usage(store: UserStore, settings: Settings, args: argparse.Namespace)
     usage = await store.model_usage_since(first_day)
     names = {u.user_id: _name(u) for u in await store.list_users()}
     report = _UsageReport(first_day, usage, names)
-    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else report.as_text())
+    if args.json:
+        print_json_lines(report.as_json())
+    else:
+        print(report.as_text())
     return 0
 
 
@@ -479,19 +500,18 @@ class _UsageReport:
             ]
         )
 
-    def as_json(self) -> dict[str, Any]:
-        """The same, as one JSON-ready object."""
-        return {
-            "since": self.first_day.isoformat(),
-            "cost_basis": self.basis,
-            "days": [
-                {"day": day.isoformat(), "user_id": user, **_as_json(models)}
-                for (day, user), models in self.days.items()
-            ],
-            "users": [
-                {"user_id": user, **_as_json(models)} for user, models in self.totals().items()
-            ],
-        }
+    def as_json(self) -> list[dict[str, Any]]:
+        """The same, as JSON-ready records: each user's days, then each user's total."""
+        common = {"since": self.first_day.isoformat(), "cost_basis": self.basis}
+        days = [
+            {"scope": "day", "day": day.isoformat(), "user_id": user, **_as_json(models), **common}
+            for (day, user), models in self.days.items()
+        ]
+        totals = [
+            {"scope": "total", "user_id": user, **_as_json(models), **common}
+            for user, models in self.totals().items()
+        ]
+        return days + totals
 
 
 def _cells(models: dict[str, Usage]) -> list[str]:
@@ -505,7 +525,7 @@ def _as_json(models: dict[str, Usage]) -> dict[str, Any]:
     return {
         **kinds,
         "tokens": sum(kinds.values()),
-        "cost_usd": estimate(models)[0],
+        "cost_usd": round(estimate(models)[0], MONEY_DIGITS),
         "models": {
             model: {name: getattr(usage, field) for name, field in _KINDS}
             for model, usage in sorted(models.items())
@@ -556,3 +576,5 @@ _HANDLERS: dict[tuple[str, str | None], _Handler] = {
     ("invites", "revoke"): _invites_revoke,
     ("usage", None): _usage,
 }
+_READ_ONLY = {_users_list, _users_show, _invites_list, _usage}
+"""Handlers that only read: on a bot that has no SQLite file yet they make none."""

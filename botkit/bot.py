@@ -7,7 +7,7 @@ pass them as callbacks; everything else (access, contexts, the runtime) is compo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -15,40 +15,31 @@ from botkit import tracing
 from botkit.access import Access
 from botkit.admin import register_admin_commands
 from botkit.agent.context import ContextManager
-from botkit.agent.events import Event, Hooks
+from botkit.agent.events import Hooks
 from botkit.agent.pool import ContextPool
 from botkit.approvals.request import BUTTON_PREFIX
 from botkit.approvals.service import Approvals
-from botkit.chats import Conversation, conversation_of
 from botkit.commands import ButtonHandler, Command, CommandHandler, register_builtin_commands
 from botkit.config import Settings
 from botkit.handoff import attach_handoffs
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
 from botkit.memory.plugin import enable_memory
-from botkit.messengers.base import ButtonPress, Incoming, Messenger
+from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
-from botkit.options import (
-    Authorize,
-    BotOptions,
-    BuildExtra,
-    BuildPrompt,
-    BuildTools,
-    HandleStart,
-)
+from botkit.options import Authorize, BotOptions, BuildExtra, BuildPrompt, BuildTools, HandleStart
 from botkit.payments.plans import Plan, load_plans
 from botkit.payments.service import Payments
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
-from botkit.relay import relay, send_user_message_tool
 from botkit.reminders.commands import register_scheduling_commands
 from botkit.reminders.service import Reminders
 from botkit.reminders.tools import SchedulingPlugin
 from botkit.sessions import SessionStore, session_store_for
 from botkit.skills import SkillLibrary, load_skills
-from botkit.stores.base import UserRecord, UserStore
+from botkit.stores.base import UserStore
 from botkit.tools import Tool, ToolRegistry, tool
 from botkit.turns import TurnPipeline
-from botkit.types import Message, ToolUseBlock, Usage
+from botkit.types import ToolUseBlock
 
 __all__ = [
     "Authorize",
@@ -105,15 +96,15 @@ class Bot:
         self.commands: dict[str, Command] = {}
         self.buttons: dict[str, ButtonHandler] = {}
         """Inline-button handlers by the prefix of the button's data (``<prefix>:<payload>``)."""
-        register_builtin_commands(self)
-        register_admin_commands(self)
         self._llm = llm
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
+        register_builtin_commands(self)
+        register_admin_commands(self)
         self.payments = Payments(self, load_plans(self.settings.plans, plans), self.access)
         """Plans sold for Telegram Stars (``plans`` and BOTKIT_PLANS): ``/plans``, budgets."""
         self.payments.register()
-        self.reminders = Reminders(self.user_store, self.settings)
+        self.reminders = Reminders(self.access.user_store, self.settings)
         """Reminders and scheduled tasks, kept in the user store; fired by the runtime."""
         if self.options.scheduling:
             self.plugins.append(SchedulingPlugin(self.reminders))
@@ -165,27 +156,14 @@ class Bot:
     def command(
         self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
-        """Decorator: register ``async def handler(message, args) -> str`` as ``/name``.
-
-        ``hidden`` commands are for admins only and unknown to everyone else.
-        """
+        """Decorator: register ``async def handler(message, args) -> str`` as ``/name``
+        (``hidden``: for admins only, and unknown to everyone else)."""
 
         def register(handler: CommandHandler) -> CommandHandler:
             self.commands[name] = Command(name, description, handler, admin_only, hidden)
             return handler
 
         return register
-
-    def command_menu(self, *, admin: bool = False) -> list[tuple[str, str]]:
-        """The commands as Telegram's menu shows them (to an admin, hidden ones too)."""
-        return [(c.name, c.description) for c in self.commands.values() if admin or not c.hidden]
-
-    def commands_for(self, message: Incoming) -> list[Command]:
-        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
-        admin = self.is_admin(message.user_id) or (
-            message.user is not None and message.user.role == "admin"
-        )
-        return [c for c in self.commands.values() if admin or not c.hidden]
 
     # ---- the steps a bot may override -----------------------------------------------
 
@@ -214,8 +192,8 @@ class Bot:
             return await self.options.build_tools(message)
         extra = [t for p in self.plugins for t in p.tools(message)]
         # Never in a group: its context holds what any member wrote, and could steer the call.
-        admin = self.is_admin(message.user_id) or (message.user and message.user.role == "admin")
-        if admin and message.chat_type == "private" and "create_invite" not in self.tools:
+        admin_here = message.chat_type == "private" and self.access.sender_is_admin(message)
+        if admin_here and "create_invite" not in self.tools:
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools
 
@@ -231,6 +209,10 @@ class Bot:
         if self.options.build_prompt is not None:
             return await self.options.build_prompt(message)
         return self.options.system_prompt
+
+    async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
+        """A conversation's context: ``user_id``'s private one, or a group's ``conversation``."""
+        return await self.contexts.get(user_id, conversation)
 
     async def transcribe(self, audio: bytes, mime: str) -> str | None:
         """What a voice note or audio file says; ``None`` (the default): not understood.
@@ -268,30 +250,6 @@ class Bot:
                 return False
         return True
 
-    # ---- running turns ----------------------------------------------------------------
-
-    async def handle(self, message: Incoming, messenger: Messenger) -> None:
-        """Take one incoming message through the gates and the tool loop to a reply."""
-        await self.turns.handle(message, messenger)
-
-    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
-        """``handle``, but a failure is logged and the user gets a polite message."""
-        await self.turns.handle_safely(message, messenger)
-
-    def stream(
-        self, user_id: int, text: str, *, chat_id: int | None = None
-    ) -> AsyncIterator[Event]:
-        """Run one turn for ``user_id`` outside any messenger, yielding its events as they come."""
-        return self.turns.stream(user_id, text, chat_id=chat_id)
-
-    async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
-        """A user pressed an inline button under one of this bot's messages."""
-        await self.turns.handle_press(press, messenger)
-
-    def stop_turn(self, chat_id: int, draft_id: int) -> bool:
-        """Cancel the turn whose draft ``draft_id`` shows in ``chat_id`` (its stop button)."""
-        return self.turns.stop_turn(chat_id, draft_id)
-
     def run(self) -> None:
         """Run this bot on Telegram with long polling until interrupted (logging as
         ``python -m botkit`` sets it up, secrets redacted, unless the script configured it)."""
@@ -315,70 +273,10 @@ class Bot:
         if self.memory is not None:
             await self.memory.close()
 
-    # ---- contexts, users, relaying ----------------------------------------------------
-
-    async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
-        """A conversation's context: ``user_id``'s private one, or a group's ``conversation``."""
-        return await self.contexts.get(user_id, conversation)
-
-    def conversation_of(self, message: Incoming) -> Conversation:
-        """Which conversation ``message`` belongs to: private, or its group's (and topic's)."""
-        return conversation_of(message, self.settings.group_context)
-
-    async def context_for_message(self, message: Incoming) -> ContextManager:
-        """The context of the conversation ``message`` was written in."""
-        return await self.turns.context_for(message)
-
-    @property
-    def resident_contexts(self) -> int:
-        """How many contexts are in memory now."""
-        return len(self.contexts)
-
-    @property
-    def usage_by_model(self) -> dict[str, Usage]:
-        """What this process's turns cost, per model."""
-        return self.turns.usage_by_model
-
-    async def user_store(self) -> UserStore:
-        """The users and invites store: PostgreSQL with BOTKIT_DATABASE_URL, else SQLite."""
-        return await self.access.user_store()
-
-    async def known_user(self, user_id: int) -> UserRecord | None:
-        """The user's record, from a cache of a few seconds (every message needs it)."""
-        return await self.access.known_user(user_id)
-
-    async def user_record(self, message: Incoming) -> UserRecord:
-        """The sender's record; one admitted by configuration alone gets role admin or user."""
-        return await self.access.user_record(message)
-
-    async def over_budget(self, user_id: int) -> bool:
-        """Whether the user has used up today's token budget (if one is set)."""
-        return await self.access.over_budget(user_id)
-
-    def forget_user(self, user_id: int) -> None:
-        """Drop the cached record of ``user_id``, so the next message reads it afresh."""
-        self.access.forget(user_id)
-
-    def is_admin(self, user_id: int) -> bool:
-        """Whether ``user_id`` is one of the configured admins."""
-        return self.access.is_admin(user_id)
-
     async def is_group_admin(self, message: Incoming) -> bool:
         """Whether the sender may manage the group's conversation: the bot's admin or the chat's."""
-        if self.is_admin(message.user_id) or (message.user and message.user.role == "admin"):
+        if self.access.sender_is_admin(message):
             return True
         if self.messenger is None:
             return False
         return await self.messenger.is_chat_admin(message.chat_id, message.user_id)
-
-    async def inject(self, user_id: int, message: Message) -> None:
-        """Add ``message`` to another user's context (now, or right after their running turn)."""
-        await self.contexts.inject(user_id, message)
-
-    async def relay(self, sender_id: int, recipient_id: int, text: str) -> str:
-        """Send ``text`` from ``sender_id``'s assistant to another user, and tell their context."""
-        return await relay(self, sender_id, recipient_id, text)
-
-    def send_user_message_tool(self) -> Tool:
-        """A ``send_user_message`` tool: message another user; their assistant will know."""
-        return send_user_message_tool(self)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from botkit.extras import require_extra, require_postgres
 from botkit.targets import load_bot, load_settings
 
 if TYPE_CHECKING:
@@ -62,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
     migrate = commands.add_parser("migrate", help="apply the PostgreSQL migrations, in order")
     migrate.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
+    migrate.add_argument(
+        "--from-sqlite",
+        metavar="BOTKIT_DB",
+        nargs="?",
+        const="",
+        help="then move the bot's SQLite store (default: the configured one) and its session "
+        "files there: users, invites, usage, reminders, conversations; safe to run again",
+    )
     invite = commands.add_parser("invite", help="create an invite link for new users")
     invite.add_argument("--role", required=True, help="the role new users get")
     invite.add_argument("--uses", type=int, default=1, help="how many may use it (default 1)")
@@ -177,6 +187,18 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the command, and return the exit status; a reader that goes away
+    (``python -m botkit doctor | head``) ends the command quietly."""
+    try:
+        status = _command(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return EXIT_FAILURE
+    return status
+
+
+def _command(argv: Sequence[str] | None) -> int:
     """Parse ``argv``, run the command, and return the exit status."""
     args = _parser().parse_args(_code_kept_positional(sys.argv[1:] if argv is None else argv))
     from botkit.errors import BotkitError, ConfigError
@@ -202,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return doctor(args.target)
         if args.command == "migrate":
-            return _migrate(args.dsn)
+            return _migrate(args.dsn, args.from_sqlite)
         if args.command == "invite":
             return _invite(args.role, args.uses, args.expires, args.bot_username)
         if args.command == "replay":
@@ -266,6 +288,7 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
 
         run_bot(bot)
         return 0
+    require_postgres("BOTKIT_DATABASE_URL" if queued is None else f"{queued!r}")
     from botkit.runtime.cluster import check_webhook_settings, run_queued
 
     check_webhook_settings(settings)
@@ -276,6 +299,7 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
 def _check_local_config(bot: Bot) -> None:
     """What can be checked before any network call: the MCP file, the key being set."""
     if bot.settings.mcp_config:  # a bad MCP file stops us here, with one clear line
+        require_extra("mcp", "mcp", "BOTKIT_MCP_CONFIG")
         from botkit.tools.mcp import parse_mcp_config
 
         parse_mcp_config(bot.settings.mcp_config)
@@ -311,22 +335,51 @@ def _data_folder(bot: Bot) -> AbstractContextManager[None]:
     return data_folder_held(bot.settings, settings_bot_id(bot.settings))
 
 
-def _migrate(dsn: str | None) -> int:
+def _migrate(dsn: str | None, from_sqlite: str | None = None) -> int:
     import asyncio
 
     from botkit.errors import ConfigError, StoreError
-    from botkit.stores.migrate import migrate
+    from botkit.log import configure_logging
 
-    url = dsn or load_settings().database_url
+    settings = load_settings()
+    configure_logging(settings.log_level, secrets=settings.secret_values())  # JSON, as the rest
+    url = dsn or settings.database_url
     if url is None:
         raise ConfigError("BOTKIT_DATABASE_URL is not set (the SQLite store needs no migrations)")
+    require_postgres("'migrate'")
+    from botkit.stores.migrate import migrate
+
     text = url if isinstance(url, str) else url.get_secret_value()
     try:
         applied = asyncio.run(migrate(text))
     except StoreError as e:
         raise ConfigError(str(e)) from e
     print("applied: " + ", ".join(applied) if applied else "nothing to apply: up to date")
+    if from_sqlite is not None:
+        _move_from_sqlite(text, from_sqlite)
     return 0
+
+
+def _move_from_sqlite(dsn: str, path: str) -> None:
+    """Copy the SQLite store at ``path`` (or the configured one) and the session files next to
+    it into PostgreSQL; what is there already is kept, so a second run changes nothing."""
+    import asyncio
+    from pathlib import Path
+
+    from botkit.errors import ConfigError, SessionError, StoreError
+    from botkit.sessions.transfer import transfer
+    from botkit.stores.from_sqlite import copy_from_sqlite
+
+    settings = load_settings()
+    source = Path(path) if path else settings.database_path or settings.sessions_dir / "botkit.db"
+    try:
+        print(asyncio.run(copy_from_sqlite(source, dsn)).summary)
+        report = asyncio.run(transfer("import", dsn, source.parent))
+    except (StoreError, SessionError) as e:
+        raise ConfigError(str(e)) from e
+    for note in report.notes:
+        print(note, file=sys.stderr)
+    print(report.summary)
 
 
 def _sessions(action: str, directory: str, dsn: str | None) -> int:
@@ -334,11 +387,13 @@ def _sessions(action: str, directory: str, dsn: str | None) -> int:
     from pathlib import Path
 
     from botkit.errors import ConfigError, SessionError
-    from botkit.sessions.transfer import transfer
 
     url = dsn or load_settings().database_url
     if url is None:
         raise ConfigError("BOTKIT_DATABASE_URL is not set: sessions are JSONL files already")
+    require_postgres("'sessions'")
+    from botkit.sessions.transfer import transfer
+
     text = url if isinstance(url, str) else url.get_secret_value()
     try:
         report = asyncio.run(transfer(action, text, Path(directory)))
@@ -389,7 +444,7 @@ def _invite(role: str, uses: int, expires: str, bot_username: str | None) -> int
     async def create() -> str:
         try:
             username = bot_username or await _bot_username(bot)
-            admin = cli_admin(await bot.user_store())
+            admin = cli_admin(await bot.access.user_store())
             invite = await admin.create_invite(role, uses, datetime.now(UTC) + lifetime)
             return invite_link(username, invite.code)
         finally:

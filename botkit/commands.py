@@ -8,7 +8,9 @@ from typing import Protocol
 
 import structlog
 
+from botkit.access import Access
 from botkit.agent.context import ContextManager
+from botkit.chats import conversation_of
 from botkit.config import Settings
 from botkit.messengers.base import ButtonPress, Incoming, Reply
 from botkit.options import BotOptions
@@ -22,8 +24,11 @@ __all__ = [
     "CommandHandler",
     "CommandHost",
     "PressAnswer",
+    "command_menu",
+    "context_of",
     "help_intro",
     "register_builtin_commands",
+    "visible_commands",
 ]
 
 log = structlog.get_logger(__name__)
@@ -67,6 +72,7 @@ class CommandHost(Protocol):
     commands: dict[str, Command]
     skills: SkillLibrary
     model_override: str | None
+    access: Access
 
     @property
     def can_transcribe(self) -> bool:
@@ -79,14 +85,6 @@ class CommandHost(Protocol):
         """Register a command."""
         ...
 
-    def commands_for(self, message: Incoming) -> list[Command]:
-        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
-        ...
-
-    def is_admin(self, user_id: int) -> bool:
-        """Whether ``user_id`` is one of the bot's admins."""
-        ...
-
     async def is_group_admin(self, message: Incoming) -> bool:
         """Whether the sender may manage the group's conversation."""
         ...
@@ -95,9 +93,15 @@ class CommandHost(Protocol):
         """A conversation's context."""
         ...
 
-    async def context_for_message(self, message: Incoming) -> ContextManager:
-        """The context of the conversation ``message`` was written in."""
-        ...
+
+def visible_commands(commands: dict[str, Command], *, admin: bool) -> list[Command]:
+    """The commands a user may see: hidden ones only for an admin."""
+    return [c for c in commands.values() if admin or not c.hidden]
+
+
+def command_menu(commands: dict[str, Command], *, admin: bool = False) -> list[tuple[str, str]]:
+    """The commands as Telegram's menu shows them (to an admin, hidden ones too)."""
+    return [(c.name, c.description) for c in visible_commands(commands, admin=admin)]
 
 
 def help_intro(options: BotOptions, can_transcribe: bool) -> str:
@@ -114,13 +118,14 @@ def register_builtin_commands(bot: CommandHost) -> None:
     """``/help``, ``/clear``, ``/usage``, ``/model`` and, with skills, ``/skills``."""
 
     async def help_(message: Incoming, args: str) -> str:
-        lines = [f"/{c.name} — {c.description}" for c in bot.commands_for(message)]
+        visible = visible_commands(bot.commands, admin=bot.access.sender_is_admin(message))
+        lines = [f"/{c.name} — {c.description}" for c in visible]
         return "\n".join([help_intro(bot.options, bot.can_transcribe), *lines])
 
     async def clear(message: Incoming, args: str) -> str:
         if message.in_group and not await bot.is_group_admin(message):
             return bot.options.group_admin_only_text
-        context = await bot.context_for_message(message)
+        context = await context_of(bot, message)
         async with context.lock:
             await context.reset("/clear")
         return bot.options.group_clear_text if message.in_group else bot.options.clear_text
@@ -128,7 +133,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
     async def usage(message: Incoming, args: str) -> str:
         # The conversation it is asked in: in a group the group's, never the speaker's private
         # one (that would tell the group how much someone uses the bot alone).
-        context = await bot.context_for_message(message)
+        context = await context_of(bot, message)
         whose = "This group's conversation" if message.in_group else "Your usage"
         return usage_report(context.usage_by_model, whose=whose)
 
@@ -137,7 +142,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
         wanted = args.strip()
         if not wanted:
             return f"Model: {current}"
-        if not bot.is_admin(message.user_id):
+        if not bot.access.is_admin(message.user_id):
             return bot.options.admin_only_text
         bot.model_override = wanted
         log.info("model.switched", model=wanted, by=message.user_id)
@@ -147,7 +152,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
         return bot.skills.listing()
 
     async def whoami(message: Incoming, args: str) -> str:
-        admin = bot.is_admin(message.user_id)
+        admin = bot.access.is_admin(message.user_id)
         role = "admin" if admin else message.user.role if message.user else "user"
         return bot.options.whoami_text.format(user_id=message.user_id, role=role)
 
@@ -158,6 +163,12 @@ def register_builtin_commands(bot: CommandHost) -> None:
     bot.command("whoami", "Your Telegram user id and role")(whoami)
     if bot.skills:
         bot.command("skills", "Skills I can use")(skills)
+
+
+async def context_of(bot: CommandHost, message: Incoming) -> ContextManager:
+    """The context of the conversation ``message`` was written in (a group's, in a group)."""
+    conversation = conversation_of(message, bot.settings.group_context)
+    return await bot.context_for(conversation.owner_id, conversation.key)
 
 
 def usage_report(usage_by_model: dict[str, Usage], *, whose: str = "Your usage") -> str:

@@ -11,11 +11,14 @@ import asyncio
 import os
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 from botkit.errors import ConfigError, LLMError, MessengerError
+from botkit.extras import require_extra, require_postgres
+from botkit.messengers.base import Incoming
 
 if TYPE_CHECKING:
     from botkit.bot import Bot
@@ -78,7 +81,7 @@ def _unknown_names() -> list[CheckResult]:
 
 async def run_checks(target: str | None, settings: Settings) -> list[CheckResult]:
     """Every check, in the order they are printed."""
-    built, bot = _check_bot(target)
+    built, bot = await _check_bot(target)
     settings = bot.settings if bot is not None else settings
     try:
         telegram, anthropic, database, mcp = await asyncio.gather(
@@ -101,7 +104,7 @@ async def run_checks(target: str | None, settings: Settings) -> list[CheckResult
     ]
 
 
-def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
+async def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
     """The bot target imports and builds."""
     from botkit.targets import load_bot
 
@@ -112,8 +115,28 @@ def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:
         return CheckResult("bot", False, str(e)), None
     except Exception as e:  # the target's own code failed: show how
         return CheckResult("bot", False, f"{what} failed to build: {type(e).__name__}: {e}"), None
-    found = f"{len(bot.tools)} tools, {len(bot.commands)} commands"
+    tools, commands = await _offered_tools(bot), len(bot.commands)
+    found = f"{counted(tools, 'tool')} offered to a user, {counted(commands, 'command')}"
     return CheckResult("bot", True, f"{what} builds ({found})"), bot
+
+
+async def _offered_tools(bot: Bot) -> int:
+    """How many tools the model gets in a user's private chat (the bot's own and its plugins')."""
+    sample = Incoming(update_id=0, user_id=0, chat_id=0, text="", date=datetime.now(UTC))
+    try:
+        return len(list(await bot.build_tools(sample)))
+    except Exception:  # the bot's own step needs a real user: count what it registered
+        return len(bot.tools)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 tool``, ``2 tools``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def then(error: Exception, hint: str) -> str:
+    """``error``'s message followed by ``: hint``, without doubling its final full stop."""
+    return f"{str(error).rstrip('.')}: {hint}"
 
 
 async def _check_telegram(settings: Settings) -> CheckResult:
@@ -131,7 +154,7 @@ async def _check_telegram(settings: Settings) -> CheckResult:
     except ConfigError as e:
         return CheckResult("Telegram", False, str(e))
     except MessengerError as e:
-        return CheckResult("Telegram", False, f"{e}: check the network and TELEGRAM_API_BASE")
+        return CheckResult("Telegram", False, then(e, "check the network and TELEGRAM_API_BASE"))
     finally:
         await messenger.close()
     webhook = (
@@ -176,15 +199,13 @@ async def _check_anthropic(bot: Bot | None, settings: Settings) -> CheckResult:
     try:
         await llm.verify(attempts=2, max_backoff=1.0)
     except (ConfigError, LLMError) as e:
-        return CheckResult("Anthropic", False, f"{e}" + _unreachable_hint(e))
+        if isinstance(e, ConfigError):
+            return CheckResult("Anthropic", False, str(e))
+        return CheckResult("Anthropic", False, then(e, "check the network and ANTHROPIC_BASE_URL"))
     finally:
         if own:
             await llm.close()
     return CheckResult("Anthropic", True, f"key accepted, model {llm.model!r} known")
-
-
-def _unreachable_hint(error: Exception) -> str:
-    return "" if isinstance(error, ConfigError) else ": check the network and ANTHROPIC_BASE_URL"
 
 
 async def _check_database(settings: Settings) -> CheckResult:
@@ -192,6 +213,10 @@ async def _check_database(settings: Settings) -> CheckResult:
     if settings.database_url is None:
         path = settings.database_path or settings.sessions_dir / "botkit.db"
         return CheckResult("database", True, f"SQLite at {path} (no migrations needed)")
+    try:
+        require_postgres("BOTKIT_DATABASE_URL")
+    except ConfigError as e:
+        return CheckResult("database", False, str(e))
     import asyncpg  # type: ignore[import-untyped]
 
     from botkit.stores.migrate import pending_migrations
@@ -224,18 +249,16 @@ def _check_sessions(settings: Settings) -> CheckResult:
     from botkit.runtime.ownership import folder_refusal
 
     folder = settings.sessions_dir
-    probe = folder / f".doctor-{os.getpid()}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return CheckResult(
             "sessions",
             False,
-            f"{folder} is not writable ({e.strerror or e}): set BOTKIT_SESSIONS_DIR to a folder "
-            "the bot may write",
+            f"{folder} is not writable ({existing} is not a folder the bot may write): set "
+            "BOTKIT_SESSIONS_DIR to a folder the bot may write",
         )
+    if existing != folder:  # nothing made here: the bot makes it, for its owner only
+        return CheckResult("sessions", True, f"{folder.absolute()} will be made (mode 0700)")
     if settings.database_url is None and (refusal := folder_refusal(settings)) is not None:
         return CheckResult("sessions", False, refusal)
     return CheckResult("sessions", True, f"{folder.resolve()} is writable")
@@ -243,11 +266,12 @@ def _check_sessions(settings: Settings) -> CheckResult:
 
 async def _check_mcp(settings: Settings) -> list[CheckResult]:
     """Each MCP server starts and lists its tools."""
-    from botkit.tools.mcp import parse_mcp_config
-
     if not settings.mcp_config:
         return [CheckResult("MCP", True, "no servers configured")]
     try:
+        require_extra("mcp", "mcp", "BOTKIT_MCP_CONFIG")
+        from botkit.tools.mcp import parse_mcp_config
+
         configs = parse_mcp_config(settings.mcp_config)
     except ConfigError as e:
         return [CheckResult("MCP", False, str(e))]
@@ -262,7 +286,7 @@ async def _check_mcp_server(config: MCPServerConfig) -> CheckResult:
             names = [tool.name for tool in connection.tools()]
     except MCPConnectError as e:
         where = "command" if config.transport == "stdio" else "url"
-        return CheckResult("MCP", False, f"{e}: check its {where} in BOTKIT_MCP_CONFIG")
+        return CheckResult("MCP", False, then(e, f"check its {where} in BOTKIT_MCP_CONFIG"))
     listed = ", ".join(names) or "none"
     return CheckResult("MCP", True, f"server {config.name!r} started; tools: {listed}")
 

@@ -19,6 +19,8 @@ from pathlib import PurePosixPath
 import structlog
 
 from botkit.agent.fitting import remember_pages
+from botkit.errors import ConfigError
+from botkit.extras import require_extra
 from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
 from botkit.messengers.base import Attachment, Incoming, Messenger
 from botkit.pdfpages import count_pages
@@ -115,6 +117,7 @@ class FileTexts:
         "Sorry, I can't take more files from you: those you've sent me take {stored}, and I "
         "keep at most {limit} per person."
     )
+    not_installed: str = "Sorry, I can't read {name} yet: this bot can't open pictures or PDFs."
     heard: str = "🎤 I understood: “{text}”"
     not_heard: str = "Sorry, I couldn't make out that voice message. Please write it instead."
 
@@ -275,6 +278,7 @@ class FileReader:
 
     async def _pdf(self, name: str, data: bytes) -> DocumentBlock:
         """A PDF as a document block, its pages counted off this process (with a time limit)."""
+        self._require_files_extra("pypdf", name)
         if len(data) > self.limits.max_pdf_bytes:
             limit = _mb(self.limits.max_pdf_bytes)
             size = _mb(len(data))
@@ -306,7 +310,16 @@ class FileReader:
         source = DocumentSource(type="text", media_type="text/plain", data=text)
         return DocumentBlock(source=source, title=name)
 
+    def _require_files_extra(self, module: str, name: str) -> None:
+        """Refuse ``name`` politely (and tell the operator) when the files extra is missing."""
+        try:
+            require_extra(module, "files", "Reading pictures and PDFs")
+        except ConfigError as e:
+            log.error("files.extra_missing", file=name, error=str(e))
+            raise _Refused(self.texts.not_installed.format(name=name)) from None
+
     def _image(self, data: bytes, name: str) -> bytes:
+        self._require_files_extra("PIL", name)
         size = image_size(data)
         most = self.limits.max_image_pixels
         if size is not None and size[0] * size[1] > most:

@@ -17,7 +17,7 @@ from botkit.messengers.base import Messenger
 from botkit.stores.base import UserRecord, UserStore
 from botkit.tools import Tool, ToolContext, tool
 
-__all__ = ["InviteHost", "invite_link", "invite_tool", "parse_duration"]
+__all__ = ["InviteAccess", "InviteHost", "invite_link", "invite_tool", "parse_duration"]
 
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
@@ -36,10 +36,8 @@ def invite_link(bot_username: str, code: str) -> str:
     return f"https://t.me/{bot_username.lstrip('@')}?start={code}"
 
 
-class InviteHost(Protocol):
-    """What the invite tool needs of a bot."""
-
-    messenger: Messenger | None
+class InviteAccess(Protocol):
+    """What the invite tool needs of a bot's access: who is an admin, and the user store."""
 
     def is_admin(self, user_id: int) -> bool:
         """Whether ``user_id`` is one of the bot's admins."""
@@ -51,6 +49,17 @@ class InviteHost(Protocol):
 
     async def known_user(self, user_id: int) -> UserRecord | None:
         """The user's record, if registered."""
+        ...
+
+
+class InviteHost(Protocol):
+    """What the invite tool needs of a bot."""
+
+    messenger: Messenger | None
+
+    @property
+    def access(self) -> InviteAccess:
+        """Who is an admin, and the user store."""
         ...
 
 
@@ -78,7 +87,7 @@ def invite_tool(bot: InviteHost) -> Tool:
         expires_at = datetime.now(UTC) + timedelta(days=expires_in_days)
         from botkit.admin import Admin
 
-        admin = Admin(await bot.user_store(), ctx.user_id, via="chat")
+        admin = Admin(await bot.access.user_store(), ctx.user_id, via="chat")
         invite = await admin.create_invite(role, uses, expires_at)
         return (
             f"{invite_link(username, invite.code)} (role {role}, {uses} use(s), "
@@ -92,9 +101,9 @@ async def _check_may_invite(bot: InviteHost, ctx: ToolContext, role: str) -> Non
     """Raise ``ToolError`` unless the caller may create an invite with ``role`` here."""
     if ctx.chat_type != "private":
         raise ToolError("invites are created only in a private chat with the bot")
-    if bot.is_admin(ctx.user_id):
+    if bot.access.is_admin(ctx.user_id):
         return
-    record = await bot.known_user(ctx.user_id)
+    record = await bot.access.known_user(ctx.user_id)
     if record is None or record.blocked or record.role != "admin":
         raise ToolError("only admins can create invites")
     if role.strip().casefold() == "admin":

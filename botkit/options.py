@@ -96,6 +96,11 @@ class BotOptions:
         "Just write to me, or send photos (albums too), PDFs and text files (.txt, .md, .csv, "
         ".json, source code); I can also use tools when they help. Commands:"
     )
+    console_help_text: str = (
+        "Just write to me: here in the terminal I read text only; I can also use tools when "
+        "they help. Commands:"
+    )
+    """The help's first line in ``python -m botkit console``, which takes no files."""
     voice_help_text: str = "I understand voice messages too."
     """Added to the help when the bot can transcribe."""
     file_texts: FileTexts = field(default_factory=FileTexts)

@@ -17,7 +17,7 @@ import structlog
 
 from botkit.errors import ToolError
 from botkit.messengers.base import Messenger
-from botkit.tools import Tool, ToolContext, tool
+from botkit.tools import ContextInjector, Tool, ToolContext, tool
 from botkit.types import Message, TextBlock
 
 __all__ = [
@@ -55,8 +55,9 @@ class RelayHost(Protocol):
         """How a user is named to others."""
         ...
 
-    async def inject(self, user_id: int, message: Message) -> None:
-        """Add ``message`` to the user's context."""
+    @property
+    def contexts(self) -> ContextInjector:
+        """Where a relayed message is added to the recipient's context."""
         ...
 
 
@@ -78,7 +79,7 @@ async def relay(
     header = f"Message from {escape_markdown(sender)}:"
     await host.messenger.send_text(recipient_id, f"{header}\n{text}")
     for message in relayed_note(sender, sender_id, text):
-        await host.inject(recipient_id, message)
+        await host.contexts.inject(recipient_id, message)
     log.info("relay.sent", sender=sender_id, recipient=recipient_id)
     return f"Delivered to user {recipient_id}."
 

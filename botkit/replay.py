@@ -20,10 +20,10 @@ from structlog.testing import capture_logs
 
 from botkit.config import Settings
 from botkit.errors import BotkitError, SessionError
+from botkit.extras import require_extra
 from botkit.sessions import (
     CompactionEntry,
     NumberedSessionFile,
-    PostgresSessionStore,
     ResetEntry,
     SessionEntry,
     SessionFile,
@@ -132,6 +132,9 @@ def session_files(folder: Path) -> list[Path]:
 
 async def _conversations(dsn: str) -> list[str]:
     try:
+        require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
+        from botkit.sessions.postgres import PostgresSessionStore
+
         store = await PostgresSessionStore.connect(dsn)
         try:
             return await store.conversations()
@@ -164,6 +167,9 @@ def _is_key(session: str) -> bool:
 async def _from_database(dsn: str, key: str) -> NumberedSessionFile:
     """The conversation's rows in PostgreSQL; a _ReplayError when there are none or no database."""
     try:
+        require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
+        from botkit.sessions.postgres import PostgresSessionStore
+
         store = await PostgresSessionStore.connect(dsn)
         try:
             with capture_logs():  # damaged rows are reported by replay(), not logged on stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _import_target(target: str) -> object:
 
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ConfigError(f"expected 'package.module:name', got {target!r}")
+        raise ConfigError(f"expected 'package.module:name', got {target!r}{_suggestion(target)}")
     sys.path.insert(0, ".")
     try:
         module = importlib.import_module(module_name)
@@ -88,6 +89,15 @@ def warn_unknown_settings() -> None:
 
     for problem in unknown_setting_names():
         print(f"botkit: warning: {problem}", file=sys.stderr)
+
+
+def _suggestion(target: str) -> str:
+    """``mybot.py`` or ``src/mybot.py``: the target it probably means (``mybot:bot``)."""
+    path = Path(target.partition(":")[0])
+    if path.suffix != ".py":
+        return ""
+    module = ".".join(path.with_suffix("").parts)
+    return f": did you mean '{module}:bot'?"
 
 
 def first_error(e: object) -> str:

@@ -32,7 +32,7 @@ from botkit.agent.loop import AgentLoop, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro
+from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro, visible_commands
 from botkit.config import Settings
 from botkit.errors import (
     LLMAuthError,
@@ -83,10 +83,6 @@ class BotSteps(Protocol):
     approvals: Approvals
     payments: Payments
     plugins: list[Plugin]
-
-    def commands_for(self, message: Incoming) -> list[Command]:
-        """The commands the sender of ``message`` may see (hidden ones only for admins)."""
-        ...
 
     @property
     def llm(self) -> LLM:
@@ -437,7 +433,7 @@ class TurnPipeline:
 
     async def _answer_command(self, message: Incoming) -> str | Reply:
         """A slash command's reply: ``/start`` alone and unknown commands cost no LLM call."""
-        visible = self.bot.commands_for(message)
+        visible = visible_commands(self.bot.commands, admin=self.access.sender_is_admin(message))
         command = self.bot.commands.get(message.command or "")
         if command is not None and command in visible:
             return await self._run_command(command, message)

@@ -29,6 +29,7 @@ from botkit import (
     UserStore,
     tool,
 )
+from botkit.relay import send_user_message_tool
 from botkit.stores import PostgresUserStore
 
 MANAGER_ROLES = ("manager", "admin")  # the bot's admins (BOTKIT_ADMINS) run the team too
@@ -150,22 +151,22 @@ class TeamBot(Bot):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.send_user_message = self.send_user_message_tool()
+        self.send_user_message = send_user_message_tool(self)
 
     async def member(self, message: Incoming) -> UserRecord:
         """The sender's record (the console fills in none, so look it up then)."""
-        return message.user or await self.user_record(message)
+        return message.user or await self.access.user_record(message)
 
     async def on_start(self) -> None:
         """Refuse to start without PostgreSQL, and make sure the rooms table exists."""
-        store = await self.user_store()
+        store = await self.access.user_store()
         if not isinstance(store, PostgresUserStore):
             raise ConfigError("the team bot keeps rooms in PostgreSQL: set BOTKIT_DATABASE_URL")
         await prepare(store.pool)
 
     async def build_extra(self, message: Incoming) -> Team:
         """The user store and its pool, for the room tools."""
-        store = await self.user_store()
+        store = await self.access.user_store()
         assert isinstance(store, PostgresUserStore), "checked in on_start"
         return Team(store, store.pool)
 
@@ -188,7 +189,7 @@ class TeamBot(Bot):
         if user.role != "cleaner":
             return GUEST_PROMPT
         # The relayed note names the manager but not their id, which send_user_message needs.
-        store = await self.user_store()
+        store = await self.access.user_store()
         managers = [u for role in MANAGER_ROLES for u in await store.list_users(role)]
         listed = ", ".join(f"{label(u)}, id {u.user_id}" for u in managers) or "none yet"
         return CLEANER_PROMPT.format(name=name, managers=listed)
@@ -197,7 +198,7 @@ class TeamBot(Bot):
         """Cleaners may message managers only; managers anyone on the team."""
         if not await super().can_relay(sender_id, recipient_id):
             return False
-        store = await self.user_store()
+        store = await self.access.user_store()
         sender, recipient = await store.get_user(sender_id), await store.get_user(recipient_id)
         if sender is None or recipient is None:
             return False
@@ -205,7 +206,7 @@ class TeamBot(Bot):
 
     async def display_name(self, user_id: int) -> str:
         """Relayed messages say who sent them: "Message from Maria (cleaner)"."""
-        user = await (await self.user_store()).get_user(user_id)
+        user = await (await self.access.user_store()).get_user(user_id)
         return label(user) if user is not None else await super().display_name(user_id)
 
 

@@ -43,7 +43,7 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
 
 
 async def invite_flow(telegram: FakeTelegramServer, claude: FakeAnthropicServer, bot: Bot) -> None:
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     code = (await store.create_invite("cleaner", uses=1)).code
     expired = await store.create_invite("cleaner", expires_at=datetime.now(UTC) - timedelta(1))
     async with running(bot, telegram):
@@ -60,7 +60,7 @@ async def invite_flow(telegram: FakeTelegramServer, claude: FakeAnthropicServer,
             bot.options.invite_expired_text
         )
     assert len(claude.requests) == 1, "only the admitted user's message reached the model"
-    newcomer = await (await bot.user_store()).get_user(NEWCOMER)  # serving closed the first
+    newcomer = await (await bot.access.user_store()).get_user(NEWCOMER)  # serving closed the first
     await bot.aclose()
     assert newcomer is not None and newcomer.role == "cleaner"
 
@@ -107,7 +107,7 @@ async def test_cli_invite_prints_a_deep_link_that_works(
         assert (
             await ask(telegram, NEWCOMER, f"/start {match.group(1)}")
         ).text == bot.options.welcome_text
-    user = await (await bot.user_store()).get_user(NEWCOMER)
+    user = await (await bot.access.user_store()).get_user(NEWCOMER)
     assert user is not None and user.role == "manager"
     await bot.aclose()
 
@@ -137,7 +137,7 @@ async def test_roles_reach_the_prompt(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = make_bot(claude, tmp_path, admins=ADMINS, bot_class=RoleBot)
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     await store.upsert_user(NEWCOMER, "manager")
     await store.upsert_user(OTHER, "cleaner")
     async with running(bot, telegram):
@@ -152,7 +152,7 @@ async def test_blocked_users_and_access_modes(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = make_bot(claude, tmp_path, admins=ADMINS, access="open")
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     await store.upsert_user(OTHER, "user")
     await store.set_blocked(OTHER, True)
     async with running(bot, telegram):
@@ -177,7 +177,7 @@ async def test_daily_budget_stops_llm_calls(
         assert (await ask(telegram, OTHER, "first")).text == "echo: first"
         assert (await ask(telegram, OTHER, "second")).text == bot.options.budget_text
     assert len(claude.requests) == 1
-    used = await (await bot.user_store()).usage_on(OTHER, datetime.now(UTC).date())
+    used = await (await bot.access.user_store()).usage_on(OTHER, datetime.now(UTC).date())
     await bot.aclose()
     assert used >= 10
 

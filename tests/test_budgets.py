@@ -36,7 +36,7 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, *, stream: bool = Fals
 
 
 async def spent(bot: Bot) -> int:
-    return await (await bot.user_store()).usage_on(USER, datetime.now(UTC).date())
+    return await (await bot.access.user_store()).usage_on(USER, datetime.now(UTC).date())
 
 
 async def test_a_turn_failing_at_its_second_call_still_charges_the_first(

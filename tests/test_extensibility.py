@@ -27,6 +27,7 @@ from botkit.agent.events import (
 )
 from botkit.agent.subagent import AgentTool
 from botkit.plugins import PromptPlugin, ToolPlugin
+from botkit.relay import send_user_message_tool
 from botkit.testing import (
     FakeAnthropicServer,
     FakeError,
@@ -98,7 +99,7 @@ async def test_hooks_fire_in_order_and_tool_start_can_block(
 
     ran.clear()
     with capture_logs() as logs:
-        events = [e async for e in bot.stream(ANN, "clean up")]
+        events = [e async for e in bot.turns.stream(ANN, "clean up")]
     assert ran == [], "the blocked tool never ran"
     final = events[-1]
     assert isinstance(final, AgentEnd)
@@ -122,7 +123,7 @@ async def test_stream_yields_typed_stamped_events(
 ) -> None:
     claude.responder = calls_then_answers
     bot = make_bot(claude, tmp_path, tools=[delete_everything])
-    events: list[Event] = [e async for e in bot.stream(ANN, "go")]
+    events: list[Event] = [e async for e in bot.turns.stream(ANN, "go")]
     kinds = [e.kind for e in events]
     assert kinds[0] == "agent_start" and kinds[-1] == "agent_end"
     assert {e.context_id for e in events} == {ANN}
@@ -143,7 +144,7 @@ async def test_stream_reports_an_overloaded_model_as_an_error_event(
 ) -> None:
     claude.enqueue(FakeError.overloaded())
     bot = make_bot(claude, tmp_path)
-    events = [e async for e in bot.stream(ANN, "hello")]
+    events = [e async for e in bot.turns.stream(ANN, "hello")]
     errors = [e for e in events if isinstance(e, ErrorEvent)]
     assert errors and errors[0].message == bot.options.overloaded_text
 
@@ -162,7 +163,7 @@ async def test_plugins_add_prompt_parts_and_tools_in_order(
         scheduling=False,
         memory=False,
     )
-    _ = [e async for e in bot.stream(ANN, "hi")]
+    _ = [e async for e in bot.turns.stream(ANN, "hi")]
     assert claude.requests[0].system_text == f"Base.\n\nBe terse.\n\nThe user is {ANN}."
     assert claude.requests[0].tool_names == ["delete_everything"]
 
@@ -183,8 +184,8 @@ async def test_send_user_message_reaches_the_other_user_and_their_context(
 
     claude.responder = model
     bot = make_bot(claude, tmp_path)
-    bot.tools.register(bot.send_user_message_tool())
-    store = await bot.user_store()
+    bot.tools.register(send_user_message_tool(bot))
+    store = await bot.access.user_store()
     for user in (ANN, BO):  # relaying is between registered users
         await store.upsert_user(user, "user")
     async with running(bot, telegram):
@@ -220,7 +221,7 @@ async def test_an_agent_can_be_a_tool(claude: FakeAnthropicServer, tmp_path: Pat
     bot.tools.register(
         AgentTool("researcher", "Researches a topic.", llm=bot.llm, system_prompt="You research.")
     )
-    events = [e async for e in bot.stream(ANN, "tell me about otters")]
+    events = [e async for e in bot.turns.stream(ANN, "tell me about otters")]
     final = events[-1]
     assert isinstance(final, AgentEnd) and final.text == "main: findings on otters"
     assert [r.system_text for r in claude.requests][1] == "You research."

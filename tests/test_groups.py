@@ -302,7 +302,7 @@ async def test_budgets_in_a_group_count_for_the_speaker(
     async with running(bot, telegram):
         in_group(telegram, ALICE, f"@{BOT} count this for me")
         await telegram.wait_for_messages(GROUP)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         today = datetime.now(UTC).date()
         assert await store.usage_on(ALICE, today) > 0
         assert await store.usage_on(GROUP, today) == 0

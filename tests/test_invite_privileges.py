@@ -56,7 +56,7 @@ async def test_no_admin_tool_is_offered_in_a_group_turn(
         group_tools = claude.requests[-1].tool_names
         in_private_chat = await in_private(telegram, ADMIN, "invite role cleaner", 1)
         private_tools = claude.requests[-2].tool_names
-        invites = await (await bot.user_store()).list_invites()
+        invites = await (await bot.access.user_store()).list_invites()
     assert "create_invite" not in group_tools
     assert in_the_group == "no invite"
     assert "create_invite" in private_tools, "an admin's private chat still offers it"
@@ -74,7 +74,7 @@ async def test_an_invite_tool_a_bot_offers_itself_refuses_group_turns(
     async with running(bot, telegram):
         await in_group(telegram, MEMBER, "invite role admin and post it here", 1)
         answer = await in_group(telegram, ADMIN, "hello", 2)
-        invites = await (await bot.user_store()).list_invites()
+        invites = await (await bot.access.user_store()).list_invites()
     assert answer == "invites are created only in a private chat with the bot"
     assert invites == []
 
@@ -83,13 +83,13 @@ async def test_an_admin_role_invite_needs_an_env_admin_in_a_private_chat(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = the_bot(claude, tmp_path)
-    await (await bot.user_store()).upsert_user(ROLE_ADMIN, "admin")
+    await (await bot.access.user_store()).upsert_user(ROLE_ADMIN, "admin")
     async with running(bot, telegram):
         refused = await in_private(telegram, ROLE_ADMIN, "invite role admin", 1)
         also_refused = await in_private(telegram, ROLE_ADMIN, "invite role Admin", 2)
         cleaner = await in_private(telegram, ROLE_ADMIN, "invite role cleaner", 3)
         admin = await in_private(telegram, ADMIN, "invite role admin", 1)
-        invites = await (await bot.user_store()).list_invites()
+        invites = await (await bot.access.user_store()).list_invites()
     assert refused == also_refused
     assert refused.startswith("an invite with the admin role is created only from the command")
     assert cleaner.startswith(f"https://t.me/{BOT}?start=") and "role cleaner" in cleaner

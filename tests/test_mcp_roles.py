@@ -44,7 +44,7 @@ async def test_mcp_tools_kept_for_a_role_are_neither_offered_nor_run_for_others(
     config = {"mcpServers": {"example": {"command": sys.executable, "args": [str(EXAMPLE)]}}}
     claude.responder = always_add
     bot = make_bot(claude, tmp_path, bot_class=TeamBot, mcp_config=orjson.dumps(config).decode())
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     await store.upsert_user(ADMIN, "admin")
     await store.upsert_user(CLEANER, "cleaner")
     async with running(bot, telegram):

@@ -88,7 +88,7 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
     model = bot.settings.model
     assert value(samples, "botkit_llm_calls_total", model=model, outcome="ok") == 4
     assert value(samples, "botkit_llm_seconds_count") == 4
-    usage = bot.usage_by_model[model]
+    usage = bot.turns.usage_by_model[model]
     assert value(samples, "botkit_llm_tokens_total", model=model, kind="input") == (
         usage.input_tokens
     )
@@ -392,7 +392,7 @@ async def test_a_name_listed_to_an_admin_is_shown_as_typed_never_as_a_link(
 ) -> None:
     bot = make_bot(claude, tmp_path, admins=frozenset({ADMIN}))
     name = "[Open your payslip](https://evil.example/pay) *now*"
-    await (await bot.user_store()).upsert_user(MEMBER, "user", name)
+    await (await bot.access.user_store()).upsert_user(MEMBER, "user", name)
     async with running(bot, telegram):
         listed = await ask(telegram, ADMIN, "/users")
     assert "<a" not in listed.text and "<b>" not in listed.text and "<i>" not in listed.text
@@ -414,7 +414,7 @@ async def test_admin_commands_are_unknown_to_everyone_else(
 
     assert tried == unknown.replace("frobnicate", "block")
     assert users == unknown.replace("frobnicate", "users")
-    assert await bot.known_user(ADMIN) is None, "nothing was blocked"
+    assert await bot.access.known_user(ADMIN) is None, "nothing was blocked"
     for hidden in ("/users", "/block", "/unblock"):
         assert hidden not in member_help and hidden not in unknown
         assert hidden in admin_help
@@ -427,7 +427,7 @@ async def test_a_user_whose_role_is_admin_administers_in_chat_too(
     tmp_path: Path, telegram: FakeTelegramServer, claude: FakeAnthropicServer
 ) -> None:
     bot = make_bot(claude, tmp_path, access="invite")
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     await store.upsert_user(ADMIN, "admin")
     await store.upsert_user(MEMBER, "user")
     async with running(bot, telegram):

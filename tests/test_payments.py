@@ -80,7 +80,7 @@ def paid_bot(
 
 async def use_up_free_budget(bot: Bot, user_id: int = USER) -> None:
     today = datetime.now(UTC).date()
-    await (await bot.user_store()).add_usage(user_id, today, FREE)
+    await (await bot.access.user_store()).add_usage(user_id, today, FREE)
 
 
 async def grants(bot: Bot) -> list[Grant]:
@@ -280,7 +280,7 @@ async def test_a_blocked_user_cannot_pay(
     store: dict[str, Any],
 ) -> None:
     bot = paid_bot(claude, tmp_path, store, allowed_users=frozenset(), access="invite")
-    await (await bot.user_store()).block_user(USER)
+    await (await bot.access.user_store()).block_user(USER)
     async with running(bot, telegram):
         query = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
         answer = await telegram.wait_for_checkout(query)

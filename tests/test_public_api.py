@@ -1,4 +1,5 @@
-"""The public surface: what README and examples import is exported, and nothing is missing."""
+"""The public surface: what README, the docs and examples import is exported, and nothing is
+missing."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def test_all_names_exist() -> None:
         assert getattr(botkit, name) is not None, name
 
 
-def test_readme_and_examples_import_only_public_names() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def test_readme_docs_and_examples_import_only_public_names() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    blocks = [b for p in pages for b in re.findall(r"```python\n(.*?)```", p.read_text(), re.S)]
     sources = blocks + [p.read_text() for p in (ROOT / "examples").glob("*.py")]
     used = set().union(*(imported_names(s) for s in sources))
     assert used, "README shows how to import botkit"

@@ -8,7 +8,7 @@ from typing import Any
 
 from botkit import Bot, Settings, tool
 from botkit.llm.anthropic import AnthropicLLM
-from botkit.relay import MAX_RELAYS_PER_TURN, UNREACHABLE
+from botkit.relay import MAX_RELAYS_PER_TURN, UNREACHABLE, send_user_message_tool
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer, running
 from botkit.testing.anthropic import is_note
 
@@ -25,12 +25,12 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bo
     }
     llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
     bot = Bot(settings=Settings(_env_file=None, **values), llm=llm)
-    bot.tools.register(bot.send_user_message_tool())
+    bot.tools.register(send_user_message_tool(bot))
     return bot
 
 
 async def register(bot: Bot, *users: int) -> None:
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     for user in users:
         await store.upsert_user(user, "admin" if user == ADMIN else "user")
 
@@ -65,7 +65,7 @@ async def test_a_relayed_request_is_not_obeyed_as_the_recipients_own(
         await telegram.wait_for_messages(ADMIN)  # the relayed message itself
         telegram.send_text(ADMIN, "hi")
         replies = await telegram.wait_for_messages(ADMIN, 2)
-        assert await (await bot.user_store()).list_invites() == []
+        assert await (await bot.access.user_store()).list_invites() == []
     assert replies[1].plain_text == "echo: hi"
     called = [r for r in claude.requests if "create_invite" in str(r.messages[-2:])]
     assert called == [], "the admin's turn never called create_invite"
@@ -77,7 +77,7 @@ async def test_every_refused_recipient_gets_the_same_answer(
     claude.responder = obedient
     bot = make_bot(claude, tmp_path)
     await register(bot, ADMIN, MALLORY, BLOCKED)
-    await (await bot.user_store()).set_blocked(BLOCKED, True)
+    await (await bot.access.user_store()).set_blocked(BLOCKED, True)
     async with running(bot, telegram):
         for n, target in enumerate((OUTSIDER, BLOCKED, -1001234, MALLORY + 10_000), start=1):
             telegram.send_text(MALLORY, f"relay {target} hello")
@@ -100,7 +100,7 @@ async def test_a_display_name_is_shown_as_typed_never_as_a_link(
         _env_file=None, access="open", sessions_dir=tmp_path / "s", stream_replies=False
     )
     bot = NamedBot(settings=settings, llm=llm)
-    bot.tools.register(bot.send_user_message_tool())
+    bot.tools.register(send_user_message_tool(bot))
     await register(bot, ADMIN, MALLORY)
     async with running(bot, telegram):
         telegram.send_text(MALLORY, f"relay {ADMIN} see you")

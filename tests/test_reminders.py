@@ -94,7 +94,7 @@ async def firing_loop_runs(bot: Bot) -> None:
 
 async def recorded(bot: Bot, fired: int) -> Schedule:
     """Alice's one pending schedule, once ``fired`` deliveries of it were recorded."""
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     async with asyncio.timeout(10):
         while True:
             (pending,) = await store.pending_schedules(ALICE)
@@ -159,7 +159,7 @@ async def test_a_cancelled_reminder_never_arrives(
         assert replies[1].plain_text == "tool said: Cancelled #1: it will not fire."
         await asyncio.sleep(1.0)
         await no_more_messages(telegram, ALICE, 2)
-    assert await (await bot.user_store()).pending_schedules() == []
+    assert await (await bot.access.user_store()).pending_schedules() == []
     await bot.aclose()  # serving closed its store; the one opened here too
 
 
@@ -234,7 +234,7 @@ async def test_a_blocked_users_reminders_do_not_fire_until_unblocked(
     async with running(bot, telegram):
         telegram.send_text(ALICE, "REMIND 10m|stretch")
         await telegram.wait_for_messages(ALICE, 1)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         await store.block_user(ALICE)
         clock.advance(timedelta(minutes=11))
         look_now(bot)
@@ -259,7 +259,7 @@ async def test_the_25th_task_run_of_a_user_in_a_utc_day_is_put_off_to_the_next(
         look_now(bot)
         replies = await telegram.wait_for_messages(ALICE, 25, timeout=60)
         await no_more_messages(telegram, ALICE, 25)
-        (put_off,) = await (await bot.user_store()).pending_schedules(ALICE)
+        (put_off,) = await (await bot.access.user_store()).pending_schedules(ALICE)
         midnight = datetime(2026, 11, 25, tzinfo=UTC)
         assert put_off.due_at == midnight and put_off.fired == 0
         clock.now = midnight  # a new UTC day: its run happens
@@ -297,7 +297,7 @@ async def test_a_removed_users_schedules_pause_are_listed_paused_and_resume_once
             await asyncio.sleep(0.3)
         await no_more_messages(telegram, GROUP, 0)
         await no_more_messages(telegram, ALICE, 0)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         assert [s.paused for s in await store.pending_schedules(ALICE)] == [True, True]
         assert fired(bot, "reminder", "paused") == fired(bot, "task", "paused") == 1
         bot.settings.allowed_users = frozenset({ALICE, BOB})  # and took her back
@@ -332,7 +332,7 @@ async def test_scheduled_turns_count_against_the_users_budget(
     clock = bot.reminders.clock = FixedClock(T0)
     today = datetime.now(UTC).date()
     async with running(bot, telegram):
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         telegram.send_text(ALICE, "TASK 10m|first")
         await telegram.wait_for_messages(ALICE, 1)
         await until_turns(bot, 1)
@@ -362,7 +362,7 @@ async def test_a_crash_between_delivery_and_record_redelivers_only_the_one_in_fl
     clock.advance(timedelta(minutes=1))
     # The process before the crash: it claimed two, recorded the first, died sending the second.
     recorded_one, in_flight = await claim_due(bot, limit=2)
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     assert await store.finish_schedule(
         recorded_one, next_due=None, fired_at=clock(), delivered=True
     )
@@ -411,7 +411,7 @@ async def test_a_task_repeating_more_often_than_the_minimum_is_a_tool_error_nami
         ):  # fmt: skip
             telegram.send_text(ALICE, text)
             await telegram.wait_for_messages(ALICE, n)
-        pending = await (await bot.user_store()).pending_schedules(ALICE)
+        pending = await (await bot.access.user_store()).pending_schedules(ALICE)
     results = [r.tool_results()[0] for r in claude.requests if r.tool_results()]
     errors = [str(r["content"]) for r in results if r.get("is_error")]
     assert len(results) == 6 and len(errors) == 3
@@ -442,7 +442,7 @@ async def test_a_schedule_whose_next_time_is_past_the_calendar_ends_after_firing
 ) -> None:
     bot = reminder_bot(claude, tmp_path, schedule_lease=60)
     clock = bot.reminders.clock = FixedClock(due)
-    store = await bot.user_store()
+    store = await bot.access.user_store()
     new = NewSchedule(ALICE, ALICE, "reminder", "last one", due, "UTC", repeat=repeat)
     made = await store.add_schedule(new, max_pending=5)
     assert made is not None
@@ -451,7 +451,7 @@ async def test_a_schedule_whose_next_time_is_past_the_calendar_ends_after_firing
         clock.advance(timedelta(seconds=61))  # past the lease: a claim left behind re-fires
         look_now(bot)
         await no_more_messages(telegram, ALICE, 1)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         assert await store.pending_schedules() == []
     assert delivered.plain_text == "last one"
     assert fired(bot, "reminder", "delivered") == 1
@@ -536,7 +536,7 @@ async def test_scheduled_lists_what_is_pending_and_its_cancel_button_cancels(
         "Scheduled:\n#2 task, Tue 24 Nov 2026 11:00 CET, daily: sum up the day"
     )
     assert buttons_of(edited.params) == ["Cancel #2"]
-    assert [s.id for s in await (await bot.user_store()).pending_schedules(ALICE)] == [2]
+    assert [s.id for s in await (await bot.access.user_store()).pending_schedules(ALICE)] == [2]
     await bot.aclose()  # serving closed its store; the one opened here too
     assert len(claude.requests) == 4, "listing and cancelling called no model"
 
@@ -594,7 +594,7 @@ async def test_a_groups_admin_sees_and_cancels_the_groups_schedules_paused_ones_
         bot.settings.allowed_users = frozenset({BOB, carol})  # Alice was removed
         clock.advance(timedelta(minutes=1))
         look_now(bot)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         async with asyncio.timeout(10):
             while not (await store.pending_schedules(ALICE))[0].paused:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
@@ -703,7 +703,7 @@ async def test_the_operator_lists_pending_schedules(
     reminders.clock = FixedClock(T0)
     await reminders.add(Place(ALICE, ALICE), "reminder", "call mum", "1h")
     await reminders.add(Place(BOB, GROUP, TOPIC, "supergroup"), "task", "sum up", "2h", "daily")
-    await (await bot.user_store()).block_user(BOB)  # his schedules wait: listed as paused
+    await (await bot.access.user_store()).block_user(BOB)  # his schedules wait: listed as paused
     await bot.aclose()
     env = {**os.environ, "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions")}
     run = [sys.executable, "-m", "botkit", "scheduled"]

@@ -14,6 +14,7 @@ from test_rerun import CHAT, record, shop_responder
 
 from botkit import Bot
 from botkit.errors import SessionError
+from botkit.relay import send_user_message_tool
 from botkit.reminders.tools import RERUN_TEXT
 from botkit.rerun.scratch import QuietMessenger
 from botkit.testing import (
@@ -142,7 +143,7 @@ class RelayingBot(Bot):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.tools.register_tool(self.send_user_message_tool())
+        self.tools.register_tool(send_user_message_tool(self))
 
     async def can_relay(self, sender_id: int, recipient_id: int) -> bool:
         return recipient_id in self.settings.allowed_users

@@ -723,7 +723,7 @@ async def test_a_redeemed_invite_and_a_block_count_on_every_worker_within_second
         queued(workers[0], receive=False),
         queued(workers[1], receive=False),
     ):
-        store = await receiver.user_store()  # as the admin CLI, or another worker, would
+        store = await receiver.access.user_store()  # as the admin CLI, or another worker, would
         assert set(await on_every_worker(telegram, workers, 41, "hello?")) == {refused}
         invite = await store.create_invite("user")
         telegram.send_text(41, f"/start {invite.code}")

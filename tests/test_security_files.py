@@ -134,9 +134,9 @@ async def bot(claude: FakeAnthropicServer, tmp_path: Path) -> AsyncIterator[Bot]
 async def test_a_bot_keeps_its_sessions_folder_and_everything_in_it_private(
     bot: Bot, tmp_path: Path
 ) -> None:
-    users = await bot.user_store()  # opened first, as when serving: it makes the folder
+    users = await bot.access.user_store()  # opened first, as when serving: it makes the folder
     await users.upsert_user(ANN, "user", "Ann")
-    [event async for event in bot.stream(ANN, "my address is 1 Main St")]
+    [event async for event in bot.turns.stream(ANN, "my address is 1 Main St")]
 
     folder = tmp_path / "sessions"
     written = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}

@@ -128,7 +128,7 @@ async def test_a_cleaners_answer_reaches_the_manager(
     async with FakeTelegramServer() as telegram, FakeAnthropicServer(responder=model) as claude:
         llm = fake_llm(claude)
         bot: Bot = example.make_bot(settings, llm)
-        store = await bot.user_store()
+        store = await bot.access.user_store()
         manager_code = (await store.create_invite("manager")).code
         cleaner_code = (await store.create_invite("cleaner")).code
         async with running(bot, telegram):
@@ -151,7 +151,7 @@ async def test_a_cleaners_answer_reaches_the_manager(
             assert answer == "Message from Maria (cleaner):\nYes, room 12 is clean."
         assert claude.responder_errors == []
         check_roles(claude.requests)
-        reopened = await bot.user_store()  # serving closed the first store
+        reopened = await bot.access.user_store()  # serving closed the first store
         assert isinstance(reopened, PostgresUserStore)
         status = await reopened.pool.fetchval("SELECT status FROM team_rooms WHERE room = '12'")
         assert status == "clean", "Maria's agent marked the room clean in PostgreSQL"
@@ -214,7 +214,7 @@ async def test_cleaners_message_managers_only_and_managers_anyone_on_the_team(
     async with FakeAnthropicServer(responder=model) as claude:
         bot: Bot = example.make_bot(settings, fake_llm(claude))
         try:
-            store = await bot.user_store()
+            store = await bot.access.user_store()
             await store.upsert_user(ANNA, "manager", "Anna")
             await store.upsert_user(MARIA, "cleaner", "Maria")
             await store.upsert_user(BO, "cleaner", "Bo")

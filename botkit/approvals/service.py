@@ -31,9 +31,9 @@ from botkit.tools import ToolRegistry
 from botkit.types import ToolUseBlock
 
 if TYPE_CHECKING:
+    from botkit.access import Access
     from botkit.config import Settings
     from botkit.options import BotOptions
-    from botkit.stores.base import UserStore
 
 __all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
 
@@ -75,8 +75,9 @@ class ApprovalHost(Protocol):
         """Who else than the sender may allow ``call``."""
         ...
 
-    async def user_store(self) -> UserStore:
-        """The users store (its PostgreSQL pool keeps approvals in a scale-out)."""
+    @property
+    def access(self) -> Access:
+        """The gates and the users store (its PostgreSQL pool keeps approvals in a scale-out)."""
         ...
 
 
@@ -315,7 +316,7 @@ def _store_for(bot: ApprovalHost) -> ApprovalStore:
     from botkit.approvals.postgres import PostgresApprovals
 
     async def pool() -> Any:
-        return getattr(await bot.user_store(), "pool")  # noqa: B009
+        return getattr(await bot.access.user_store(), "pool")  # noqa: B009
 
     return PostgresApprovals(pool)
 

@@ -35,7 +35,6 @@ from botkit.options import BotOptions
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Invoice, Plan
 from botkit.payments.store import Grant, NewPayment, PaymentStore, payment_store_for
 from botkit.payments.texts import PaymentTexts
-from botkit.stores.base import UserStore
 
 __all__ = ["STARS", "PaymentHost", "Payments", "RefundError"]
 
@@ -70,10 +69,6 @@ class PaymentHost(Protocol):
 
     async def authorize(self, message: Incoming) -> str | None:
         """``None`` admits the message's sender; a text refuses them."""
-        ...
-
-    async def user_store(self) -> UserStore:
-        """The users store (payments are kept beside it)."""
         ...
 
 
@@ -130,7 +125,7 @@ class Payments:
     async def store(self) -> PaymentStore:
         """The payments store, beside the user store, opened on first use."""
         if self._store is None:
-            self._store = payment_store_for(await self.host.user_store())
+            self._store = payment_store_for(await self.access.user_store())
         return self._store
 
     async def close(self) -> None:
@@ -358,7 +353,7 @@ class Payments:
             if free is None:
                 return texts.free_unlimited_text
             return texts.free_plan_text.format(tokens=f"{free:,}")
-        used = await (await self.host.user_store()).usage_on(message.user_id, _today())
+        used = await (await self.access.user_store()).usage_on(message.user_id, _today())
         plan = self.plans.get(grant.plan_id)
         return texts.current_plan_text.format(
             title=plan.title if plan else grant.plan_id,

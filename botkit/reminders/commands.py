@@ -74,7 +74,7 @@ def _set_by(owner: int, viewer: int) -> str:
 def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminders) -> None:
     """``/timezone [Area/City]`` and ``/scheduled``."""
 
-    @bot.command("timezone", "show or set your time zone, e.g. /timezone Europe/Berlin")
+    @bot.command("timezone", "Show or set your time zone, e.g. /timezone Europe/Berlin")
     async def timezone(message: Incoming, args: str) -> str:
         if not args.strip():
             now = await reminders.local_now(message.user_id)
@@ -89,7 +89,7 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
         """Whether the sender is a group's admin, asking in that group."""
         return message.in_group and await bot.is_group_admin(message)
 
-    @bot.command("scheduled", "your pending reminders and scheduled tasks")
+    @bot.command("scheduled", "Your pending reminders and scheduled tasks")
     async def scheduled(message: Incoming, args: str) -> Reply:
         whole = await manages(message)  # a group's admins see (and cancel) all of the group's
         return await scheduled_reply(reminders, message.user_id, message.chat_id, whole_chat=whole)

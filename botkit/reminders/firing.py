@@ -58,6 +58,14 @@ TurnRunner = Callable[[Incoming], Awaitable[None]]
 """Runs one message's turn to its end (e.g. ``TurnDispatcher.run``: in the runtime's slots)."""
 
 
+class SafeTurns(Protocol):
+    """A bot's turn pipeline, as firing uses it."""
+
+    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
+        """Run one message through the turn pipeline; failures become a polite reply."""
+        ...
+
+
 class FiringHost(LimitsHost, Protocol):
     """What firing needs of a bot: its settings, its schedules, its gate and its turn pipeline."""
 
@@ -65,8 +73,9 @@ class FiringHost(LimitsHost, Protocol):
     reminders: Reminders
     metrics: Metrics
 
-    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
-        """Run one message through the turn pipeline; failures become a polite reply."""
+    @property
+    def turns(self) -> SafeTurns:
+        """The bot's turn pipeline."""
         ...
 
 
@@ -90,7 +99,7 @@ async def fire(
     """Deliver one claimed schedule and record it (its next time, if it repeats).
 
     A task's turn runs through ``run_turn`` if given (the runtime's turn slots), else straight
-    through ``host.handle_safely``.
+    through ``host.turns.handle_safely``.
     """
     reminders = host.reminders
     now = reminders.clock()
@@ -105,7 +114,7 @@ async def fire(
         else:
             message = scheduled_message(schedule, zone, now)
             if run_turn is None:
-                await host.handle_safely(message, messenger)
+                await host.turns.handle_safely(message, messenger)
             else:
                 await run_turn(message)
         delivered = True

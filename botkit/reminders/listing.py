@@ -56,7 +56,7 @@ def list_scheduled(settings: Settings, user_id: int | None, *, as_json: bool) ->
     configure_logging(settings.log_level, secrets=settings.secret_values())
 
     async def pending() -> list[Schedule]:
-        store = await open_user_store(settings)
+        store = await open_user_store(settings, create=False)
         try:
             return await store.pending_schedules(user_id)
         finally:

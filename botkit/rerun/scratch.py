@@ -122,10 +122,6 @@ class RerunSteps:
         """The re-run's model: the bot's own, or the recorded answers."""
         return self._llm
 
-    def commands_for(self, message: Incoming) -> list[Command]:
-        """As the bot says."""
-        return self._bot.commands_for(message)
-
     async def handle_start(self, message: Incoming, payload: str) -> str | None:
         """As the bot says."""
         return await self._bot.handle_start(message, payload)

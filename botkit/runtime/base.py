@@ -11,18 +11,20 @@ from typing import Protocol
 
 import structlog
 
+from botkit.access import Access
 from botkit.agent.events import Hooks
+from botkit.agent.pool import ContextPool
 from botkit.commands import Command
 from botkit.config import Settings
 from botkit.llm.base import LLM
-from botkit.messengers.base import ButtonPress, Incoming, Messenger
+from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
 from botkit.payments.service import Payments
 from botkit.reminders.service import Reminders
 from botkit.sessions import SessionStore
-from botkit.stores.base import UserStore
 from botkit.tools import ToolRegistry
+from botkit.turns import TurnPipeline
 
 __all__ = ["ServedBot", "until_signalled"]
 
@@ -42,23 +44,13 @@ class ServedBot(Protocol):
     sessions: SessionStore
     reminders: Reminders
     payments: Payments
+    access: Access
+    contexts: ContextPool
+    turns: TurnPipeline
 
     @property
     def llm(self) -> LLM:
         """The model the bot talks to."""
-        ...
-
-    @property
-    def resident_contexts(self) -> int:
-        """How many contexts are in memory now."""
-        ...
-
-    async def user_store(self) -> UserStore:
-        """The users and invites store."""
-        ...
-
-    def command_menu(self, *, admin: bool = False) -> list[tuple[str, str]]:
-        """The commands as a menu shows them (to an admin, hidden ones too)."""
         ...
 
     async def on_start(self) -> None:
@@ -67,18 +59,6 @@ class ServedBot(Protocol):
 
     async def authorize(self, message: Incoming) -> str | None:
         """``None`` admits the message's sender; a text refuses them."""
-        ...
-
-    async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
-        """Run one message through the turn pipeline; failures become a polite reply."""
-        ...
-
-    async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
-        """Handle a press of an inline button under one of the bot's messages."""
-        ...
-
-    def stop_turn(self, chat_id: int, draft_id: int) -> bool:
-        """Cancel the turn whose draft was stopped."""
         ...
 
     async def aclose(self) -> None:

@@ -108,7 +108,7 @@ async def serve_queued(
         settings, inbox=False, flood=shared_flood(settings, queue)
     )
     messenger.observe(bot.metrics)
-    bot.metrics.watch_load(contexts=lambda: bot.resident_contexts)
+    bot.metrics.watch_load(contexts=lambda: len(bot.contexts))
     bot.metrics.refresh_on_scrape(partial(_count_waiting, bot.metrics, queue))
     polling = receive and settings.webhook_url is None
     checks = [*readiness(bot, messenger, polling_too=polling), queue.check]

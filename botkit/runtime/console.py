@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -299,6 +300,7 @@ async def run_console(
         view, frozenset({bot.options.error_text, bot.options.overloaded_text})
     )
     bot.messenger = messenger
+    bot.options = replace(bot.options, help_text=bot.options.console_help_text)  # text only
     bot.hooks.on("tool_end", _show_tool(view))
     try:
         async with mcp_tools(bot):
@@ -328,7 +330,7 @@ async def _read_loop(bot: Bot, messenger: ConsoleMessenger, source: TextIO, user
             text=text,
             date=datetime.now(UTC),
         )
-        await bot.handle_safely(message, messenger)
+        await bot.turns.handle_safely(message, messenger)
 
 
 def _show_tool(view: ConsoleView) -> Callable[[ToolEnd], Awaitable[None]]:

@@ -82,7 +82,7 @@ def journaled_turns(bot: ServedBot, messenger: Messenger, inbox: UpdateJournal |
     update started ``BOTKIT_MAX_JOB_ATTEMPTS`` times by processes that died is given up."""
 
     async def plain(message: Incoming) -> None:
-        await bot.handle_safely(message, messenger)
+        await bot.turns.handle_safely(message, messenger)
 
     if not isinstance(inbox, Inbox):
         return plain
@@ -108,7 +108,7 @@ class _JournaledTurns:
                 return
             self._journal_start(update_ids)
             try:
-                await self.bot.handle_safely(message, self.messenger)
+                await self.bot.turns.handle_safely(message, self.messenger)
             except asyncio.CancelledError:  # a shutdown: not a death
                 self.inbox.interrupted(update_ids)
                 raise

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from botkit.errors import LLMAuthError
+from botkit.extras import require_extra
 from botkit.runtime.base import ServedBot
 
 __all__ = ["check_llm", "mcp_tools"]
@@ -22,6 +23,7 @@ async def mcp_tools(bot: ServedBot) -> AsyncIterator[None]:
     if not bot.settings.mcp_config:
         yield
         return
+    require_extra("mcp", "mcp", "BOTKIT_MCP_CONFIG")
     from botkit.tools.mcp import connect_mcp, parse_mcp_config
 
     async with connect_mcp(parse_mcp_config(bot.settings.mcp_config)) as tools:

@@ -11,6 +11,7 @@ import structlog
 
 from botkit.approvals.service import sweeping
 from botkit.chats import conversation_of
+from botkit.commands import command_menu
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.messengers.base import ButtonPress, Checkout, Messenger
@@ -118,7 +119,7 @@ async def _serve(
     presses: set[asyncio.Task[None]] = set()
 
     def on_press(press: ButtonPress) -> None:
-        task = asyncio.create_task(bot.handle_press(press, messenger))
+        task = asyncio.create_task(bot.turns.handle_press(press, messenger))
         presses.add(task)
         task.add_done_callback(presses.discard)
 
@@ -138,7 +139,7 @@ async def _serve(
     bot.metrics.watch_load(
         running=lambda: dispatcher.running,
         waiting=lambda: dispatcher.waiting,
-        contexts=lambda: bot.resident_contexts,
+        contexts=lambda: len(bot.contexts),
         inbox=(lambda: len(inbox.pending())) if inbox else None,
     )
     try:
@@ -154,7 +155,11 @@ async def _serve(
             if freeze_startup:
                 freeze_startup_objects()
             await messenger.poll(
-                dispatcher.submit, bot.stop_turn, stop, on_press=on_press, on_checkout=on_checkout
+                dispatcher.submit,
+                bot.turns.stop_turn,
+                stop,
+                on_press=on_press,
+                on_checkout=on_checkout,
             )
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period
@@ -195,7 +200,7 @@ def readiness(
         return None
 
     async def read_user() -> object:
-        return await (await bot.user_store()).get_user(0)
+        return await (await bot.access.user_store()).get_user(0)
 
     async def read_session() -> object:
         return await bot.sessions.load(0)
@@ -240,13 +245,13 @@ async def publish_commands(bot: ServedBot, messenger: TelegramMessenger) -> None
     A failure is one log line (all the admins it concerns in one), never a stop.
     """
     try:
-        changed = await messenger.sync_commands(bot.command_menu())
+        changed = await messenger.sync_commands(command_menu(bot.commands))
     except MessengerError as e:
         log.warning("bot.commands_not_set", error=str(e))
         return
     log.info("bot.commands", changed=changed, count=len(bot.commands))
-    admin_menu = bot.command_menu(admin=True)
-    if admin_menu == bot.command_menu():
+    admin_menu = command_menu(bot.commands, admin=True)
+    if admin_menu == command_menu(bot.commands):
         return
     failed: dict[int, str] = {}
     admins = sorted(bot.settings.admins)

@@ -1,7 +1,7 @@
 """``python -m botkit work``: turns from the job queue through the same pipeline as ``run``.
 
 A worker is a procrastinate worker whose one task reads an update, claims it (a copy that
-arrived twice runs once) and hands the message to ``bot.handle_safely``: the same gates,
+arrived twice runs once) and hands the message to ``bot.turns.handle_safely``: the same gates,
 tool loop, recording and reply as the single-process runtime. Any worker puts back the jobs of
 a worker that stopped beating (SIGKILL, a lost machine), so its turns finish elsewhere; a
 turn whose answer was recorded before the crash is re-sent, not generated again (the
@@ -85,11 +85,11 @@ class Worker:
                 message = await self._whole_album(message, job_id)
             self.running += 1
             try:
-                await self.bot.handle_safely(message, self.messenger)
+                await self.bot.turns.handle_safely(message, self.messenger)
             finally:
                 self.running -= 1
         elif isinstance(message, ButtonPress):
-            await self.bot.handle_press(message, self.messenger)
+            await self.bot.turns.handle_press(message, self.messenger)
         elif isinstance(message, Checkout):
             await self.bot.payments.answer_checkout(message, self.messenger)
 
@@ -203,7 +203,7 @@ class Worker:
         while not stop.is_set():
             try:
                 async for chat_id, draft_id in self.queue.stop_presses():
-                    self.bot.stop_turn(chat_id, draft_id)
+                    self.bot.turns.stop_turn(chat_id, draft_id)
             except (ConnectorException, OSError, StoreError) as e:
                 log.debug("worker.stop_listener_failed", error=str(e))
             await _sleep_unless(stop, self.queue.timings.heartbeat)

@@ -1,5 +1,7 @@
 """Session persistence: every context append, one JSON line each (in a file, or in PostgreSQL)."""
 
+from typing import TYPE_CHECKING, Any
+
 from botkit.sessions.base import (
     NumberedSessionFile,
     NumberedSessionStore,
@@ -18,7 +20,9 @@ from botkit.sessions.jsonl import (
     parse_entry,
     read_session_file,
 )
-from botkit.sessions.postgres import PostgresSessionStore
+
+if TYPE_CHECKING:
+    from botkit.sessions.postgres import PostgresSessionStore
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -37,3 +41,15 @@ __all__ = [
     "read_session_file",
     "session_store_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # asyncpg is the postgres extra's: imported only when the PostgreSQL store is asked for.
+    if name == "PostgresSessionStore":
+        from botkit.extras import require_extra
+
+        require_extra("asyncpg", "postgres", "PostgresSessionStore")
+        from botkit.sessions.postgres import PostgresSessionStore
+
+        return PostgresSessionStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from botkit.config import Settings
+from botkit.extras import require_extra
 from botkit.sessions.base import SessionStore
 from botkit.sessions.jsonl import JsonlSessionStore
 
@@ -13,6 +14,7 @@ def session_store_for(settings: Settings) -> SessionStore:
     """PostgreSQL when BOTKIT_DATABASE_URL is set (connected on first use), else JSONL files."""
     if settings.database_url is None:
         return JsonlSessionStore(settings.sessions_dir)
+    require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
     from botkit.sessions.postgres import PostgresSessionStore
 
     return PostgresSessionStore.lazy(settings.database_url.get_secret_value())

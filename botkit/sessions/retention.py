@@ -25,17 +25,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import ValidationError
 
 from botkit.config import Settings
 from botkit.errors import SessionError
+from botkit.extras import require_extra
 from botkit.sessions.base import is_conversation_key
 from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, parse_entry
 from botkit.sessions.live import needed_from
 from botkit.sessions.media import MEDIA_DIR, write_all
-from botkit.sessions.postgres import PostgresSessionStore
+
+if TYPE_CHECKING:
+    from botkit.sessions.postgres import PostgresSessionStore
 
 __all__ = ["PruneReport", "needed_from", "prune", "prune_database", "prune_files"]
 
@@ -96,6 +100,9 @@ async def prune(settings: Settings, days: float, *, dry_run: bool) -> PruneRepor
             return prune_files(settings.sessions_dir, cutoff, dry_run=dry_run)
         except OSError as e:
             raise SessionError(f"cannot prune the session files: {e}") from e
+    require_extra("asyncpg", "postgres", "BOTKIT_DATABASE_URL")
+    from botkit.sessions.postgres import PostgresSessionStore
+
     store = await PostgresSessionStore.connect(settings.database_url.get_secret_value())
     try:
         return await prune_database(store, cutoff, dry_run=dry_run)
