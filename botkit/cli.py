@@ -281,6 +281,9 @@ def _run(target: str | None, *, queued: str | None = None, concurrency: int | No
     if queued != "work":  # the front that takes messages says how to get in, if nobody can
         from botkit.owner import announce_owner_link
 
+        if queued is None and settings.database_url is None:
+            with _data_folder(bot):  # a folder another process serves: refused, no link made
+                pass
         announce_owner_link(settings)
     if queued is None and settings.database_url is None:
         # aiogram takes seconds to import: only once we will run

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+import structlog
 
 from botkit.llm import internals
 from botkit.llm.internals import Internals
@@ -139,6 +140,16 @@ def _server_unavailable_reason() -> str | None:
     except KeyError:
         return f"PostgreSQL cannot run as root, and there is no {_SERVER_USER!r} user to run it"
     return None
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs ``botkit.cli.main`` in this process configures structlog (loggers
+    cached on first use, which ``capture_logs`` in later tests cannot see): undo it."""
+    configured = structlog.is_configured()
+    yield
+    if not configured and structlog.is_configured():
+        structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

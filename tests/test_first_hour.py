@@ -34,7 +34,7 @@ async def ping() -> str:
     return "pong"
 
 
-bot = Bot(scheduling=False, tools=[ping])
+bot = Bot(scheduling=False, memory=False, tools=[ping])
 '''
 
 
@@ -72,8 +72,8 @@ async def test_doctor_counts_the_tools_the_model_gets_says_1_tool_and_never_doub
     )
 
     assert "onebot:bot builds (1 tool offered to a user, " in one.stdout, one.stdout
-    # the assistant's clock and dice, and the five scheduling tools every bot offers
-    assert "the default assistant builds (7 tools offered to a user, " in default.stdout
+    # the assistant's clock and dice, the five scheduling tools and the memory every bot offers
+    assert "the default assistant builds (8 tools offered to a user, " in default.stdout
     anthropic = [line for line in one.stdout.splitlines() if "Anthropic:" in line]
     assert anthropic and "Connection error: check the network" in anthropic[0], one.stdout
     assert ".:" not in one.stdout + default.stdout

@@ -341,9 +341,9 @@ async def test_another_worker_sees_what_the_last_turn_wrote(
         worker_b = memory_bot(claude, tmp_path / "b", database_url=SecretStr(db))
         try:
             create = mem(command="create", path="/memories/me.md", file_text="tea")
-            [event async for event in worker_a.stream(ALICE, create)]
+            [event async for event in worker_a.turns.stream(ALICE, create)]
             view = mem(command="view", path="/memories")
-            [event async for event in worker_b.stream(ALICE, view)]
+            [event async for event in worker_b.turns.stream(ALICE, view)]
         finally:
             await worker_a.aclose()
             await worker_b.aclose()

@@ -180,7 +180,7 @@ async def test_each_users_turns_stay_in_order_across_three_workers(
     for request in last_calls:
         said = [m["content"] for m in request.body["messages"] if m["role"] == "user"]
         assert len(said) == per_user, said
-    served = {w: w.usage_by_model for w in workers}
+    served = {w: w.turns.usage_by_model for w in workers}
     assert sum(1 for usage in served.values() if usage) >= 2, "the turns were spread"
 
 

@@ -57,6 +57,7 @@ ALL = [
     "010_update_starts",
     "011_approvals",
     "012_handoffs",
+    "013_memory",
     "014_payments",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"

@@ -167,7 +167,7 @@ def check_roles(requests: list[FakeRequest]) -> None:
     assert {"list_team", "room_status", "assign_room", "send_user_message"} <= set(
         manager.tool_names
     )
-    everyones = set(SCHEDULING_TOOLS)  # botkit's reminders, for every role
+    everyones = {*SCHEDULING_TOOLS, "memory"}  # botkit's reminders and memory, for every role
     assert {"my_rooms", "mark_room_clean", "send_user_message"} == set(
         cleaner.tool_names
     ) - everyones

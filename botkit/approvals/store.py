@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -179,12 +179,14 @@ class SqliteApprovals:
     async def _connected(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
             if self._db is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                db = await aiosqlite.connect(self.path, timeout=30.0, isolation_level=None)
-                await db.execute("PRAGMA journal_mode=WAL")
-                for statement in _SCHEMA:
-                    await db.execute(statement)
-                self._db = db
+                opening = asyncio.ensure_future(_open(self.path))
+                try:
+                    self._db = await asyncio.shield(opening)
+                except asyncio.CancelledError:
+                    # The open goes on in aiosqlite's thread: close what it opens, then stop.
+                    with suppress(Exception):
+                        await (await opening).close()
+                    raise
             yield self._db
 
     async def _changed(self, sql: str, *params: Any) -> int:
@@ -305,6 +307,21 @@ class SqliteApprovals:
             if self._db is not None:
                 db, self._db = self._db, None
                 await db.close()
+
+
+async def _open(path: Path) -> aiosqlite.Connection:
+    """A connection to ``path`` (made ``0600``: it holds tool arguments) with the schema."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    db = await aiosqlite.connect(path, timeout=30.0, isolation_level=None)
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        for statement in _SCHEMA:
+            await db.execute(statement)
+    except BaseException:
+        await db.close()
+        raise
+    return db
 
 
 def now() -> float:

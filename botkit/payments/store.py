@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -198,10 +199,22 @@ _SQLITE_SCHEMA = (
 
 def _open(path: str, busy_timeout: float) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode = WAL")
+    _use_wal(db, time.monotonic() + busy_timeout)
     for statement in _SQLITE_SCHEMA:
         db.execute(statement)
     return db
+
+
+def _use_wal(db: sqlite3.Connection, deadline: float) -> None:
+    """Put the file in WAL mode (once for all its users): switching takes a lock that SQLite
+    does not wait for, so while another process opens the same file, try again a moment later."""
+    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:

@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from botkit.bot import Bot
 from botkit.config import Settings
 from botkit.llm.anthropic import AnthropicLLM
+from botkit.memory.plugin import MemoryPlugin
 from botkit.messengers.base import Incoming
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
 from botkit.reminders.tools import SchedulingPlugin
@@ -130,12 +131,13 @@ def _made_again(bot: Bot, settings: Settings, llm: AnthropicLLM, rest: dict[str,
 
 
 def _given_plugins(bot: Bot) -> list[Plugin]:
-    """The plugins passed to ``bot``, without those it added itself (scheduling, skills)."""
+    """The plugins passed to ``bot``, without those it added itself (scheduling, skills,
+    memory)."""
     own_prompt = bot.skills.prompt_section() if bot.skills else None
     return [
         plugin
         for plugin in bot.plugins
-        if not isinstance(plugin, SchedulingPlugin)
+        if not isinstance(plugin, SchedulingPlugin | MemoryPlugin)
         and not (isinstance(plugin, PromptPlugin) and plugin.source == own_prompt)
         and not (isinstance(plugin, ToolPlugin) and bot.skills and _has_skill_tool(plugin))
     ]
