@@ -1,6 +1,6 @@
-"""A user's data erased (``users forget``) and exported (``users export``) on both stores (#30):
-a marker the user sent is nowhere afterwards, in the data folder or the database; the export
-holds it; other users keep theirs."""
+"""A user's data erased (``users forget``, ``/forget_me``) and exported (``users export``) on
+both stores (#30): a marker the user sent is nowhere afterwards, in the data folder or the
+database; the export holds it; other users keep theirs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
 
 from botkit.cli import main
-from botkit.privacy import default_parts, forget_user
+from botkit.privacy.command import erase
 from botkit.stores.migrate import migrate
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.harness import running
@@ -99,17 +99,107 @@ async def test_forget_leaves_no_trace_and_export_holds_everything(
 
 
 async def test_a_running_bot_forgets_too(
-    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, postgres_dsn: str
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
 ) -> None:
+    """``users forget`` beside a running bot: its next request holds nothing of before (files:
+    the session file is gone, so the cached context is rebuilt; PostgreSQL: its rows)."""
     mark = f"MARK{secrets.token_hex(6)}"
-    async with fresh_database(postgres_dsn) as db:
-        await migrate(db)
-        bot = memory_bot(claude, tmp_path, database_url=SecretStr(db))
-        async with running(bot, telegram):
-            await ask(telegram, ALICE, f"my secret is {mark}")
-            await forget_user(ALICE, default_parts(bot.settings))
-            await ask(telegram, ALICE, "what did I tell you?")
-        await bot.aclose()
+    bot = memory_bot(claude, tmp_path, **stored)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        await ask(telegram, ALICE, "and another thing")
+        await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"])
+        await ask(telegram, ALICE, "what did I tell you?")
+    await bot.aclose()
     assert mark in json.dumps(claude.requests[0].body)
     assert mark not in json.dumps(claude.requests[-1].body)
     assert len(claude.requests[-1].messages) == 1
+
+
+GROUP = -100500
+
+
+async def test_forget_me_erases_everything_after_the_confirming_button(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, **stored)
+    texts = bot.options.privacy_texts
+    data = tmp_path / "sessions"
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text=mark))
+        await ask(telegram, BOB, f"mine is {bobs}")
+
+        asked = await ask(telegram, ALICE, "/forget_me")
+        assert asked.text == texts.confirm
+        telegram.press_button(BOB, asked, texts.confirm_button)  # not his to press
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(ALICE, asked, texts.cancel_button)
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+        assert [m.text for m in telegram.edited_messages(ALICE)] == [texts.cancelled]
+        assert holding(data, mark.encode()), "nothing erased before Confirm"
+
+        asked = await ask(telegram, ALICE, "/forget_me")
+        telegram.press_button(ALICE, asked, texts.confirm_button)
+        await telegram.wait_for_requests("answerCallbackQuery", 3)
+        assert telegram.edited_messages(ALICE)[-1].text == texts.done
+
+        await ask(telegram, ALICE, "what did I tell you?")
+        last = claude.requests[-1]
+        assert mark not in json.dumps(last.body), "the running bot forgot at once"
+        assert len(last.messages) == 1
+    await bot.aclose()
+    assert holding(data, mark.encode()) == set()
+    assert holding(data, bobs.encode()), "Bob's data stays"
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text and bobs in text
+
+
+async def test_forget_me_only_in_a_private_chat(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = memory_bot(claude, tmp_path, group_context="shared")
+    texts = bot.options.privacy_texts
+    async with running(bot, telegram):
+        answer = await ask(telegram, ALICE, "/forget_me", chat_id=GROUP, chat_type="supergroup")
+        assert answer.text == texts.private_only
+        assert not telegram.edited_messages(GROUP)
+    await bot.aclose()
+
+
+async def test_a_blocked_user_who_erases_stays_blocked(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    mark = f"MARK{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        users = await bot.access.user_store()
+        await users.block_user(ALICE)
+        bot.access.forget(ALICE)
+        await erase(bot, ALICE)
+        record = await users.get_user(ALICE)
+        assert record is not None and record.blocked and record.display_name is None
+        assert (await ask(telegram, ALICE, "hello")).text == bot.options.rejection_text
+    await bot.aclose()
+    assert holding(tmp_path / "sessions", mark.encode()) == set()
+
+
+async def test_forget_me_can_be_turned_off(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    on, off = memory_bot(claude, tmp_path / "on"), memory_bot(claude, tmp_path, forget_me=False)
+    assert "forget_me" in on.commands
+    assert "forget_me" not in off.commands and "forget_me" not in off.buttons
+    async with running(off, telegram):
+        assert "/forget_me" not in (await ask(telegram, ALICE, "/help")).text
+    await on.aclose()
+    await off.aclose()
