@@ -18,11 +18,12 @@ from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
 
 from botkit.cli import main
 from botkit.privacy.command import erase
+from botkit.sessions import session_store_for
 from botkit.stores.migrate import migrate
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.harness import running
 from botkit.testing.kit import ask
-from botkit.testing.telegram import FakeTelegramServer
+from botkit.testing.telegram import TINY_PNG, FakeTelegramServer
 
 
 @pytest.fixture(params=["files", "postgres"])
@@ -203,3 +204,54 @@ async def test_forget_me_can_be_turned_off(
         assert "/forget_me" not in (await ask(telegram, ALICE, "/help")).text
     await on.aclose()
     await off.aclose()
+
+
+async def test_group_turns_become_erased_and_their_media_go(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    """In a group the user's turns (their message and the bot's answer) become ``[erased]``,
+    the sequence stays whole and Bob's turns stay; the photo only they sent is deleted."""
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, group_context="shared", **stored)
+    group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    async with running(bot, telegram):
+        await ask(telegram, BOB, f"@botkit_test_bot before {bobs}", **group)
+        await ask(telegram, ALICE, f"@botkit_test_bot in the group {mark}", **group)
+        await ask(telegram, BOB, f"@botkit_test_bot after {bobs}", **group)
+        before = len(telegram.sent_messages(ALICE))
+        telegram.send_photo(ALICE, caption="look", data=TINY_PNG + mark.encode())
+        telegram.send_photo(BOB, caption="look", data=TINY_PNG + bobs.encode())
+        await telegram.wait_for_messages(ALICE, before + 1)
+        await telegram.wait_for_messages(BOB, 1)
+        erased_turns_before = await group_entries(bot)
+        assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+        await ask(telegram, BOB, "@botkit_test_bot what was said?", **group)
+    await bot.aclose()
+    seen = json.dumps(claude.requests[-1].body)
+    assert mark not in seen and bobs in seen and "[erased]" in seen, "the running bot rebuilt"
+    after = await group_entries(bot)
+    assert len(after) == len(erased_turns_before) + 2, "the group's sequence stayed whole"
+    erased = [e for e in after if "[erased]" in json.dumps(e["content"])]
+    assert [e["role"] for e in erased] == ["user", "assistant"]
+    assert all(e["user_id"] != ALICE and e["speaker"] is None for e in erased)
+    assert sum(bobs in json.dumps(e) for e in after) == 4, "Bob's turns are untouched"
+    data = tmp_path / "sessions"
+    assert holding(data, mark.encode()) == set()
+    assert holding(data, bobs.encode()), "Bob's photo stays"
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text and mark.encode().hex() not in text
+        assert bobs.encode().hex() in text, "Bob's photo stays"
+
+
+async def group_entries(bot: Any) -> list[dict[str, Any]]:
+    """The group conversation's entries as recorded (files or rows)."""
+    store = session_store_for(bot.settings)
+    try:
+        recorded = await store.load_stored(f"chat_{GROUP}")  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+    return [entry.model_dump(mode="json") for entry in recorded.entries]

@@ -50,12 +50,17 @@ class Part(Protocol):
 
 
 def default_parts(settings: Settings) -> list[Part]:
-    """Sessions, memory, the user-store records and the inbox journal, for ``settings``."""
+    """Sessions, group turns, memory, the user-store records, the inbox journal and the
+    media left unreferenced, for ``settings``."""
+    from botkit.privacy.groups import GroupsPart, MediaPart
+
     return [
         SessionsPart(settings),
+        GroupsPart(settings),
         MemoryPart(memory_store_for(settings)),
         RecordsPart(settings),
         InboxPart(settings.sessions_dir / "inbox.jsonl"),
+        MediaPart(settings),
     ]
 
 
