@@ -8,6 +8,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from pydantic import SecretStr
 from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
 
 from botkit.cli import main
+from botkit.payments.plans import Plan
+from botkit.payments.store import NewPayment
 from botkit.privacy.command import erase
 from botkit.sessions import session_store_for
 from botkit.stores.migrate import migrate
-from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask
 from botkit.testing.telegram import TINY_PNG, FakeTelegramServer
@@ -170,7 +173,9 @@ async def test_forget_me_only_in_a_private_chat(
     bot = memory_bot(claude, tmp_path, group_context="shared")
     texts = bot.options.privacy_texts
     async with running(bot, telegram):
-        answer = await ask(telegram, ALICE, "/forget_me", chat_id=GROUP, chat_type="supergroup")
+        answer = await ask(
+            telegram, ALICE, "/forget_me", chat_id=GROUP, chat_type="supergroup", timeout=30
+        )
         assert answer.text == texts.private_only
         assert not telegram.edited_messages(GROUP)
     await bot.aclose()
@@ -255,3 +260,58 @@ async def group_entries(bot: Any) -> list[dict[str, Any]]:
     finally:
         await store.close()
     return [entry.model_dump(mode="json") for entry in recorded.entries]
+
+
+def approving(request: FakeRequest) -> FakeReply:
+    """``DELETE <path>`` calls ``delete_file`` (which waits for Allow); else an echo."""
+    text = request.last_user_text()
+    if text.startswith("DELETE ") and not request.tool_results():
+        return FakeReply.tool_use("delete_file", {"path": text.removeprefix("DELETE ")})
+    return FakeReply.text(f"echo: {text}")
+
+
+async def test_pending_approvals_and_held_messages_are_exported_and_erased_payments_kept(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    """A pending approval and a message held behind it hold the marker: exported, then erased.
+    A payment record stays (refunds need the charge id, tax law the record) and is exported."""
+    mark = f"MARK{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, **stored)
+    claude.responder = approving
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    plan = Plan(id="pro", title="Pro", description="More", stars=50, daily_tokens=1000)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"DELETE /{mark}")  # the approval request
+        telegram.send_text(ALICE, f"meanwhile {mark}")
+        for _ in range(200):
+            if await bot.approvals.store.next_held(str(ALICE)):
+                break
+            await asyncio.sleep(0.05)
+        now = datetime.now(UTC)
+        payments = await bot.payments.store()
+        await payments.grant(NewPayment(f"charge-{mark[4:]}", ALICE, plan, 50, now))
+    await bot.aclose()
+
+    out = tmp_path / "export"
+    assert await asyncio.to_thread(main, ["users", "export", str(ALICE), str(out)]) == 0
+    assert {"approvals/approvals.json", "approvals/held_messages.json"} <= holding(
+        out, mark.encode()
+    )
+    assert holding(out, mark[4:].encode()) >= {"records/payments.json"}
+    assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+    data = tmp_path / "sessions"
+    assert holding(data, mark.encode()) == set()
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text
+        assert f"charge-{mark[4:]}" in text, "the payment record stays"
+    else:
+        assert holding(data, f"charge-{mark[4:]}".encode()) == {"botkit.db"}

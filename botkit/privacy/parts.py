@@ -50,14 +50,16 @@ class Part(Protocol):
 
 
 def default_parts(settings: Settings) -> list[Part]:
-    """Sessions, group turns, memory, the user-store records, the inbox journal and the
-    media left unreferenced, for ``settings``."""
+    """Sessions, group turns, memory, approvals, the user-store records, the inbox journal
+    and the media left unreferenced, for ``settings``."""
+    from botkit.privacy.approvals import ApprovalsPart
     from botkit.privacy.groups import GroupsPart, MediaPart
 
     return [
         SessionsPart(settings),
         GroupsPart(settings),
         MemoryPart(memory_store_for(settings)),
+        ApprovalsPart(settings),
         RecordsPart(settings),
         InboxPart(settings.sessions_dir / "inbox.jsonl"),
         MediaPart(settings),
@@ -158,6 +160,8 @@ class RecordsPart:
         tables = await self._tables()
         gone = 0
         for table in tables:
+            if table in KEPT:
+                continue
             if table == "botkit_users" and keep_block:
                 await self._run(
                     "UPDATE botkit_users SET blocked = {true}, display_name = NULL "
@@ -185,7 +189,10 @@ class RecordsPart:
         return described
 
     async def _tables(self) -> list[str]:
-        """The botkit tables with a ``user_id`` column."""
+        """The botkit tables with a ``user_id`` column (but approvals: a part of their own)."""
+        return [name for name in await self._all_tables() if name != "botkit_approvals"]
+
+    async def _all_tables(self) -> list[str]:
         if self.settings.database_url is None:
             names = [
                 row["name"]
@@ -238,7 +245,13 @@ class RecordsPart:
             db.close()
 
 
+KEPT = frozenset({"botkit_payments"})
+"""Tables an erasure keeps the user's rows of: payment records (a refund needs the charge id,
+and tax law requires keeping them); ``users export`` includes them."""
+
 _TABLE_TEXTS = {
+    "botkit_payments": "your payments (kept after an erasure: refunds and tax law need them)",
+    "botkit_handoffs": "your conversations handed to a person",
     "botkit_users": "your user record: role, name, when you joined, whether you are blocked",
     "botkit_usage": "tokens you used per day",
     "botkit_model_usage": "tokens you used per day and model",
