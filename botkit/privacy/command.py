@@ -13,8 +13,8 @@ from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
 from botkit.config import Settings
 from botkit.messengers.base import Button, ButtonPress, Incoming, Messenger, Reply
 from botkit.options import BotOptions
+from botkit.privacy.defaults import default_parts
 from botkit.privacy.erase import forget_user
-from botkit.privacy.parts import default_parts
 
 __all__ = ["BUTTON_PREFIX", "enable_forget_me"]
 

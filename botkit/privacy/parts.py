@@ -1,8 +1,9 @@
 """The parts of what botkit holds about a user, each able to forget and to export it.
 
-A feature that keeps something about users adds a ``Part`` to ``default_parts`` (or passes
-its own list to ``forget_user`` / ``export_user``): ``forget`` deletes it, ``export`` writes
-it into the export folder and returns the files it wrote with a line about each.
+A feature that keeps something about users adds a ``Part`` to ``default_parts``
+(``botkit.privacy.defaults``; or passes its own list to ``forget_user`` / ``export_user``):
+``forget`` deletes it, ``export`` writes it into the export folder and returns the files it
+wrote with a line about each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from botkit.config import Settings
-from botkit.memory.store import MemoryStore, memory_store_for
+from botkit.memory.store import MemoryStore
 from botkit.sessions.jsonl import JsonlSessionStore
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "Part",
     "RecordsPart",
     "SessionsPart",
-    "default_parts",
 ]
 
 Described = dict[str, str]
@@ -47,23 +47,6 @@ class Part(Protocol):
     async def export(self, user_id: int, folder: Path) -> Described:
         """Write the user's data of this kind under ``folder``."""
         ...
-
-
-def default_parts(settings: Settings) -> list[Part]:
-    """Sessions, group turns, memory, approvals, the user-store records, the inbox journal
-    and the media left unreferenced, for ``settings``."""
-    from botkit.privacy.approvals import ApprovalsPart
-    from botkit.privacy.groups import GroupsPart, MediaPart
-
-    return [
-        SessionsPart(settings),
-        GroupsPart(settings),
-        MemoryPart(memory_store_for(settings)),
-        ApprovalsPart(settings),
-        RecordsPart(settings),
-        InboxPart(settings.sessions_dir / "inbox.jsonl"),
-        MediaPart(settings),
-    ]
 
 
 def _per_user_keys(keys: list[str], user_id: int) -> list[str]:
