@@ -31,6 +31,7 @@ from botkit.options import Authorize, BotOptions, BuildExtra, BuildPrompt, Build
 from botkit.payments.plans import Plan, load_plans
 from botkit.payments.service import Payments
 from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
+from botkit.privacy.command import enable_forget_me
 from botkit.reminders.commands import register_scheduling_commands
 from botkit.reminders.service import Reminders
 from botkit.reminders.tools import SchedulingPlugin
@@ -111,6 +112,7 @@ class Bot:
             register_scheduling_commands(self, self.reminders)
         self.memory = enable_memory(self)
         """Each conversation's long-term memory (``None``: off)."""
+        enable_forget_me(self)  # /forget_me, unless BOTKIT_FORGET_ME=false
         self.contexts = ContextPool(
             self.sessions,
             max_contexts=self.options.max_contexts,

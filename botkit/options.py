@@ -12,6 +12,7 @@ from botkit.files import FileTexts, Transcribe
 from botkit.memory.texts import MemoryTexts
 from botkit.messengers.base import Incoming
 from botkit.payments.texts import PaymentTexts
+from botkit.privacy.texts import PrivacyTexts
 from botkit.tools import Tool, ToolRegistry
 
 __all__ = [
@@ -168,6 +169,8 @@ class BotOptions:
     memory: bool = True
     """Give each conversation a long-term memory the model manages (BOTKIT_MEMORY too)."""
     memory_texts: MemoryTexts = field(default_factory=MemoryTexts)
+    privacy_texts: PrivacyTexts = field(default_factory=PrivacyTexts)
+    """The texts of ``/forget_me`` (on with BOTKIT_FORGET_ME, the default)."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

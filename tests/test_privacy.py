@@ -1,6 +1,6 @@
-"""A user's data erased (``users forget``) and exported (``users export``) on both stores (#30):
-a marker the user sent is nowhere afterwards, in the data folder or the database; the export
-holds it; other users keep theirs."""
+"""A user's data erased (``users forget``, ``/forget_me``) and exported (``users export``) on
+both stores (#30): a marker the user sent is nowhere afterwards, in the data folder or the
+database; the export holds it; other users keep theirs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,15 @@ from pydantic import SecretStr
 from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
 
 from botkit.cli import main
-from botkit.privacy import default_parts, forget_user
+from botkit.payments.plans import Plan
+from botkit.payments.store import NewPayment
+from botkit.privacy.command import erase
+from botkit.sessions import session_store_for
 from botkit.stores.migrate import migrate
-from botkit.testing.anthropic import FakeAnthropicServer
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask
-from botkit.testing.telegram import FakeTelegramServer
+from botkit.testing.telegram import TINY_PNG, FakeTelegramServer
 
 
 @pytest.fixture(params=["files", "postgres"])
@@ -99,17 +103,215 @@ async def test_forget_leaves_no_trace_and_export_holds_everything(
 
 
 async def test_a_running_bot_forgets_too(
-    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, postgres_dsn: str
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
 ) -> None:
+    """``users forget`` beside a running bot: its next request holds nothing of before (files:
+    the session file is gone, so the cached context is rebuilt; PostgreSQL: its rows)."""
     mark = f"MARK{secrets.token_hex(6)}"
-    async with fresh_database(postgres_dsn) as db:
-        await migrate(db)
-        bot = memory_bot(claude, tmp_path, database_url=SecretStr(db))
-        async with running(bot, telegram):
-            await ask(telegram, ALICE, f"my secret is {mark}")
-            await forget_user(ALICE, default_parts(bot.settings))
-            await ask(telegram, ALICE, "what did I tell you?")
-        await bot.aclose()
+    bot = memory_bot(claude, tmp_path, **stored)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        await ask(telegram, ALICE, "and another thing")
+        await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"])
+        await ask(telegram, ALICE, "what did I tell you?")
+    await bot.aclose()
     assert mark in json.dumps(claude.requests[0].body)
     assert mark not in json.dumps(claude.requests[-1].body)
     assert len(claude.requests[-1].messages) == 1
+
+
+GROUP = -100500
+
+
+async def test_forget_me_erases_everything_after_the_confirming_button(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, **stored)
+    texts = bot.options.privacy_texts
+    data = tmp_path / "sessions"
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text=mark))
+        await ask(telegram, BOB, f"mine is {bobs}")
+
+        asked = await ask(telegram, ALICE, "/forget_me")
+        assert asked.text == texts.confirm
+        telegram.press_button(BOB, asked, texts.confirm_button)  # not his to press
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        telegram.press_button(ALICE, asked, texts.cancel_button)
+        await telegram.wait_for_requests("answerCallbackQuery", 2)
+        assert [m.text for m in telegram.edited_messages(ALICE)] == [texts.cancelled]
+        assert holding(data, mark.encode()), "nothing erased before Confirm"
+
+        asked = await ask(telegram, ALICE, "/forget_me")
+        telegram.press_button(ALICE, asked, texts.confirm_button)
+        await telegram.wait_for_requests("answerCallbackQuery", 3)
+        assert telegram.edited_messages(ALICE)[-1].text == texts.done
+
+        await ask(telegram, ALICE, "what did I tell you?")
+        last = claude.requests[-1]
+        assert mark not in json.dumps(last.body), "the running bot forgot at once"
+        assert len(last.messages) == 1
+    await bot.aclose()
+    assert holding(data, mark.encode()) == set()
+    assert holding(data, bobs.encode()), "Bob's data stays"
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text and bobs in text
+
+
+async def test_forget_me_only_in_a_private_chat(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = memory_bot(claude, tmp_path, group_context="shared")
+    texts = bot.options.privacy_texts
+    async with running(bot, telegram):
+        answer = await ask(
+            telegram, ALICE, "/forget_me", chat_id=GROUP, chat_type="supergroup", timeout=30
+        )
+        assert answer.text == texts.private_only
+        assert not telegram.edited_messages(GROUP)
+    await bot.aclose()
+
+
+async def test_a_blocked_user_who_erases_stays_blocked(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    mark = f"MARK{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        users = await bot.access.user_store()
+        await users.block_user(ALICE)
+        bot.access.forget(ALICE)
+        await erase(bot, ALICE)
+        record = await users.get_user(ALICE)
+        assert record is not None and record.blocked and record.display_name is None
+        assert (await ask(telegram, ALICE, "hello")).text == bot.options.rejection_text
+    await bot.aclose()
+    assert holding(tmp_path / "sessions", mark.encode()) == set()
+
+
+async def test_forget_me_can_be_turned_off(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    on, off = memory_bot(claude, tmp_path / "on"), memory_bot(claude, tmp_path, forget_me=False)
+    assert "forget_me" in on.commands
+    assert "forget_me" not in off.commands and "forget_me" not in off.buttons
+    async with running(off, telegram):
+        assert "/forget_me" not in (await ask(telegram, ALICE, "/help")).text
+    await on.aclose()
+    await off.aclose()
+
+
+async def test_group_turns_become_erased_and_their_media_go(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    """In a group the user's turns (their message and the bot's answer) become ``[erased]``,
+    the sequence stays whole and Bob's turns stay; the photo only they sent is deleted."""
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, group_context="shared", **stored)
+    group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    async with running(bot, telegram):
+        await ask(telegram, BOB, f"@botkit_test_bot before {bobs}", **group)
+        await ask(telegram, ALICE, f"@botkit_test_bot in the group {mark}", **group)
+        await ask(telegram, BOB, f"@botkit_test_bot after {bobs}", **group)
+        before = len(telegram.sent_messages(ALICE))
+        telegram.send_photo(ALICE, caption="look", data=TINY_PNG + mark.encode())
+        telegram.send_photo(BOB, caption="look", data=TINY_PNG + bobs.encode())
+        await telegram.wait_for_messages(ALICE, before + 1)
+        await telegram.wait_for_messages(BOB, 1)
+        erased_turns_before = await group_entries(bot)
+        assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+        await ask(telegram, BOB, "@botkit_test_bot what was said?", **group)
+    await bot.aclose()
+    seen = json.dumps(claude.requests[-1].body)
+    assert mark not in seen and bobs in seen and "[erased]" in seen, "the running bot rebuilt"
+    after = await group_entries(bot)
+    assert len(after) == len(erased_turns_before) + 2, "the group's sequence stayed whole"
+    erased = [e for e in after if "[erased]" in json.dumps(e["content"])]
+    assert [e["role"] for e in erased] == ["user", "assistant"]
+    assert all(e["user_id"] != ALICE and e["speaker"] is None for e in erased)
+    assert sum(bobs in json.dumps(e) for e in after) == 4, "Bob's turns are untouched"
+    data = tmp_path / "sessions"
+    assert holding(data, mark.encode()) == set()
+    assert holding(data, bobs.encode()), "Bob's photo stays"
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text and mark.encode().hex() not in text
+        assert bobs.encode().hex() in text, "Bob's photo stays"
+
+
+async def group_entries(bot: Any) -> list[dict[str, Any]]:
+    """The group conversation's entries as recorded (files or rows)."""
+    store = session_store_for(bot.settings)
+    try:
+        recorded = await store.load_stored(f"chat_{GROUP}")  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+    return [entry.model_dump(mode="json") for entry in recorded.entries]
+
+
+def approving(request: FakeRequest) -> FakeReply:
+    """``DELETE <path>`` calls ``delete_file`` (which waits for Allow); else an echo."""
+    text = request.last_user_text()
+    if text.startswith("DELETE ") and not request.tool_results():
+        return FakeReply.tool_use("delete_file", {"path": text.removeprefix("DELETE ")})
+    return FakeReply.text(f"echo: {text}")
+
+
+async def test_pending_approvals_and_held_messages_are_exported_and_erased_payments_kept(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    """A pending approval and a message held behind it hold the marker: exported, then erased.
+    A payment record stays (refunds need the charge id, tax law the record) and is exported."""
+    mark = f"MARK{secrets.token_hex(6)}"
+    bot = memory_bot(claude, tmp_path, **stored)
+    claude.responder = approving
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    plan = Plan(id="pro", title="Pro", description="More", stars=50, daily_tokens=1000)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, f"DELETE /{mark}")  # the approval request
+        telegram.send_text(ALICE, f"meanwhile {mark}")
+        for _ in range(200):
+            if await bot.approvals.store.next_held(str(ALICE)):
+                break
+            await asyncio.sleep(0.05)
+        now = datetime.now(UTC)
+        payments = await bot.payments.store()
+        await payments.grant(NewPayment(f"charge-{mark[4:]}", ALICE, plan, 50, now))
+    await bot.aclose()
+
+    out = tmp_path / "export"
+    assert await asyncio.to_thread(main, ["users", "export", str(ALICE), str(out)]) == 0
+    assert {"approvals/approvals.json", "approvals/held_messages.json"} <= holding(
+        out, mark.encode()
+    )
+    assert holding(out, mark[4:].encode()) >= {"records/payments.json"}
+    assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+    data = tmp_path / "sessions"
+    assert holding(data, mark.encode()) == set()
+    if (db := stored.get("database_url")) is not None:
+        text = await database_text(db.get_secret_value())
+        assert mark not in text
+        assert f"charge-{mark[4:]}" in text, "the payment record stays"
+    else:
+        assert holding(data, f"charge-{mark[4:]}".encode()) == {"botkit.db"}

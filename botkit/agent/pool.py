@@ -8,7 +8,8 @@ With a store that numbers entries (PostgreSQL), several processes may append to 
 conversation (queue workers taking its turns in turn, a relay from another user's turn). Before
 a cached context is handed out, the conversation's last number is read: if it is not the one
 this process last wrote or read, the context is rebuilt from the store, so a turn never runs on
-a context that misses another worker's appends.
+a context that misses another worker's appends. With a store of files (``generation``), a file
+replaced or deleted since it was read (``users forget``, ``prune``) has its context rebuilt too.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class ContextPool:
         self._numbered = callable(getattr(sessions, "last_sequence", None))
         self._last_seq: dict[int | str, int] = {}
         """Per cached conversation, the last entry number this process read or wrote."""
+        self._generation: Any = getattr(sessions, "generation", None)
+        self._generations: dict[int | str, object] = {}
+        """Per cached conversation, which version of its file this process read or wrote."""
 
     def __len__(self) -> int:
         return len(self._contexts)
@@ -65,10 +69,18 @@ class ContextPool:
 
     async def _up_to_date(self, key: int | str, task: asyncio.Task[ContextManager]) -> bool:
         """Whether a cached context holds everything recorded (another process may append)."""
-        if not self._numbered or task.exception() is not None or task.result().lock.locked():
+        if task.exception() is not None or task.result().lock.locked():
             return True
+        if not self._numbered:
+            return self._generation is None or self._generation(key) == self._generations.get(key)
         last: int = await self.sessions.last_sequence(key)  # type: ignore[attr-defined]
         return last == self._last_seq.get(key)
+
+    def drop(self, key: int | str) -> None:
+        """Forget the cached context of a conversation (its data was erased)."""
+        self._contexts.pop(key, None)
+        self._last_seq.pop(key, None)
+        self._generations.pop(key, None)
 
     async def inject(self, user_id: int, message: Message) -> None:
         """Record ``message`` in a user's conversation now; it joins their next turn."""
@@ -83,8 +95,7 @@ class ContextPool:
         for key in list(itertools.islice(self._contexts, excess + 16)):
             task = self._contexts[key]
             if task.done() and not task.exception() and not task.result().lock.locked():
-                del self._contexts[key]
-                self._last_seq.pop(key, None)
+                self.drop(key)
                 excess -= 1
                 if excess <= 0:
                     return
@@ -97,6 +108,9 @@ class ContextPool:
         if self._numbered:
             self._last_seq[key] = getattr(recorded, "last_seq", 0)
             on_append = self._counted(key)
+        elif self._generation is not None:
+            self._generations[key] = self._generation(key)
+            on_append = self._stamped(key)
         context = ContextManager.restore(
             owner_id,
             recorded.entries,
@@ -114,5 +128,14 @@ class ContextPool:
         async def append(entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
             await self.sessions.append(entry)
             self._last_seq[key] = self._last_seq.get(key, 0) + 1
+
+        return append
+
+    def _stamped(self, key: int | str) -> Any:
+        """``sessions.append`` that also notes the version of the file this process wrote."""
+
+        async def append(entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+            await self.sessions.append(entry)
+            self._generations[key] = self._generation(key)
 
         return append

@@ -4,7 +4,8 @@ What botkit holds about a user is split into parts (``botkit.privacy.parts``): s
 memory, the user store's records, the inbox journal. A feature keeping more adds a part.
 """
 
+from botkit.privacy.defaults import default_parts
 from botkit.privacy.erase import export_user, forget_user
-from botkit.privacy.parts import Part, default_parts
+from botkit.privacy.parts import Part
 
 __all__ = ["Part", "default_parts", "export_user", "forget_user"]

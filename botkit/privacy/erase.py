@@ -11,7 +11,8 @@ from pathlib import Path
 import structlog
 
 from botkit.config import Settings
-from botkit.privacy.parts import Described, Part, default_parts
+from botkit.privacy.defaults import default_parts
+from botkit.privacy.parts import Described, Part
 
 __all__ = ["add_actions", "export_user", "forget_user", "run"]
 

@@ -1,8 +1,9 @@
 """The parts of what botkit holds about a user, each able to forget and to export it.
 
-A feature that keeps something about users adds a ``Part`` to ``default_parts`` (or passes
-its own list to ``forget_user`` / ``export_user``): ``forget`` deletes it, ``export`` writes
-it into the export folder and returns the files it wrote with a line about each.
+A feature that keeps something about users adds a ``Part`` to ``default_parts``
+(``botkit.privacy.defaults``; or passes its own list to ``forget_user`` / ``export_user``):
+``forget`` deletes it, ``export`` writes it into the export folder and returns the files it
+wrote with a line about each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from botkit.config import Settings
-from botkit.memory.store import MemoryStore, memory_store_for
+from botkit.memory.store import MemoryStore
 from botkit.sessions.jsonl import JsonlSessionStore
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "Part",
     "RecordsPart",
     "SessionsPart",
-    "default_parts",
 ]
 
 Described = dict[str, str]
@@ -47,16 +47,6 @@ class Part(Protocol):
     async def export(self, user_id: int, folder: Path) -> Described:
         """Write the user's data of this kind under ``folder``."""
         ...
-
-
-def default_parts(settings: Settings) -> list[Part]:
-    """Sessions, memory, the user-store records and the inbox journal, for ``settings``."""
-    return [
-        SessionsPart(settings),
-        MemoryPart(memory_store_for(settings)),
-        RecordsPart(settings),
-        InboxPart(settings.sessions_dir / "inbox.jsonl"),
-    ]
 
 
 def _per_user_keys(keys: list[str], user_id: int) -> list[str]:
@@ -153,6 +143,8 @@ class RecordsPart:
         tables = await self._tables()
         gone = 0
         for table in tables:
+            if table in KEPT:
+                continue
             if table == "botkit_users" and keep_block:
                 await self._run(
                     "UPDATE botkit_users SET blocked = {true}, display_name = NULL "
@@ -180,7 +172,10 @@ class RecordsPart:
         return described
 
     async def _tables(self) -> list[str]:
-        """The botkit tables with a ``user_id`` column."""
+        """The botkit tables with a ``user_id`` column (but approvals: a part of their own)."""
+        return [name for name in await self._all_tables() if name != "botkit_approvals"]
+
+    async def _all_tables(self) -> list[str]:
         if self.settings.database_url is None:
             names = [
                 row["name"]
@@ -233,7 +228,13 @@ class RecordsPart:
             db.close()
 
 
+KEPT = frozenset({"botkit_payments"})
+"""Tables an erasure keeps the user's rows of: payment records (a refund needs the charge id,
+and tax law requires keeping them); ``users export`` includes them."""
+
 _TABLE_TEXTS = {
+    "botkit_payments": "your payments (kept after an erasure: refunds and tax law need them)",
+    "botkit_handoffs": "your conversations handed to a person",
     "botkit_users": "your user record: role, name, when you joined, whether you are blocked",
     "botkit_usage": "tokens you used per day",
     "botkit_model_usage": "tokens you used per day and model",

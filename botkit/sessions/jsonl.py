@@ -233,6 +233,14 @@ class JsonlSessionStore:
         """The session file of a conversation: a user id, or a group's ``chat_…`` key."""
         return self.directory / f"{key}.jsonl"
 
+    def generation(self, key: int | str) -> tuple[int, int] | None:
+        """Which file a conversation has (``None``: none): another after a rewrite or erasure."""
+        try:
+            status = os.stat(self.path_for(key))
+        except FileNotFoundError:
+            return None
+        return status.st_dev, status.st_ino
+
     async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
         """Write ``entry`` as one line at the end of its conversation's file (whole, or not)."""
         key = entry.key

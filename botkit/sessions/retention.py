@@ -21,7 +21,7 @@ import contextlib
 import fcntl
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +41,15 @@ from botkit.sessions.media import MEDIA_DIR, write_all
 if TYPE_CHECKING:
     from botkit.sessions.postgres import PostgresSessionStore
 
-__all__ = ["PruneReport", "needed_from", "prune", "prune_database", "prune_files"]
+__all__ = [
+    "PruneReport",
+    "needed_from",
+    "prune",
+    "prune_database",
+    "prune_files",
+    "rewrite_file",
+    "sweep_media_files",
+]
 
 Entry = SessionEntry | ResetEntry | CompactionEntry
 
@@ -126,6 +134,27 @@ def prune_files(directory: Path, cutoff: datetime, *, dry_run: bool) -> PruneRep
     if media.is_dir():
         _sweep_media(directory, media, None if dry_run else set(), used, report)
     return report
+
+
+def sweep_media_files(directory: Path) -> int:
+    """Delete the media in ``directory``'s media folder no session file refers to; how many."""
+    report = PruneReport(dry_run=False)
+    if (directory / MEDIA_DIR).is_dir():
+        _sweep_media(directory, directory / MEDIA_DIR, set(), set(), report)
+    return report.media
+
+
+def rewrite_file(path: Path, change: Callable[[bytes], bytes | None]) -> bool:
+    """Replace ``path`` with ``change(its bytes)`` under its ``flock``, atomically, as prune
+    does (a running bot reopens it); ``None`` from ``change`` leaves it. Whether it changed."""
+    with _locked(path) as fd:
+        if fd is None:
+            return False
+        changed = change(_read_all(fd))
+        if changed is None:
+            return False
+        _replace(path, changed)
+        return True
 
 
 def _prune_file(path: Path, fd: int, cutoff: datetime, report: PruneReport) -> set[str]:

@@ -1,0 +1,25 @@
+"""The parts ``users forget``, ``users export`` and ``/forget_me`` go through, in order."""
+
+from __future__ import annotations
+
+from botkit.config import Settings
+from botkit.memory.store import memory_store_for
+from botkit.privacy.approvals import ApprovalsPart
+from botkit.privacy.groups import GroupsPart, MediaPart
+from botkit.privacy.parts import InboxPart, MemoryPart, Part, RecordsPart, SessionsPart
+
+__all__ = ["default_parts"]
+
+
+def default_parts(settings: Settings) -> list[Part]:
+    """Sessions, group turns, memory, approvals, the user-store records, the inbox journal
+    and the media left unreferenced, for ``settings``."""
+    return [
+        SessionsPart(settings),
+        GroupsPart(settings),
+        MemoryPart(memory_store_for(settings)),
+        ApprovalsPart(settings),
+        RecordsPart(settings),
+        InboxPart(settings.sessions_dir / "inbox.jsonl"),
+        MediaPart(settings),
+    ]
