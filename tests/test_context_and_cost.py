@@ -59,6 +59,7 @@ async def test_commands_answer_without_the_llm_and_fill_the_menu(
         "timezone",
         "scheduled",
         "memory",
+        "forget_me",
         "ping",
     ]
 
