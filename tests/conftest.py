@@ -143,9 +143,16 @@ def _server_unavailable_reason() -> str | None:
 
 
 @pytest.fixture(autouse=True)
-def _logging_left_as_found() -> Iterator[None]:
-    """A test that runs ``botkit.cli.main`` in this process configures structlog (loggers
-    cached on first use, which ``capture_logs`` in later tests cannot see): undo it."""
+def _logging_left_as_found(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test that runs ``botkit.cli.main`` in this process configures structlog: its loggers
+    are never cached (``capture_logs`` in later tests could not see a cached one), and the
+    configuration is undone after the test."""
+    configure = structlog.configure
+
+    def uncached(*args: object, **kwargs: object) -> None:
+        configure(*args, **{**kwargs, "cache_logger_on_first_use": False})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(structlog, "configure", uncached)
     configured = structlog.is_configured()
     yield
     if not configured and structlog.is_configured():
