@@ -64,6 +64,23 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def connections_on(pid: int, port: int) -> int:
+    """The process's open TCP connections (not its listening socket) on local ``port``."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        with suppress(FileNotFoundError), open(f"/proc/{pid}/net/{table}") as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] != "0A":  # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with suppress(OSError):
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return sum(link in inodes for link in links)
+
+
 def allow_open_files(wanted: int) -> None:
     """Raise this process's soft limit of open files to ``wanted`` (the clients need them)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -207,19 +224,25 @@ async def test_half_open_connections_cannot_exhaust_the_webhook_receiver(
         before = open_files(process.pid)
         opened = await half_open(port, flood)
         flooded_at = time.monotonic()
-        most_open = open_files(process.pid)
+        most_open, most_held = open_files(process.pid), connections_on(process.pid, port)
         body = orjson.dumps(an_update(7001, 9, "hello"))
         status, took = await post_until_answered(f"http://127.0.0.1:{port}{PATH}", body, 10)
         most_open = max(most_open, open_files(process.pid))
+        most_held = max(most_held, connections_on(process.pid, port))
         closed = await wait_closed(
             opened, max(0.5, flooded_at + read_timeout + 4 - time.monotonic())
         )
         after = open_files(process.pid)
         close_all(opened)
     limit = 256
+    # A connection past the cap is accepted and aborted; its socket closes on the loop's next
+    # pass, and asyncio accepts up to 100 (its backlog) in one pass: so at most 100 of those.
+    refused_in_flight = 100
+    # Besides the webhook's sockets, the real update opens the queue's database connections.
     assert status == 200, f"the real update was not answered ({took:.1f} s)"
     assert took < 2.0, f"answered after {took:.1f} s"
-    assert most_open <= before + limit + 10, (before, most_open)
+    assert most_held <= limit + refused_in_flight, (limit, most_held)
+    assert most_open <= before + limit + refused_in_flight + 40, (before, most_open)
     assert all(closed), f"{closed.count(False)} of {len(closed)} half-open connections still open"
     assert after <= before + 5, (before, after)
 
