@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -11,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from botkit import testing
+from botkit.testing import FakeAnthropicServer
+
 REPO = Path(__file__).resolve().parent.parent
-SETUP = "import setuptools; setuptools.setup()"
-"""Writes this checkout's metadata (entry points included) where it is told, no wheel needed."""
+PIP = (sys.executable, "-m", "pip")
+"""This environment's pip: it builds the wheel and installs it, offline."""
+OFFLINE = ("--no-deps", "--no-index", "--quiet")
 GUIDE = REPO / "docs" / "guides" / "testing.md"
 
 ISOLATION_TEST = """
@@ -40,32 +46,102 @@ def guide_files() -> dict[str, str]:
     return dict(blocks)
 
 
-def fresh_venv(folder: Path) -> Path:
-    """A virtualenv with this checkout installed (its metadata, entry points included) and
-    this environment's packages as its dependencies; returns its python."""
+def built_wheel(folder: Path) -> Path:
+    """botkit's wheel, built from a copy of this checkout (nothing written into it) with this
+    environment's setuptools and no network."""
+    assert "bdist_wheel" in _setuptools_commands(), (
+        "building botkit's wheel needs setuptools>=70.1 (or the wheel package) in this "
+        "environment: pip install -e '.[dev]'"
+    )
+    source = folder / "source"
+    for part in ("pyproject.toml", "README.md"):
+        source.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / part, source / part)
+    no_caches = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "botkit", source / "botkit", ignore=no_caches)
+    wheels = folder / "wheels"
+    build = subprocess.run(
+        [*PIP, "wheel", *OFFLINE, "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-3000:]
+    [wheel] = wheels.glob("botkit-*.whl")
+    return wheel
+
+
+def _setuptools_commands() -> set[str]:
+    """The distutils commands this environment's setuptools offers (bdist_wheel among them
+    from setuptools 70.1, or with the wheel package)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name for ep in entry_points(group="distutils.commands")}
+
+
+def fresh_venv(folder: Path, wheel: Path) -> Path:
+    """A virtualenv with botkit installed from ``wheel`` and this environment's other packages
+    (botkit's own left out) as its dependencies; returns its python."""
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=60
     )
     python = folder / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    install = subprocess.run(
+        [*PIP, "--python", str(python), "install", *OFFLINE, str(wheel)],
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout.strip()
-    subprocess.run(
-        [sys.executable, "-c", SETUP, "-q", "egg_info", "--egg-base", site],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=60,
+        timeout=120,
     )
-    (Path(site) / "botkit.pth").write_text(f"{REPO}\n")
-    (Path(site) / "zz-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+    (site / "zz-dependencies.pth").write_text(f"{dependencies(folder / 'dependencies')}\n")
     return python
 
 
-@pytest.mark.timeout(300)  # a cold interpreter importing botkit and pytest, twice
+def dependencies(folder: Path) -> Path:
+    """A folder of links to this environment's installed packages, less botkit (its code, its
+    metadata, its editable-install hooks), so the venv finds botkit in its wheel alone."""
+    folder.mkdir()
+    for entry in Path(sysconfig.get_path("purelib")).iterdir():
+        name = entry.name.lower()
+        if name.startswith(("botkit", "__editable__")) or name.endswith(".pth"):
+            continue
+        (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+WHEEL_CHECK = """
+import json, sys
+from importlib.metadata import distribution, entry_points
+from importlib.resources import files
+
+import botkit
+
+[plugin] = [ep for ep in entry_points(group="pytest11") if ep.name == "botkit"]
+print(json.dumps({
+    "botkit": botkit.__file__,
+    "distribution": str(distribution("botkit").locate_file("")),
+    "plugin": plugin.value,
+    "plugin_from": str(plugin.dist.locate_file("")),
+    "py.typed": files("botkit").joinpath("py.typed").is_file(),
+    "migrations": sorted(
+        p.name for p in files("botkit.stores").joinpath("migrations").iterdir()
+        if p.name.endswith(".sql")
+    ),
+    "prefix": sys.prefix,
+}))
+"""
+"""What the installed wheel brought: where botkit and its pytest plugin come from, its data."""
+
+
+@pytest.mark.timeout(420)  # a wheel built, a cold interpreter importing botkit and pytest
 def test_the_guides_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -78,12 +154,27 @@ def test_the_guides_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
         "BOTKIT_MODEL=model-from-dotenv\nTELEGRAM_BOT_TOKEN=1:from-dotenv\n"
         "BOTKIT_DATABASE_URL=postgresql://nobody@127.0.0.1:1/dotenv\n"
     )
-    python = fresh_venv(tmp_path / "venv")
+    venv = tmp_path / "venv"
+    python = fresh_venv(venv, built_wheel(tmp_path / "build"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(
         BOTKIT_DATABASE_URL="postgresql://nobody@127.0.0.1:1/exported",
         TELEGRAM_BOT_TOKEN="2:exported",
     )
+    installed = subprocess.run(
+        [python, "-c", WHEEL_CHECK], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    found = json.loads(installed.stdout)
+    site = Path(found["distribution"]).resolve()
+    assert Path(found["prefix"]).resolve() == venv.resolve()
+    assert site.is_relative_to(venv.resolve()), f"botkit's metadata is not the wheel's: {site}"
+    assert Path(found["botkit"]).resolve().is_relative_to(site), "botkit is not the wheel's"
+    assert found["plugin"] == "botkit.testing.pytest_plugin"
+    assert Path(found["plugin_from"]).resolve() == site, "the pytest11 entry point is elsewhere"
+    assert found["py.typed"] is True
+    shipped = sorted(p.name for p in (REPO / "botkit" / "stores" / "migrations").glob("*.sql"))
+    assert found["migrations"] == shipped
     result = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=project,
@@ -94,13 +185,24 @@ def test_the_guides_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "3 passed" in result.stdout
-    assert (
-        str(REPO / "botkit")
-        in subprocess.run(
-            [python, "-c", "import botkit; print(botkit.__file__)"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-        ).stdout
-    ), "the project runs this checkout's botkit"
+
+
+async def test_the_older_helpers_read_neither_the_environment_nor_dotenv(
+    claude: FakeAnthropicServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``botkit.testing.make_settings`` and ``make_bot`` are isolated as the fixtures are."""
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("BOTKIT_MODEL=model-from-dotenv\n")
+    monkeypatch.setenv("BOTKIT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/exported")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "2:exported")
+    monkeypatch.setenv("BOTKIT_MAX_TOKENS", "7")
+    settings = testing.make_settings(tmp_path, admins=frozenset({1}))
+    assert settings.database_url is None and settings.telegram_bot_token is None
+    assert settings.max_tokens != 7 and settings.model != "model-from-dotenv"
+    assert settings.admins == {1} and settings.sessions_dir == tmp_path / "sessions"
+    bot = testing.make_bot(claude, tmp_path)
+    try:
+        assert bot.settings.database_url is None and bot.settings.max_tokens != 7
+    finally:
+        await bot.aclose()

@@ -59,16 +59,6 @@ def fake_llm(
     return AnthropicLLM(model=model, **{**values, **options})
 
 
-def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
-    """Settings for one test: no ``.env``, sessions under ``tmp_path``, replies not streamed.
-
-    ``overrides`` are ``Settings`` fields (``allowed_users=frozenset({42})``,
-    ``stream_replies=True``...); environment variables still apply, as they do when serving.
-    """
-    values: dict[str, Any] = {"sessions_dir": tmp_path / "sessions", "stream_replies": False}
-    return Settings(_env_file=None, **{**values, **overrides})
-
-
 class _IsolatedSettings(Settings):
     """Settings from the keywords given and the defaults: no environment, no ``.env``."""
 
@@ -91,6 +81,16 @@ def isolated_settings(tmp_path: Path, **overrides: Any) -> Settings:
     replies not streamed, and ``overrides`` (``Settings`` fields)."""
     values: dict[str, Any] = {"sessions_dir": tmp_path / "sessions", "stream_replies": False}
     return _IsolatedSettings(**{**values, **overrides})
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings for one test, as ``isolated_settings``: never the environment or ``.env``.
+
+    ``overrides`` are ``Settings`` fields (``allowed_users=frozenset({42})``,
+    ``stream_replies=True``...). A test of what the environment does sets the variables and
+    builds ``Settings()`` itself.
+    """
+    return isolated_settings(tmp_path, **overrides)
 
 
 def build_test_bot(
@@ -181,7 +181,8 @@ def make_bot(
     settings: Settings | None = None,
     **settings_and_options: Any,
 ) -> Bot:
-    """A ``bot_class`` talking to ``claude`` (see ``fake_llm``), with ``make_settings``.
+    """A ``bot_class`` talking to ``claude`` (see ``fake_llm``), with ``make_settings`` (which
+    read neither the environment nor ``.env``).
 
     Keywords naming a ``Settings`` field go to the settings, all others to ``bot_class``
     (``tools``, ``plugins``, ``BotOptions`` fields such as ``system_prompt``). Pass
