@@ -69,8 +69,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="BOTKIT_DB",
         nargs="?",
         const="",
-        help="then move the bot's SQLite store (default: the configured one) and its session "
-        "files there: users, invites, usage, reminders, conversations; safe to run again",
+        help="then move the bot's SQLite store (default: the configured one) and what its "
+        "folder holds there: users, invites, usage, reminders, handoffs, payments, approvals, "
+        "memory, conversations; safe to run again",
     )
     invite = commands.add_parser("invite", help="create an invite link for new users")
     invite.add_argument("--role", required=True, help="the role new users get")
