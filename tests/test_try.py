@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from botkit.testing.anthropic import FakeRequest
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.tryout.scripted import sample_arguments, scripted_reply
 
 MY_BOT = '''
@@ -92,3 +93,29 @@ def test_scripted_model_makes_arguments_from_the_schema() -> None:
     call = scripted_reply(request).content[-1]
     assert call["name"] == "weather" and call["input"]["city"] == "in Paris please"
     assert json.dumps(call["input"])
+
+
+async def test_try_with_a_key_uses_claude_and_fakes_only_telegram(
+    tmp_path: Path, claude: FakeAnthropicServer
+) -> None:
+    """With ANTHROPIC_API_KEY the model is the one at ANTHROPIC_BASE_URL (here a fake standing
+    in for Claude), not the scripted one: the first line says only Telegram is fake."""
+    claude.enqueue(FakeReply.text("Bonjour from Claude."))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
+    env.update(ANTHROPIC_API_KEY="sk-ant-real-key", ANTHROPIC_BASE_URL=claude.base_url)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "botkit", "try", "--sessions", str(tmp_path / "s")),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(b"hello there\n"), 90)
+    assert process.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("botkit try: Telegram is fake"), lines[0]
+    assert "Claude is real" in lines[0] and "so is Claude" not in lines[0]
+    assert "bot> Bonjour from Claude." in lines and "bot> echo: hello there" not in lines
+    [request] = claude.requests
+    assert request.api_key == "sk-ant-real-key" and request.last_user_text() == "hello there"
