@@ -6,10 +6,14 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
+from botkit.access import open_user_store
 from botkit.owner import owner_link
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, isolated_settings
 
@@ -74,8 +78,6 @@ async def test_no_owner_link_once_there_is_an_admin_or_an_allowlist(tmp_path: Pa
     settings = isolated_settings(tmp_path)
     link = await owner_link(settings, "my_bot")
     assert link is not None and link.startswith("https://t.me/my_bot?start=")
-    from botkit.access import open_user_store
-
     store = await open_user_store(settings)
     try:
         (invite,) = await store.list_invites()
@@ -87,3 +89,57 @@ async def test_no_owner_link_once_there_is_an_admin_or_an_allowlist(tmp_path: Pa
     finally:
         await store.close()
     assert await owner_link(settings, "my_bot") is None, "an admin in the store: no more links"
+
+
+async def test_creating_the_owner_link_is_logged_and_audited_without_its_code(
+    tmp_path: Path,
+) -> None:
+    with capture_logs() as logs:
+        link = await owner_link(isolated_settings(tmp_path), "my_bot")
+    assert link is not None
+    code = link.rsplit("=", 1)[1]
+    [audit] = [e for e in logs if e["event"] == "admin.action"]
+    assert (audit["action"], audit["actor"], audit["role"], audit["uses"]) == (
+        "invites.create", "cli", "admin", 1
+    )  # fmt: skip
+    [created] = [e for e in logs if e["event"] == "owner.link_created"]
+    assert created["invite"] == audit["target"] and code.startswith(created["invite"])
+    assert created["invite"] != code and code not in repr(logs), "the code itself is secret"
+
+
+async def test_doctor_shows_the_owner_link_while_the_bot_has_no_admin(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = run_environment(telegram, claude, tmp_path)
+    doctor = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "botkit", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    [line] = [line for line in doctor.stdout.splitlines() if line[2:].startswith("Telegram:")]
+    found = LINK.search(line)
+    assert line.startswith("✓ ") and found is not None, doctor.stdout + doctor.stderr
+    assert found.group(1) == telegram.bot_username
+    settings = isolated_settings(tmp_path)
+    store = await open_user_store(settings)
+    try:
+        (invite,) = await store.list_invites()
+        assert (invite.role, invite.uses_left) == ("admin", 1)
+        assert found.group(2).startswith(invite.prefix)
+        await store.upsert_user(42, "admin")
+    finally:
+        await store.close()
+    again = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "botkit", "doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "No admin yet" not in again.stdout, "an admin in the store: no link"
