@@ -54,11 +54,10 @@ def built_wheel(folder: Path) -> Path:
         "environment: pip install -e '.[dev]'"
     )
     source = folder / "source"
-    for part in ("pyproject.toml", "README.md"):
-        source.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / part, source / part)
     no_caches = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "botkit", source / "botkit", ignore=no_caches)
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, source / part)
     wheels = folder / "wheels"
     build = subprocess.run(
         [*PIP, "wheel", *OFFLINE, "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
