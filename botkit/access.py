@@ -17,7 +17,7 @@ import structlog
 
 from botkit.config import Settings
 from botkit.extras import require_extra
-from botkit.messengers.base import Incoming
+from botkit.messengers.base import Incoming, Messenger
 from botkit.options import BotOptions
 from botkit.pricing import CACHE_READ_FACTOR
 from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore
@@ -80,6 +80,15 @@ class Access:
         return self.is_admin(message.user_id) or (
             message.user is not None and message.user.role == "admin"
         )
+
+    async def is_group_admin(self, message: Incoming, messenger: Messenger | None) -> bool:
+        """Whether the sender may manage the group's conversation: the bot's admin, or the
+        chat's (asked of ``messenger``; none yet: only the bot's)."""
+        if self.sender_is_admin(message):
+            return True
+        if messenger is None:
+            return False
+        return await messenger.is_chat_admin(message.chat_id, message.user_id)
 
     async def authorize(self, message: Incoming) -> str | None:
         """Admins, then the access mode: ``None`` admits, the rejection text turns away (and

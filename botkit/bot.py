@@ -2,7 +2,8 @@
 
 A turn runs through ``botkit.turns``: handle_start → authorize → build_extra, build_tools,
 build_prompt → context_for → the tool loop → the reply. Override the steps in a subclass, or
-pass them as callbacks; everything else (access, contexts, the runtime) is composed here.
+pass them as callbacks. The features every bot has are attached by ``botkit.features``; the
+runtimes in ``botkit.runtime`` serve it (``python -m botkit run module:bot``).
 """
 
 from __future__ import annotations
@@ -13,30 +14,26 @@ from typing import Any
 
 from botkit import tracing
 from botkit.access import Access
-from botkit.admin import register_admin_commands
 from botkit.agent.context import ContextManager
 from botkit.agent.events import Hooks
 from botkit.agent.pool import ContextPool
-from botkit.approvals.request import BUTTON_PREFIX
 from botkit.approvals.service import Approvals
-from botkit.commands import ButtonHandler, Command, CommandHandler, register_builtin_commands
+from botkit.commands import ButtonHandler, Command, CommandHandler
 from botkit.config import Settings
-from botkit.handoff import attach_handoffs
+from botkit.features import attach_features, close_features
+from botkit.handoff import Handoffs
 from botkit.invites import invite_tool
 from botkit.llm.base import LLM
-from botkit.memory.plugin import enable_memory
+from botkit.memory.store import MemoryStore
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
 from botkit.options import Authorize, BotOptions, BuildExtra, BuildPrompt, BuildTools, HandleStart
-from botkit.payments.plans import Plan, load_plans
+from botkit.payments.plans import Plan
 from botkit.payments.service import Payments
-from botkit.plugins import Plugin, PromptPlugin, ToolPlugin
-from botkit.privacy.command import enable_forget_me
-from botkit.reminders.commands import register_scheduling_commands
+from botkit.plugins import Plugin
 from botkit.reminders.service import Reminders
-from botkit.reminders.tools import SchedulingPlugin
 from botkit.sessions import SessionStore, session_store_for
-from botkit.skills import SkillLibrary, load_skills
+from botkit.skills import SkillLibrary
 from botkit.stores.base import UserStore
 from botkit.tools import Tool, ToolRegistry, tool
 from botkit.turns import TurnPipeline
@@ -55,6 +52,20 @@ __all__ = [
 
 class Bot:
     """An LLM agent for many users: subclass it and override the steps, or pass callbacks."""
+
+    # Attached by ``botkit.features`` as the bot is built:
+    skills: SkillLibrary
+    """Skills from BOTKIT_SKILLS_DIR: listed in the prompt, read with ``load_skill``."""
+    payments: Payments
+    """Plans sold for Telegram Stars (``plans`` and BOTKIT_PLANS): ``/plans``, budgets."""
+    reminders: Reminders
+    """Reminders and scheduled tasks, kept in the user store; fired by the runtime."""
+    memory: MemoryStore | None
+    """Each conversation's long-term memory (``None``: off)."""
+    handoffs: Handoffs | None
+    """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
+    approvals: Approvals
+    """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
 
     def __init__(
         self,
@@ -88,42 +99,23 @@ class Bot:
         self.sessions: SessionStore = sessions or session_store_for(self.settings)
         self.model_override: str | None = None
         """Set by an admin's ``/model``: the model every turn uses from then on."""
-        self.skills = (
-            load_skills(self.settings.skills_dir) if self.settings.skills_dir else SkillLibrary()
-        )
-        """Skills from BOTKIT_SKILLS_DIR: listed in the prompt, read with ``load_skill``."""
-        if self.skills:
-            self.plugins += [PromptPlugin(self.skills.prompt_section()), ToolPlugin(self.skills)]
         self.commands: dict[str, Command] = {}
         self.buttons: dict[str, ButtonHandler] = {}
         """Inline-button handlers by the prefix of the button's data (``<prefix>:<payload>``)."""
         self._llm = llm
+        self.can_transcribe = self.options.transcribe is not None or (
+            type(self).transcribe is not Bot.transcribe
+        )
+        """Whether voice notes are understood: ``transcribe`` was overridden or passed."""
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
-        register_builtin_commands(self)
-        register_admin_commands(self)
-        self.payments = Payments(self, load_plans(self.settings.plans, plans), self.access)
-        """Plans sold for Telegram Stars (``plans`` and BOTKIT_PLANS): ``/plans``, budgets."""
-        self.payments.register()
-        self.reminders = Reminders(self.access.user_store, self.settings)
-        """Reminders and scheduled tasks, kept in the user store; fired by the runtime."""
-        if self.options.scheduling:
-            self.plugins.append(SchedulingPlugin(self.reminders))
-            register_scheduling_commands(self, self.reminders)
-        self.memory = enable_memory(self)
-        """Each conversation's long-term memory (``None``: off)."""
-        enable_forget_me(self)  # /forget_me, unless BOTKIT_FORGET_ME=false
         self.contexts = ContextPool(
             self.sessions,
             max_contexts=self.options.max_contexts,
             max_messages=self.options.max_messages,
         )
         """The conversations' contexts in memory."""
-        self.handoffs = attach_handoffs(self)
-        """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
-        self.approvals = Approvals(self)
-        """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
-        self.buttons[BUTTON_PREFIX] = self.approvals.on_press
+        attach_features(self, plans)
         self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics, self.handoffs)
         """Runs a message through these steps to its reply."""
         self.approvals.turns = self.turns  # a decided approval resumes its turn there
@@ -134,13 +126,7 @@ class Bot:
         if self._llm is None:
             from botkit.llm.anthropic import AnthropicLLM
 
-            self._llm = AnthropicLLM(
-                api_key=self.settings.require_anthropic_key(),
-                model=self.settings.model,
-                max_tokens=self.settings.max_tokens,
-                base_url=self.settings.anthropic_base_url,
-                max_concurrency=self.settings.max_concurrent_turns,
-            )
+            self._llm = AnthropicLLM.from_settings(self.settings)
         return self._llm
 
     # ---- registration -----------------------------------------------------------------
@@ -199,12 +185,6 @@ class Bot:
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools
 
-    async def turn_note(self, message: Incoming) -> str | None:
-        """A line the model reads before the user's message: the plugins' notes (by default
-        the sender's local date and time), kept out of the system prompt so its cache holds."""
-        notes = [note for p in self.plugins if (note := await p.turn_note(message))]
-        return " ".join(notes) or None
-
     async def build_prompt(self, message: Incoming) -> str:
         """The system prompt for this turn; the plugins' parts are added after it (unless
         ``feature_prompts=False``)."""
@@ -225,11 +205,6 @@ class Bot:
         if self.options.transcribe is not None:
             return await self.options.transcribe(audio, mime)
         return None
-
-    @property
-    def can_transcribe(self) -> bool:
-        """Whether voice notes are understood: ``transcribe`` was overridden or passed."""
-        return self.options.transcribe is not None or type(self).transcribe is not Bot.transcribe
 
     async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
         """Who else than the sender of ``message`` may allow ``call`` (a tool marked
@@ -252,33 +227,11 @@ class Bot:
                 return False
         return True
 
-    def run(self) -> None:
-        """Run this bot on Telegram with long polling until interrupted (logging as
-        ``python -m botkit`` sets it up, secrets redacted, unless the script configured it)."""
-        import structlog
-
-        from botkit.log import configure_logging
-        from botkit.runtime.telegram import run_bot
-
-        if not structlog.is_configured():
-            configure_logging(self.settings.log_level, secrets=self.settings.secret_values())
-        run_bot(self)
-
     async def aclose(self) -> None:
-        """Release what the bot opened: the LLM client, the user store, the session files."""
+        """Release what the bot opened: the features' stores, the LLM client, the user store,
+        the session files."""
+        await close_features(self)
         if self._llm is not None:
             await self._llm.close()
-        await self.payments.close()
         await self.access.close()
-        await self.approvals.aclose()
         await self.sessions.close()
-        if self.memory is not None:
-            await self.memory.close()
-
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """Whether the sender may manage the group's conversation: the bot's admin or the chat's."""
-        if self.access.sender_is_admin(message):
-            return True
-        if self.messenger is None:
-            return False
-        return await self.messenger.is_chat_admin(message.chat_id, message.user_id)

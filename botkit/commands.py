@@ -12,7 +12,7 @@ from botkit.access import Access
 from botkit.agent.context import ContextManager
 from botkit.chats import conversation_of
 from botkit.config import Settings
-from botkit.messengers.base import ButtonPress, Incoming, Reply
+from botkit.messengers.base import ButtonPress, Incoming, Messenger, Reply
 from botkit.options import BotOptions
 from botkit.pricing import estimate
 from botkit.skills import SkillLibrary
@@ -73,6 +73,7 @@ class CommandHost(Protocol):
     skills: SkillLibrary
     model_override: str | None
     access: Access
+    messenger: Messenger | None
 
     @property
     def can_transcribe(self) -> bool:
@@ -83,10 +84,6 @@ class CommandHost(Protocol):
         self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
         """Register a command."""
-        ...
-
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """Whether the sender may manage the group's conversation."""
         ...
 
     async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
@@ -123,7 +120,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
         return "\n".join([help_intro(bot.options, bot.can_transcribe), *lines])
 
     async def clear(message: Incoming, args: str) -> str:
-        if message.in_group and not await bot.is_group_admin(message):
+        if message.in_group and not await bot.access.is_group_admin(message, bot.messenger):
             return bot.options.group_admin_only_text
         context = await context_of(bot, message)
         async with context.lock:

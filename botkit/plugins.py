@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry, ToolSet
 
-__all__ = ["Plugin", "PromptPlugin", "ToolPlugin", "compose_prompt"]
+__all__ = ["Plugin", "PromptPlugin", "ToolPlugin", "compose_prompt", "turn_notes"]
 
 PromptSource = str | Callable[[Incoming], Awaitable[str | None]]
 
@@ -64,3 +64,10 @@ async def compose_prompt(prompt: str, plugins: Sequence[Plugin], message: Incomi
     parts = [prompt] if prompt else []
     parts += [part for plugin in plugins if (part := await plugin.prompt(message))]
     return "\n\n".join(parts)
+
+
+async def turn_notes(plugins: Sequence[Plugin], message: Incoming) -> str | None:
+    """The line the model reads before the user's message: the plugins' notes (by default the
+    sender's local date and time), kept out of the system prompt so its cache holds."""
+    notes = [note for plugin in plugins if (note := await plugin.turn_note(message))]
+    return " ".join(notes) or None

@@ -48,7 +48,7 @@ from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, Outg
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.payments.service import Payments
-from botkit.plugins import Plugin, compose_prompt
+from botkit.plugins import Plugin, compose_prompt, turn_notes
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
@@ -109,10 +109,6 @@ class BotSteps(Protocol):
         """The system prompt for this turn."""
         ...
 
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """Whether the sender may manage the group's conversation."""
-        ...
-
     async def transcribe(self, audio: bytes, mime: str) -> str | None:
         """What a voice note or audio file says (``None``: not understood)."""
         ...
@@ -120,10 +116,6 @@ class BotSteps(Protocol):
     @property
     def can_transcribe(self) -> bool:
         """Whether voice notes are understood."""
-        ...
-
-    async def turn_note(self, message: Incoming) -> str | None:
-        """A line the model reads before this turn's message (the user's local time)."""
         ...
 
 
@@ -277,7 +269,7 @@ class TurnPipeline:
         tools = as_registry(await self.bot.build_tools(message))
         system = _with_note(await self.system_prompt(message), group_note(message))
         context = await self.context_for(message)
-        note = await self.bot.turn_note(message)
+        note = await turn_notes(self.bot.plugins, message)
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         # A draft shows "Thinking…" at once; "typing…" is for chats without one.
         async with context.lock, self._typing(messenger, message, wanted=draft is None):
@@ -419,7 +411,7 @@ class TurnPipeline:
 
     def _user_turn(self, message: Incoming, note: str | None = None) -> Message:
         """The user's message as the model sees it: framed with speaker, reply and quote,
-        with the bot's ``turn_note`` (e.g. the local time: here, not in the system prompt,
+        with the plugins' ``turn_note`` (e.g. the local time: here, not in the system prompt,
         it changes nothing the prompt cache already holds) between the media and the text."""
         turn = user_message(message, self.bot.options.max_input_chars)
         media = [block for block in turn.content if not isinstance(block, TextBlock)]

@@ -188,3 +188,38 @@ def test_aiogram_stays_in_messengers_runtime_and_testing() -> None:
 
 def test_the_public_api_is_pinned() -> None:
     assert set(botkit.__all__) == PUBLIC_API
+
+
+BOT_LINES = 250
+BOT_MEMBERS = {
+    # the card's steps of the turn cycle
+    "handle_start",
+    "authorize",
+    "build_extra",
+    "build_tools",
+    "build_prompt",
+    "context_for",
+    # the features' steps, documented for overriding (files, approvals, relay, start-up)
+    "transcribe",
+    "approvers",
+    "display_name",
+    "can_relay",
+    "on_start",
+    # the registration decorators
+    "tool",
+    "command",
+    # construction and its end
+    "llm",
+    "aclose",
+}
+"""``Bot``'s public methods and properties: anything else lives in the package it is about."""
+
+
+def test_bot_keeps_to_its_steps() -> None:
+    lines = len((PACKAGE / "bot.py").read_text().splitlines())
+    assert lines <= BOT_LINES, f"botkit/bot.py has {lines} lines (at most {BOT_LINES})"
+    public = {name for name in vars(botkit.Bot) if not name.startswith("_")}
+    assert public == BOT_MEMBERS, (
+        f"Bot's public members changed: {sorted(public - BOT_MEMBERS)} added, "
+        f"{sorted(BOT_MEMBERS - public)} gone"
+    )

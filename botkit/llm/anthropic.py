@@ -25,6 +25,7 @@ import structlog
 import botkit.llm.internals as internals
 import botkit.llm.sdk_path as sdk_path
 from botkit import tracing
+from botkit.config import Settings
 from botkit.errors import (
     ConfigError,
     LLMAuthError,
@@ -83,6 +84,18 @@ class AnthropicLLM:
         self.transport = MessagesTransport(self.client) if internals.check().fast_path else None
         """Posts calls itself; ``None`` when they go through the SDK's public API."""
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AnthropicLLM:
+        """The model a bot talks to unless it was given one: key, model, token cap, URL and
+        concurrency from ``settings`` (``ConfigError`` without a key)."""
+        return cls(
+            api_key=settings.require_anthropic_key(),
+            model=settings.model,
+            max_tokens=settings.max_tokens,
+            base_url=settings.anthropic_base_url,
+            max_concurrency=settings.max_concurrent_turns,
+        )
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request``; text deltas go to ``on_text`` as they arrive."""

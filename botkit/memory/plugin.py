@@ -7,13 +7,14 @@ from typing import Protocol
 
 import structlog
 
+from botkit.access import Access
 from botkit.chats import conversation_of
 from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
 from botkit.config import Settings
 from botkit.memory.paths import display
 from botkit.memory.store import MemoryStore, memory_key, memory_store_for
 from botkit.memory.tool import MemoryLimits, MemoryTool
-from botkit.messengers.base import Button, ButtonPress, Incoming, Reply
+from botkit.messengers.base import Button, ButtonPress, Incoming, Messenger, Reply
 from botkit.options import BotOptions
 from botkit.plugins import Plugin
 from botkit.tools import Tool
@@ -43,15 +44,13 @@ class MemoryHost(Protocol):
     options: BotOptions
     plugins: list[Plugin]
     buttons: dict[str, ButtonHandler]
+    access: Access
+    messenger: Messenger | None
 
     def command(
         self, name: str, description: str, *, admin_only: bool = False, hidden: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
         """Register a command."""
-        ...
-
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """Whether the sender may manage the group's conversation."""
         ...
 
 
@@ -89,7 +88,7 @@ def enable_memory(bot: MemoryHost) -> MemoryStore | None:
     clear_button = Reply("", ((Button(texts.clear_button, f"{BUTTON_PREFIX}:clear"),),))
 
     async def clear(message: Incoming) -> str:
-        if message.in_group and not await bot.is_group_admin(message):
+        if message.in_group and not await bot.access.is_group_admin(message, bot.messenger):
             return bot.options.group_admin_only_text
         key = plugin.key_of(message)
         await store.clear(key)

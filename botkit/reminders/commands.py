@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from botkit.access import Access
 from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
 from botkit.errors import ToolError
-from botkit.messengers.base import Button, ButtonPress, Incoming, Reply
+from botkit.messengers.base import Button, ButtonPress, Incoming, Messenger, Reply
 from botkit.reminders.service import Reminders
 
 __all__ = [
@@ -25,19 +26,17 @@ BUTTONS_PER_ROW = 3
 
 
 class SchedulingCommandHost(Protocol):
-    """What the scheduling commands need of a bot: a way to register them, buttons, and who
-    manages a group."""
+    """What the scheduling commands need of a bot: a way to register them, buttons, and what
+    says who manages a group (its gates, its messenger)."""
 
     buttons: dict[str, ButtonHandler]
+    access: Access
+    messenger: Messenger | None
 
     def command(
         self, name: str, description: str, *, admin_only: bool = False
     ) -> Callable[[CommandHandler], CommandHandler]:
         """Register a command."""
-        ...
-
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """Whether the sender may manage the group's conversation."""
         ...
 
 
@@ -87,7 +86,7 @@ def register_scheduling_commands(bot: SchedulingCommandHost, reminders: Reminder
 
     async def manages(message: Incoming) -> bool:
         """Whether the sender is a group's admin, asking in that group."""
-        return message.in_group and await bot.is_group_admin(message)
+        return message.in_group and await bot.access.is_group_admin(message, bot.messenger)
 
     @bot.command("scheduled", "Your pending reminders and scheduled tasks")
     async def scheduled(message: Incoming, args: str) -> Reply:

@@ -142,10 +142,6 @@ class RerunSteps:
         """The bot's own step."""
         return await self._bot.build_prompt(message)
 
-    async def is_group_admin(self, message: Incoming) -> bool:
-        """As the bot says."""
-        return await self._bot.is_group_admin(message)
-
     async def transcribe(self, audio: bytes, mime: str) -> str | None:
         """As the bot says."""
         return await self._bot.transcribe(audio, mime)
@@ -154,7 +150,3 @@ class RerunSteps:
     def can_transcribe(self) -> bool:
         """As the bot says."""
         return self._bot.can_transcribe
-
-    async def turn_note(self, message: Incoming) -> str | None:
-        """As the bot says."""
-        return await self._bot.turn_note(message)

@@ -14,6 +14,7 @@ from botkit.chats import conversation_of
 from botkit.commands import command_menu
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
+from botkit.log import configure_logging
 from botkit.messengers.base import ButtonPress, Checkout, Messenger
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
@@ -283,5 +284,8 @@ def _this_chat_only(error: MessengerError) -> bool:
 
 
 def run_bot(bot: ServedBot) -> None:
-    """Run ``bot`` until SIGINT or SIGTERM; a second signal stops at once."""
+    """Run ``bot`` until SIGINT or SIGTERM; a second signal stops at once. Logs as
+    ``python -m botkit run`` does (JSON, secrets redacted) unless the caller configured it."""
+    if not structlog.is_configured():
+        configure_logging(bot.settings.log_level, secrets=bot.settings.secret_values())
     asyncio.run(until_signalled(partial(serve, bot, freeze_startup=True)))
