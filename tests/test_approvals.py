@@ -31,7 +31,7 @@ from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
 from botkit.tools import Tool, ToolContext, ToolRegistry, tool
 from botkit.tools.mcp import connect_mcp, parse_mcp_config
-from botkit.types import ToolDef, ToolUseBlock
+from botkit.types import ToolDef, ToolResultBlock, ToolUseBlock
 
 ALICE, BOB, MANAGER = 1001, 1002, 1003
 OTHERS = tuple(range(2001, 2021))
@@ -287,6 +287,81 @@ async def test_a_press_after_a_restart_resumes_the_turn_from_the_record(
         answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
     assert answer.plain_text == "tool said: deleted /tmp/x"
     assert deleted == ["/tmp/x"]
+
+
+SKILLS = Path(__file__).resolve().parent.parent / "examples" / "skills"
+
+
+class ManagersToolsBot(Bot):
+    """``delete_file`` is offered to managers only (a stored role)."""
+
+    async def build_tools(self, message: Incoming) -> ToolRegistry | Sequence[Tool]:
+        tools = list(await super().build_tools(message))
+        if message.user is not None and message.user.role == "manager":
+            return tools
+        return [t for t in tools if t.name != "delete_file"]
+
+
+async def test_a_resumed_turn_is_built_like_a_new_one(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude,
+        tmp_path,
+        bot_class=ManagersToolsBot,
+        skills_dir=SKILLS,
+        allowed_users=frozenset({ALICE}),
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    await (await bot.access.user_store()).upsert_user(ALICE, "manager")
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        telegram.press_button(ALICE, request, "Allow")
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+    first, resumed = claude.requests
+    assert "trip-checklist" in first.system_text, "the skills part is in the prompt"
+    assert resumed.system_text == first.system_text, "the same prompt (and cache prefix)"
+    assert "delete_file" in resumed.tool_names, "the stored role's tools are there"
+    assert answer.plain_text == "tool said: deleted /tmp/x"
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_user_blocked_while_the_request_waited_gets_no_call_run(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude, tmp_path, bot_class=ManagedBot, allowed_users=frozenset({ALICE, MANAGER})
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return "deleted"
+
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        await (await bot.access.user_store()).block_user(ALICE)
+        bot.access.forget(ALICE)
+        telegram.press_button(MANAGER, request, "Allow")  # the manager has not heard
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+        await asyncio.sleep(0.5)
+    assert deleted == [], "the tool does not run"
+    assert len(claude.requests) == 1, "no LLM call for a blocked user"
+    assert answer.plain_text == bot.options.rejection_text
+    _, session = read_session(str(tmp_path / "sessions" / f"{ALICE}.jsonl"))
+    results = [b for b in session.messages[-1].content if isinstance(b, ToolResultBlock)]
+    assert [(r.is_error, r.content) for r in results] == [
+        (True, bot.options.loop_texts.unauthorized)
+    ], "the call has its result: the session stays valid"
 
 
 APP = '''
