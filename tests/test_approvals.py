@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +21,8 @@ from pydantic import SecretStr
 
 from botkit import Bot
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
+from botkit.agent.history import INTERRUPTED_TOOL_TEXT
+from botkit.approvals.store import PendingApproval, SqliteApprovals, now
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
 from botkit.replay import format_transcript, read_session
@@ -495,6 +498,7 @@ def queued_approval_bot(
     home: Path,
     db: str,
     deleted: list[str],
+    **settings: Any,
 ) -> Bot:
     values: dict[str, Any] = {
         "database_url": SecretStr(db),
@@ -504,7 +508,7 @@ def queued_approval_bot(
         "stalled_timeout": 2.0,
         "poll_timeout": 1,
     }
-    bot = make_bot(claude, home, **values)
+    bot = make_bot(claude, home, **values, **settings)
 
     @bot.tool(approval=True)
     async def delete_file(path: str) -> str:
@@ -561,3 +565,171 @@ async def test_on_postgres_with_two_workers_the_press_lands_on_the_other_and_run
     assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
     assert first_runs == [] and second_runs == ["/tmp/x"], "it ran once, on the other worker"
     assert sorted(map(str, press_answers(telegram))) == ["Allowed.", "This was already decided."]
+
+
+@pytest.fixture(params=["files", "postgres"])
+def where(request: pytest.FixtureRequest) -> str | None:
+    """Where approvals are kept: ``None`` for files (``run``), else a migrated PostgreSQL
+    database (served by receive/work)."""
+    if request.param == "files":
+        return None
+    db: str = request.getfixturevalue("db")
+    return db
+
+
+@asynccontextmanager
+async def served(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    home: Path,
+    db: str | None,
+    deleted: list[str],
+    **settings: Any,
+) -> AsyncIterator[Bot]:
+    """An approval bot while the block runs: ``run`` on files, or a receiver and a worker on
+    PostgreSQL (the worker is yielded: presses and turns are its)."""
+    if db is None:
+        bot = approval_bot(claude, home, deleted, **settings)
+        async with running(bot, telegram):
+            yield bot
+        return
+    receiver = queued_approval_bot(claude, telegram, home / "r", db, [], **settings)
+    worker = queued_approval_bot(claude, telegram, home / "w", db, deleted, **settings)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        yield worker
+
+
+async def held(bot: Bot, telegram: FakeTelegramServer, text: str) -> None:
+    """Send ``text`` as Alice and wait until it is held behind her waiting request."""
+    telegram.send_text(ALICE, text)
+    for _ in range(300):
+        if await bot.approvals.store.held_conversations():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{text!r} was not held")
+
+
+async def the_request(bot: Bot) -> PendingApproval:
+    (approval,) = await bot.approvals.store.open_approvals()
+    return approval
+
+
+async def test_a_resumption_whose_process_died_is_ended_by_the_next_sweep(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    where: str | None,
+) -> None:
+    deleted: list[str] = []
+    async with served(claude, telegram, tmp_path, where, deleted) as bot:
+        await asking(telegram, "DELETE /tmp/x")
+        await held(bot, telegram, "after")
+        approval = await the_request(bot)
+        store = bot.approvals.store
+        # Another process recorded Allow, took the turn, and died: its lease has run out.
+        assert await store.decide(approval.id, "allowed")
+        assert await store.claim(approval.id, now() - 1)
+        assert bot.messenger is not None
+        await bot.approvals.sweep(bot.messenger)  # a periodic sweep, not one at start
+        (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=30)
+        assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+        await asyncio.sleep(0.5)  # nothing more comes
+        ended = await store.get(approval.id)
+        assert ended is not None and ended.state == "done"
+        assert await store.held_conversations() == [], "the held message ran"
+    assert len(telegram.sent_messages(ALICE)) == 2
+    assert deleted == [], "never run a second time (it may have run in the dead process)"
+
+
+async def test_on_postgres_a_worker_starting_mid_resume_leaves_the_resumption_alone(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_approval_bot(claude, telegram, tmp_path / "r", db, [])
+    first = queued_approval_bot(claude, telegram, tmp_path / "w1", db, [])
+    second = queued_approval_bot(claude, telegram, tmp_path / "w2", db, [])
+    async with queued(receiver, work=False), queued(first, receive=False):
+        await asking(telegram, "DELETE /tmp/x")
+        await held(first, telegram, "after")
+        approval = await the_request(first)
+        store = first.approvals.store
+        # The first worker is resuming it now (a long tool call): decided, claimed, leased.
+        assert await store.decide(approval.id, "allowed")
+        assert await store.claim(approval.id, now() + 60)
+        async with queued(second, receive=False):  # a worker starts: its first sweep runs
+            await asyncio.sleep(2)
+            resuming = await store.get(approval.id)
+            assert resuming is not None and resuming.state == "resuming", "not ended"
+            assert len(telegram.sent_messages(ALICE)) == 1, "its held message is not run beside it"
+            await store.finish(approval.id)  # the turn ended; its worker left the rest
+            assert second.messenger is not None
+            await second.approvals.sweep(second.messenger)  # any later sweep runs it
+            (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=30)
+    # The held message's turn: the model reads the unfinished call as interrupted.
+    assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+
+
+async def test_a_long_call_keeps_its_lease_and_sweeps_meanwhile_change_nothing(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    started, finish = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}))
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file, slowly."""
+        runs.append(path)
+        started.set()
+        await finish.wait()
+        return f"deleted {path}"
+
+    bot.approvals.lease = 0.6  # renewed every 0.2 s while the call runs
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        await held(bot, telegram, "after")
+        telegram.press_button(ALICE, request, "Allow")
+        await asyncio.wait_for(started.wait(), 20)
+        assert bot.messenger is not None
+        for _ in range(4):
+            await asyncio.sleep(0.5)
+            await bot.approvals.sweep(bot.messenger)
+        assert (await the_request(bot)).state == "resuming", "a live lease is never taken"
+        assert len(telegram.sent_messages(ALICE)) == 1, "the held message waits"
+        finish.set()
+        await telegram.wait_for_messages(ALICE, 3, timeout=30)
+        await asyncio.sleep(0.5)
+    texts = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
+    assert runs == ["/tmp/x"]
+
+
+OLD_SCHEMA = (
+    """CREATE TABLE botkit_approvals (id TEXT PRIMARY KEY, conversation TEXT NOT NULL,
+    user_id INTEGER NOT NULL, approvers TEXT NOT NULL, chat_id INTEGER NOT NULL,
+    turn TEXT NOT NULL, calls TEXT NOT NULL, deadline REAL NOT NULL, message_id INTEGER,
+    state TEXT NOT NULL DEFAULT 'pending', decision TEXT)""",
+    """CREATE TABLE botkit_held_messages (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation TEXT NOT NULL, update_json TEXT NOT NULL)""",
+    """INSERT INTO botkit_approvals VALUES ('old', '1001:', 1001, '[]', 1001, '{}', '[]', 0,
+    NULL, 'resuming', 'allowed')""",
+    "INSERT INTO botkit_held_messages (conversation, update_json) VALUES ('1001:', '{}')",
+)
+
+
+async def test_an_approvals_file_of_an_older_botkit_gets_the_lease_columns(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "approvals.db"
+    with sqlite3.connect(path) as old:
+        for statement in OLD_SCHEMA:
+            old.execute(statement)
+    store = SqliteApprovals(path)
+    try:
+        (approval,) = await store.open_approvals()
+        assert (approval.state, approval.resuming_until) == ("resuming", 0.0)
+        assert await store.abandon("old", now()), "a resumption from before leases is taken"
+        held = await store.take_held("1001:", now(), now() + 60)
+        assert held is not None and held.update == {}
+        assert await store.take_held("1001:", now(), now() + 60) is None, "leased: once"
+    finally:
+        await store.close()
