@@ -41,15 +41,17 @@ OTHERS = tuple(range(2001, 2021))
 
 
 def scripted(request: FakeRequest) -> FakeReply:
-    """``DELETE <path>`` calls ``delete_file``; a tool result is read back; else an echo."""
+    """``DELETE <path>`` (in a group, after the speaker's line and a mention) calls
+    ``delete_file``; a tool result is read back; else an echo."""
     results = request.tool_results()
     if results:
         result = results[0]
         flag = " (error)" if result.get("is_error") else ""
         return FakeReply.text(f"tool said{flag}: {_content(result)}")
     text = request.last_user_text()
-    if text.startswith("DELETE "):
-        return FakeReply.tool_use("delete_file", {"path": text.removeprefix("DELETE ")})
+    _, asked, path = text.splitlines()[-1].partition("DELETE ")
+    if asked:
+        return FakeReply.tool_use("delete_file", {"path": path})
     return FakeReply.text(f"echo: {text}")
 
 
@@ -167,11 +169,15 @@ async def test_the_tool_runs_only_after_allow_and_once(
 
 @pytest.mark.parametrize("stream_replies", [False, True], ids=["plain", "drafts"])
 async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, stream_replies: bool
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    stream_replies: bool,
+    where: str | None,
 ) -> None:
     deleted: list[str] = []
-    bot = approval_bot(claude, tmp_path, deleted, stream_replies=stream_replies)
-    async with running(bot, telegram):
+    settings: dict[str, Any] = {"stream_replies": stream_replies}
+    async with served(claude, telegram, tmp_path, where, deleted, **settings) as bot:
         request = await asking(telegram, "DELETE /etc/passwd")
         telegram.press_button(ALICE, request, "Deny")
         answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
@@ -182,11 +188,10 @@ async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
 
 
 async def test_no_press_in_time_is_a_denial_and_a_later_press_is_told_it_expired(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, where: str | None
 ) -> None:
     deleted: list[str] = []
-    bot = approval_bot(claude, tmp_path, deleted, approval_timeout=1.0)
-    async with running(bot, telegram):
+    async with served(claude, telegram, tmp_path, where, deleted, approval_timeout=1.0) as bot:
         request = await asking(telegram, "DELETE /tmp/x")
         answer = (await telegram.wait_for_messages(ALICE, 2, timeout=20))[-1]
         assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.expired}"
@@ -215,6 +220,78 @@ async def test_someone_elses_press_runs_nothing(
         await telegram.wait_for_messages(ALICE, 2)
     assert press_answers(telegram) == ["This is not yours to approve.", "Allowed."]
     assert deleted == ["/tmp/x"]
+
+
+GROUP = -100_555
+
+
+async def test_in_a_group_only_the_speaker_or_an_approver_may_press(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude,
+        tmp_path,
+        bot_class=ManagedBot,
+        allowed_users=frozenset({ALICE, BOB, MANAGER}),
+        stream_replies=False,
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    async with running(bot, telegram):
+        asked = "@botkit_test_bot DELETE /tmp/x"
+        telegram.send_text(ALICE, asked, chat_id=GROUP, chat_type="supergroup")
+        (request,) = await telegram.wait_for_messages(GROUP, 1)
+        assert buttons_of(request) == ["Allow", "Deny"]
+        assert request.params.get("reply_parameters") or request.params.get(
+            "reply_to_message_id"
+        ), "it answers the speaker's message"
+        telegram.press_button(BOB, request, "Allow")  # another member of the group
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        await asyncio.sleep(0.5)
+        assert deleted == [] and len(claude.requests) == 1
+        telegram.press_button(MANAGER, request, "Deny")  # an approver outside the group
+        answer = (await telegram.wait_for_messages(GROUP, 2))[-1]
+    assert press_answers(telegram) == ["This is not yours to approve.", "Denied."]
+    assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.denied}"
+    assert deleted == []
+
+
+async def test_the_speaker_in_a_group_may_allow(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, stream_replies=False)
+    async with running(bot, telegram):
+        asked = "@botkit_test_bot DELETE /tmp/x"
+        telegram.send_text(ALICE, asked, chat_id=GROUP, chat_type="supergroup")
+        (request,) = await telegram.wait_for_messages(GROUP, 1)
+        telegram.press_button(ALICE, request, "Allow")
+        answer = (await telegram.wait_for_messages(GROUP, 2))[-1]
+    assert press_answers(telegram) == ["Allowed."]
+    assert answer.plain_text == "tool said: deleted /tmp/x"
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_long_argument_is_cut_in_the_request(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted)
+    path = "/" + "a" * 499
+    async with running(bot, telegram):
+        request = await asking(telegram, f"DELETE {path}")
+        telegram.press_button(ALICE, request, "Allow")
+        await telegram.wait_for_messages(ALICE, 2)
+    shown = request.plain_text
+    assert f"path: {path[:200]}… (500 characters)" in shown, "cut at 200, the length told"
+    assert path[:201] not in shown
+    assert deleted == [path], "the call itself gets the whole value"
 
 
 class ManagedBot(Bot):
