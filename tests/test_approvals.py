@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot
+from botkit import Bot, tracing
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
 from botkit.agent.history import INTERRUPTED_TOOL_TEXT
 from botkit.approvals.store import PendingApproval, SqliteApprovals, now
@@ -810,3 +810,39 @@ async def test_an_approvals_file_of_an_older_botkit_gets_the_lease_columns(
         assert await store.take_held("1001:", now(), now() + 60) is None, "leased: once"
     finally:
         await store.close()
+
+
+async def test_an_approval_shows_in_the_trace(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, tracer_provider=provider)
+    try:
+        async with running(bot, telegram):
+            request = await asking(telegram, "DELETE /tmp/x")
+            telegram.press_button(ALICE, request, "Allow")
+            await telegram.wait_for_messages(ALICE, 2)
+            await asyncio.sleep(0.3)  # the resumed turn's span ends after its reply
+    finally:
+        tracing.reset()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    asked, decided = spans["approval request"], spans["approval decision"]
+    assert [e.name for e in asked.events] == ["approval requested"]
+    assert dict(asked.attributes or {})["botkit.approval.tools"] == ("delete_file",)
+    assert asked.parent is not None, "inside the turn that made the call"
+    [event] = decided.events
+    assert event.name == "approval decided"
+    assert dict(event.attributes or {}) == {"botkit.approval.decision": "allowed"}
+    resumed = spans["approval resume"]
+    assert resumed.context is not None
+    ran = spans["execute_tool delete_file"]
+    assert ran.parent is not None and ran.parent.span_id == resumed.context.span_id, (
+        "the allowed call runs in the resumed turn's span"
+    )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from botkit import tracing
 from botkit.agent.context import ContextManager
 from botkit.agent.events import ApprovalDecided, ApprovalRequested, Hooks
 from botkit.approvals.request import decided_text, request_reply
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from botkit.access import Access
     from botkit.config import Settings
     from botkit.options import BotOptions
+    from botkit.tracing import AttributeValue
 
 __all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
 
@@ -154,13 +156,19 @@ class Approvals:
             calls=[{"id": c.id, "name": c.name, "input": c.input} for c in waiting],
             deadline=now() + self.bot.settings.approval_timeout,
         )
-        await self.store.add(approval)
-        reply = request_reply(approval.id, approval.calls, self.bot.options.approval_texts)
-        reply_to = message.message_id if message.in_group else None
-        sent = await messenger.send_reply(
-            message.chat_id, reply, thread_id=message.thread_id, reply_to=reply_to
-        )
-        await self.store.set_message(approval.id, sent)
+        traced: dict[str, AttributeValue] = {
+            "botkit.approval.id": approval.id,
+            "botkit.approval.tools": [c.name for c in waiting],
+        }
+        with tracing.tracer.span("approval request", attributes=traced) as span:
+            await self.store.add(approval)
+            reply = request_reply(approval.id, approval.calls, self.bot.options.approval_texts)
+            reply_to = message.message_id if message.in_group else None
+            sent = await messenger.send_reply(
+                message.chat_id, reply, thread_id=message.thread_id, reply_to=reply_to
+            )
+            await self.store.set_message(approval.id, sent)
+            span.event("approval requested", traced)
         log.info("approval.requested", approval_id=approval.id, tools=[c.name for c in waiting])
         event = ApprovalRequested(
             context_id=context.user_id,
@@ -200,6 +208,19 @@ class Approvals:
             return False
         log.info("approval.decided", approval_id=approval.id, decision=decision, by=by)
         self.bot.metrics.approval_decided(decision)
+        traced = {"botkit.approval.id": approval.id, "botkit.approval.decision": decision}
+        with tracing.tracer.span("approval decision", attributes=traced) as span:
+            span.event("approval decided", {"botkit.approval.decision": decision})
+            messenger = await self._show_decision(approval, decision, by)
+        if messenger is not None:  # after the span: the resumed turn traces on its own
+            self._spawn(self.resume(approval.id, messenger))
+        return True
+
+    async def _show_decision(
+        self, approval: PendingApproval, decision: Decision, by: int | None
+    ) -> Messenger | None:
+        """Tell the hooks, and edit the request to show the decision (its buttons go); the
+        messenger to resume the turn through, if the bot has one."""
         owner = int(approval.conversation.split(":", 1)[0])
         event = ApprovalDecided(
             context_id=owner,
@@ -212,15 +233,14 @@ class Approvals:
         messenger = self.bot.messenger
         if messenger is None:
             log.warning("approval.no_messenger", approval_id=approval.id)
-            return True
+            return None
         texts = self.bot.options.approval_texts
         outcome = {"allowed": texts.allowed, "denied": texts.denied, "expired": texts.expired}
         if approval.message_id is not None:
             with suppress(Exception):  # the buttons go in any case with the decision
                 shown = decided_text(approval.calls, texts, outcome[decision])
                 await messenger.edit_reply(approval.chat_id, approval.message_id, shown)
-        self._spawn(self.resume(approval.id, messenger))
-        return True
+        return messenger
 
     def _spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
@@ -240,9 +260,11 @@ class Approvals:
         texts = self.bot.options.loop_texts
         refusal = {"allowed": None, "denied": texts.denied, "expired": texts.expired}
         decided = {call["id"]: refusal[approval.decision] for call in approval.calls}
+        traced = {"botkit.approval.id": approval_id, "botkit.approval.decision": approval.decision}
         try:
-            async with self._leased(self.store.renew, approval_id):
-                await self.turns.resume(message, decided, messenger, approval.decision)
+            with tracing.tracer.span("approval resume", attributes=traced):
+                async with self._leased(self.store.renew, approval_id):
+                    await self.turns.resume(message, decided, messenger, approval.decision)
         except Exception:
             log.exception("approval.resume_failed", approval_id=approval_id)
         finally:
