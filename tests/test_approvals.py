@@ -718,6 +718,25 @@ async def test_a_resumption_whose_process_died_is_ended_by_the_next_sweep(
     assert deleted == [], "never run a second time (it may have run in the dead process)"
 
 
+async def test_run_ends_at_its_start_a_resumption_its_killed_self_left(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    first = approval_bot(claude, tmp_path, deleted)
+    async with running(first, telegram):
+        await asking(telegram, "DELETE /tmp/x")
+        await held(first, telegram, "after")
+        approval = await the_request(first)
+        # It was resuming when killed: its lease has not run out yet.
+        assert await first.approvals.store.decide(approval.id, "allowed")
+        assert await first.approvals.store.claim(approval.id, now() + 60)
+    again = approval_bot(claude, tmp_path, deleted)
+    async with running(again, telegram):  # files: only one process serves them
+        (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=20)
+    assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+    assert deleted == []
+
+
 async def test_on_postgres_a_worker_starting_mid_resume_leaves_the_resumption_alone(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
 ) -> None:

@@ -39,6 +39,9 @@ def _approval(row: Any) -> PendingApproval:
 class PostgresApprovals:
     """Approvals in the bot's PostgreSQL database, over the user store's pool."""
 
+    shared = True
+    """Every worker of the bot uses it: a resumption is another's until its lease runs out."""
+
     def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
         self._pool = pool
         """Gives the ``asyncpg.Pool`` (the user store's, opened on first use)."""

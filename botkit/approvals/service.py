@@ -12,6 +12,7 @@ is taken over by the next sweep anywhere once its lease runs out, and never befo
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -333,34 +334,37 @@ class Approvals:
 
     # ---- expiry and restarts ----------------------------------------------------------------
 
-    async def sweep(self, messenger: Messenger) -> None:
+    async def sweep(self, messenger: Messenger, *, starting: bool = False) -> None:
         """Expire requests past their deadline, resume decided ones not resumed yet, end
-        resumptions whose process died (their lease ran out), and run what is held in
-        conversations that wait for nothing any more."""
+        resumptions whose process died (their lease ran out; at the start of the only
+        process using the store, all of them), and run what is held in conversations that
+        wait for nothing any more."""
         for approval in await self.store.open_approvals():
             if approval.state == "pending" and approval.deadline <= now():
                 await self._decide(approval, "expired", None)
             elif approval.state == "decided":
                 self._spawn(self.resume(approval.id, messenger))
-            elif approval.state == "resuming" and await self._abandoned(approval):
+            elif approval.state == "resuming" and await self._abandoned(approval, starting):
                 log.warning("approval.resume_interrupted", approval_id=approval.id)
         for conversation in await self.store.held_conversations():
             if conversation in self._drains or await self.store.unfinished(conversation):
                 continue  # drained here now, or behind a request still
             self._spawn(self.drain(conversation, messenger))
 
-    async def _abandoned(self, approval: PendingApproval) -> bool:
+    async def _abandoned(self, approval: PendingApproval, starting: bool) -> bool:
         """End a resumption whose process died (its lease ran out): the call never runs twice,
         its result reads "interrupted"; whether this sweep ended it."""
-        at = now()
+        at = math.inf if starting and not self.store.shared else now()
         return approval.resuming_until <= at and await self.store.abandon(approval.id, at)
 
     async def serve(self, messenger: Messenger, stop: asyncio.Event) -> None:
         """Sweep at start, then every few seconds (a quarter of the timeout, at most 30 s)."""
         interval = min(self.bot.settings.approval_timeout / 4, 30.0)
+        starting = True
         while not stop.is_set():
             try:
-                await self.sweep(messenger)
+                await self.sweep(messenger, starting=starting)
+                starting = False
             except Exception:
                 log.exception("approval.sweep_failed")
             with suppress(TimeoutError):

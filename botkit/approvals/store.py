@@ -72,6 +72,9 @@ class HeldMessage:
 class ApprovalStore(Protocol):
     """Keeps approvals and held messages; every change is atomic."""
 
+    shared: bool
+    """Whether other processes use it too (then only a lease tells that one is alive)."""
+
     async def add(self, approval: PendingApproval) -> None:
         """Record a new request."""
         ...
@@ -207,6 +210,10 @@ def _approval(row: Sequence[Any]) -> PendingApproval:
 
 class SqliteApprovals:
     """Approvals in a SQLite file beside the sessions (``<sessions_dir>/approvals.db``)."""
+
+    shared = False
+    """The serving process owns the sessions folder (``botkit.lock``): at its start, nothing
+    else is resuming a turn."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
