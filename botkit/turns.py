@@ -57,6 +57,7 @@ from botkit.types import (
     ImageSource,
     Message,
     TextBlock,
+    ToolResultBlock,
     Usage,
 )
 
@@ -317,15 +318,21 @@ class TurnPipeline:
         decision: str | None = None,
     ) -> None:
         """Go on with the turn of ``message`` whose last answer's waiting calls were decided
-        (``decided``: call id to ``None``, allowed, or the error text refusing it)."""
+        (``decided``: call id to ``None``, allowed, or the error text refusing it). It is
+        built as a new turn is: the gates again (a user blocked meanwhile gets no call run and
+        no LLM call), their record, the plugins' prompt parts."""
+        rejection = await self.bot.authorize(message)
+        tracing.tracer.gate("authorize", not rejection)
+        if rejection:
+            await self._refuse_resumed(message, messenger, decided, rejection)
+            return
+        message = replace(message, user=await self.access.user_record(message))
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.bot.build_prompt(message), group_note(message))
+        system = _with_note(await self.system_prompt(message), group_note(message))
         context = await self.context_for(message)
         async with context.lock, self._typing(messenger, message):
-            last = context.messages[-1] if len(context) else None
-            if last is None or not {c.id for c in last.tool_uses} >= decided.keys():
-                log.warning("approval.turn_gone", user_id=message.user_id)  # e.g. /clear
+            if not _still_waiting(context, decided):
                 return
             tool_context = self._tool_context(message, extra, messenger)
             task_id = f"{message.user_id}:{message.update_id}"
@@ -341,6 +348,29 @@ class TurnPipeline:
             )
             reply = _all_text(context, first, text)
             await self._end_turn(message, messenger, context, tools, reply, outcome)
+
+    async def _refuse_resumed(
+        self,
+        message: Incoming,
+        messenger: Messenger,
+        decided: dict[str, str | None],
+        rejection: str,
+    ) -> None:
+        """The turn's user may no longer use the bot: every call of the waiting answer gets
+        an error result (the session stays valid), nothing runs, the model is not asked."""
+        log.info("approval.user_rejected", user_id=message.user_id, chat_id=message.chat_id)
+        context = await self.context_for(message)
+        async with context.lock:
+            if not _still_waiting(context, decided):
+                return
+            refusal = self.bot.options.loop_texts.unauthorized
+            results = [
+                ToolResultBlock(tool_use_id=call.id, content=refusal, is_error=True)
+                for call in context.messages[-1].tool_uses
+            ]
+            await context.append(Message(role="user", content=[*results]), approval="denied")
+            await context.keep()
+        await self._reject(messenger, message, rejection)
 
     async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not."""
@@ -749,6 +779,15 @@ def _all_text(context: ContextManager, first: int, reply: str) -> str:
     if not texts or texts[-1] != reply.strip():
         texts.append(reply)
     return "\n\n".join(texts)
+
+
+def _still_waiting(context: ContextManager, decided: dict[str, str | None]) -> bool:
+    """Whether the context's last answer is the one with the decided calls (not cleared)."""
+    last = context.messages[-1] if len(context) else None
+    if last is None or not {c.id for c in last.tool_uses} >= decided.keys():
+        log.warning("approval.turn_gone", user_id=context.user_id)  # e.g. /clear
+        return False
+    return True
 
 
 def _with_note(system: str, note: str | None) -> str:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -18,8 +19,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot
+from botkit import Bot, tracing
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
+from botkit.agent.history import INTERRUPTED_TOOL_TEXT
+from botkit.approvals.store import PendingApproval, SqliteApprovals, now
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
 from botkit.replay import format_transcript, read_session
@@ -31,22 +34,24 @@ from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
 from botkit.tools import Tool, ToolContext, ToolRegistry, tool
 from botkit.tools.mcp import connect_mcp, parse_mcp_config
-from botkit.types import ToolDef, ToolUseBlock
+from botkit.types import ToolDef, ToolResultBlock, ToolUseBlock
 
 ALICE, BOB, MANAGER = 1001, 1002, 1003
 OTHERS = tuple(range(2001, 2021))
 
 
 def scripted(request: FakeRequest) -> FakeReply:
-    """``DELETE <path>`` calls ``delete_file``; a tool result is read back; else an echo."""
+    """``DELETE <path>`` (in a group, after the speaker's line and a mention) calls
+    ``delete_file``; a tool result is read back; else an echo."""
     results = request.tool_results()
     if results:
         result = results[0]
         flag = " (error)" if result.get("is_error") else ""
         return FakeReply.text(f"tool said{flag}: {_content(result)}")
     text = request.last_user_text()
-    if text.startswith("DELETE "):
-        return FakeReply.tool_use("delete_file", {"path": text.removeprefix("DELETE ")})
+    _, asked, path = text.splitlines()[-1].partition("DELETE ")
+    if asked:
+        return FakeReply.tool_use("delete_file", {"path": path})
     return FakeReply.text(f"echo: {text}")
 
 
@@ -164,11 +169,15 @@ async def test_the_tool_runs_only_after_allow_and_once(
 
 @pytest.mark.parametrize("stream_replies", [False, True], ids=["plain", "drafts"])
 async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, stream_replies: bool
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    stream_replies: bool,
+    where: str | None,
 ) -> None:
     deleted: list[str] = []
-    bot = approval_bot(claude, tmp_path, deleted, stream_replies=stream_replies)
-    async with running(bot, telegram):
+    settings: dict[str, Any] = {"stream_replies": stream_replies}
+    async with served(claude, telegram, tmp_path, where, deleted, **settings) as bot:
         request = await asking(telegram, "DELETE /etc/passwd")
         telegram.press_button(ALICE, request, "Deny")
         answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
@@ -179,11 +188,10 @@ async def test_deny_gives_the_model_an_error_result_and_the_user_an_answer(
 
 
 async def test_no_press_in_time_is_a_denial_and_a_later_press_is_told_it_expired(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, where: str | None
 ) -> None:
     deleted: list[str] = []
-    bot = approval_bot(claude, tmp_path, deleted, approval_timeout=1.0)
-    async with running(bot, telegram):
+    async with served(claude, telegram, tmp_path, where, deleted, approval_timeout=1.0) as bot:
         request = await asking(telegram, "DELETE /tmp/x")
         answer = (await telegram.wait_for_messages(ALICE, 2, timeout=20))[-1]
         assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.expired}"
@@ -212,6 +220,78 @@ async def test_someone_elses_press_runs_nothing(
         await telegram.wait_for_messages(ALICE, 2)
     assert press_answers(telegram) == ["This is not yours to approve.", "Allowed."]
     assert deleted == ["/tmp/x"]
+
+
+GROUP = -100_555
+
+
+async def test_in_a_group_only_the_speaker_or_an_approver_may_press(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude,
+        tmp_path,
+        bot_class=ManagedBot,
+        allowed_users=frozenset({ALICE, BOB, MANAGER}),
+        stream_replies=False,
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    async with running(bot, telegram):
+        asked = "@botkit_test_bot DELETE /tmp/x"
+        telegram.send_text(ALICE, asked, chat_id=GROUP, chat_type="supergroup")
+        (request,) = await telegram.wait_for_messages(GROUP, 1)
+        assert buttons_of(request) == ["Allow", "Deny"]
+        assert request.params.get("reply_parameters") or request.params.get(
+            "reply_to_message_id"
+        ), "it answers the speaker's message"
+        telegram.press_button(BOB, request, "Allow")  # another member of the group
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        await asyncio.sleep(0.5)
+        assert deleted == [] and len(claude.requests) == 1
+        telegram.press_button(MANAGER, request, "Deny")  # an approver outside the group
+        answer = (await telegram.wait_for_messages(GROUP, 2))[-1]
+    assert press_answers(telegram) == ["This is not yours to approve.", "Denied."]
+    assert answer.plain_text == f"tool said (error): {bot.options.loop_texts.denied}"
+    assert deleted == []
+
+
+async def test_the_speaker_in_a_group_may_allow(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, stream_replies=False)
+    async with running(bot, telegram):
+        asked = "@botkit_test_bot DELETE /tmp/x"
+        telegram.send_text(ALICE, asked, chat_id=GROUP, chat_type="supergroup")
+        (request,) = await telegram.wait_for_messages(GROUP, 1)
+        telegram.press_button(ALICE, request, "Allow")
+        answer = (await telegram.wait_for_messages(GROUP, 2))[-1]
+    assert press_answers(telegram) == ["Allowed."]
+    assert answer.plain_text == "tool said: deleted /tmp/x"
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_long_argument_is_cut_in_the_request(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted)
+    path = "/" + "a" * 499
+    async with running(bot, telegram):
+        request = await asking(telegram, f"DELETE {path}")
+        telegram.press_button(ALICE, request, "Allow")
+        await telegram.wait_for_messages(ALICE, 2)
+    shown = request.plain_text
+    assert f"path: {path[:200]}… (500 characters)" in shown, "cut at 200, the length told"
+    assert path[:201] not in shown
+    assert deleted == [path], "the call itself gets the whole value"
 
 
 class ManagedBot(Bot):
@@ -287,6 +367,81 @@ async def test_a_press_after_a_restart_resumes_the_turn_from_the_record(
         answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
     assert answer.plain_text == "tool said: deleted /tmp/x"
     assert deleted == ["/tmp/x"]
+
+
+SKILLS = Path(__file__).resolve().parent.parent / "examples" / "skills"
+
+
+class ManagersToolsBot(Bot):
+    """``delete_file`` is offered to managers only (a stored role)."""
+
+    async def build_tools(self, message: Incoming) -> ToolRegistry | Sequence[Tool]:
+        tools = list(await super().build_tools(message))
+        if message.user is not None and message.user.role == "manager":
+            return tools
+        return [t for t in tools if t.name != "delete_file"]
+
+
+async def test_a_resumed_turn_is_built_like_a_new_one(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude,
+        tmp_path,
+        bot_class=ManagersToolsBot,
+        skills_dir=SKILLS,
+        allowed_users=frozenset({ALICE}),
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return f"deleted {path}"
+
+    await (await bot.access.user_store()).upsert_user(ALICE, "manager")
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        telegram.press_button(ALICE, request, "Allow")
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+    first, resumed = claude.requests
+    assert "trip-checklist" in first.system_text, "the skills part is in the prompt"
+    assert resumed.system_text == first.system_text, "the same prompt (and cache prefix)"
+    assert "delete_file" in resumed.tool_names, "the stored role's tools are there"
+    assert answer.plain_text == "tool said: deleted /tmp/x"
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_user_blocked_while_the_request_waited_gets_no_call_run(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    bot = make_bot(
+        claude, tmp_path, bot_class=ManagedBot, allowed_users=frozenset({ALICE, MANAGER})
+    )
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        deleted.append(path)
+        return "deleted"
+
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        await (await bot.access.user_store()).block_user(ALICE)
+        bot.access.forget(ALICE)
+        telegram.press_button(MANAGER, request, "Allow")  # the manager has not heard
+        answer = (await telegram.wait_for_messages(ALICE, 2))[-1]
+        await asyncio.sleep(0.5)
+    assert deleted == [], "the tool does not run"
+    assert len(claude.requests) == 1, "no LLM call for a blocked user"
+    assert answer.plain_text == bot.options.rejection_text
+    _, session = read_session(str(tmp_path / "sessions" / f"{ALICE}.jsonl"))
+    results = [b for b in session.messages[-1].content if isinstance(b, ToolResultBlock)]
+    assert [(r.is_error, r.content) for r in results] == [
+        (True, bot.options.loop_texts.unauthorized)
+    ], "the call has its result: the session stays valid"
 
 
 APP = '''
@@ -420,6 +575,7 @@ def queued_approval_bot(
     home: Path,
     db: str,
     deleted: list[str],
+    **settings: Any,
 ) -> Bot:
     values: dict[str, Any] = {
         "database_url": SecretStr(db),
@@ -429,7 +585,7 @@ def queued_approval_bot(
         "stalled_timeout": 2.0,
         "poll_timeout": 1,
     }
-    bot = make_bot(claude, home, **values)
+    bot = make_bot(claude, home, **values, **settings)
 
     @bot.tool(approval=True)
     async def delete_file(path: str) -> str:
@@ -486,3 +642,226 @@ async def test_on_postgres_with_two_workers_the_press_lands_on_the_other_and_run
     assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
     assert first_runs == [] and second_runs == ["/tmp/x"], "it ran once, on the other worker"
     assert sorted(map(str, press_answers(telegram))) == ["Allowed.", "This was already decided."]
+
+
+@pytest.fixture(params=["files", "postgres"])
+def where(request: pytest.FixtureRequest) -> str | None:
+    """Where approvals are kept: ``None`` for files (``run``), else a migrated PostgreSQL
+    database (served by receive/work)."""
+    if request.param == "files":
+        return None
+    db: str = request.getfixturevalue("db")
+    return db
+
+
+@asynccontextmanager
+async def served(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    home: Path,
+    db: str | None,
+    deleted: list[str],
+    **settings: Any,
+) -> AsyncIterator[Bot]:
+    """An approval bot while the block runs: ``run`` on files, or a receiver and a worker on
+    PostgreSQL (the worker is yielded: presses and turns are its)."""
+    if db is None:
+        bot = approval_bot(claude, home, deleted, **settings)
+        async with running(bot, telegram):
+            yield bot
+        return
+    receiver = queued_approval_bot(claude, telegram, home / "r", db, [], **settings)
+    worker = queued_approval_bot(claude, telegram, home / "w", db, deleted, **settings)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        yield worker
+
+
+async def held(bot: Bot, telegram: FakeTelegramServer, text: str) -> None:
+    """Send ``text`` as Alice and wait until it is held behind her waiting request."""
+    telegram.send_text(ALICE, text)
+    for _ in range(300):
+        if await bot.approvals.store.held_conversations():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{text!r} was not held")
+
+
+async def the_request(bot: Bot) -> PendingApproval:
+    (approval,) = await bot.approvals.store.open_approvals()
+    return approval
+
+
+async def test_a_resumption_whose_process_died_is_ended_by_the_next_sweep(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    where: str | None,
+) -> None:
+    deleted: list[str] = []
+    async with served(claude, telegram, tmp_path, where, deleted) as bot:
+        await asking(telegram, "DELETE /tmp/x")
+        await held(bot, telegram, "after")
+        approval = await the_request(bot)
+        store = bot.approvals.store
+        # Another process recorded Allow, took the turn, and died: its lease has run out.
+        assert await store.decide(approval.id, "allowed")
+        assert await store.claim(approval.id, now() - 1)
+        assert bot.messenger is not None
+        await bot.approvals.sweep(bot.messenger)  # a periodic sweep, not one at start
+        (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=30)
+        assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+        await asyncio.sleep(0.5)  # nothing more comes
+        ended = await store.get(approval.id)
+        assert ended is not None and ended.state == "done"
+        assert await store.held_conversations() == [], "the held message ran"
+    assert len(telegram.sent_messages(ALICE)) == 2
+    assert deleted == [], "never run a second time (it may have run in the dead process)"
+
+
+async def test_run_ends_at_its_start_a_resumption_its_killed_self_left(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+    first = approval_bot(claude, tmp_path, deleted)
+    async with running(first, telegram):
+        await asking(telegram, "DELETE /tmp/x")
+        await held(first, telegram, "after")
+        approval = await the_request(first)
+        # It was resuming when killed: its lease has not run out yet.
+        assert await first.approvals.store.decide(approval.id, "allowed")
+        assert await first.approvals.store.claim(approval.id, now() + 60)
+    again = approval_bot(claude, tmp_path, deleted)
+    async with running(again, telegram):  # files: only one process serves them
+        (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=20)
+    assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+    assert deleted == []
+
+
+async def test_on_postgres_a_worker_starting_mid_resume_leaves_the_resumption_alone(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_approval_bot(claude, telegram, tmp_path / "r", db, [])
+    first = queued_approval_bot(claude, telegram, tmp_path / "w1", db, [])
+    second = queued_approval_bot(claude, telegram, tmp_path / "w2", db, [])
+    async with queued(receiver, work=False), queued(first, receive=False):
+        await asking(telegram, "DELETE /tmp/x")
+        await held(first, telegram, "after")
+        approval = await the_request(first)
+        store = first.approvals.store
+        # The first worker is resuming it now (a long tool call): decided, claimed, leased.
+        assert await store.decide(approval.id, "allowed")
+        assert await store.claim(approval.id, now() + 60)
+        async with queued(second, receive=False):  # a worker starts: its first sweep runs
+            await asyncio.sleep(2)
+            resuming = await store.get(approval.id)
+            assert resuming is not None and resuming.state == "resuming", "not ended"
+            assert len(telegram.sent_messages(ALICE)) == 1, "its held message is not run beside it"
+            await store.finish(approval.id)  # the turn ended; its worker left the rest
+            assert second.messenger is not None
+            await second.approvals.sweep(second.messenger)  # any later sweep runs it
+            (_, answer) = await telegram.wait_for_messages(ALICE, 2, timeout=30)
+    # The held message's turn: the model reads the unfinished call as interrupted.
+    assert answer.plain_text == f"tool said (error): {INTERRUPTED_TOOL_TEXT}"
+
+
+async def test_a_long_call_keeps_its_lease_and_sweeps_meanwhile_change_nothing(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    started, finish = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}))
+
+    @bot.tool(approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file, slowly."""
+        runs.append(path)
+        started.set()
+        await finish.wait()
+        return f"deleted {path}"
+
+    bot.approvals.lease = 0.6  # renewed every 0.2 s while the call runs
+    async with running(bot, telegram):
+        request = await asking(telegram, "DELETE /tmp/x")
+        await held(bot, telegram, "after")
+        telegram.press_button(ALICE, request, "Allow")
+        await asyncio.wait_for(started.wait(), 20)
+        assert bot.messenger is not None
+        for _ in range(4):
+            await asyncio.sleep(0.5)
+            await bot.approvals.sweep(bot.messenger)
+        assert (await the_request(bot)).state == "resuming", "a live lease is never taken"
+        assert len(telegram.sent_messages(ALICE)) == 1, "the held message waits"
+        finish.set()
+        await telegram.wait_for_messages(ALICE, 3, timeout=30)
+        await asyncio.sleep(0.5)
+    texts = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert texts[1:] == ["tool said: deleted /tmp/x", "echo: after"]
+    assert runs == ["/tmp/x"]
+
+
+OLD_SCHEMA = (
+    """CREATE TABLE botkit_approvals (id TEXT PRIMARY KEY, conversation TEXT NOT NULL,
+    user_id INTEGER NOT NULL, approvers TEXT NOT NULL, chat_id INTEGER NOT NULL,
+    turn TEXT NOT NULL, calls TEXT NOT NULL, deadline REAL NOT NULL, message_id INTEGER,
+    state TEXT NOT NULL DEFAULT 'pending', decision TEXT)""",
+    """CREATE TABLE botkit_held_messages (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation TEXT NOT NULL, update_json TEXT NOT NULL)""",
+    """INSERT INTO botkit_approvals VALUES ('old', '1001:', 1001, '[]', 1001, '{}', '[]', 0,
+    NULL, 'resuming', 'allowed')""",
+    "INSERT INTO botkit_held_messages (conversation, update_json) VALUES ('1001:', '{}')",
+)
+
+
+async def test_an_approvals_file_of_an_older_botkit_gets_the_lease_columns(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "approvals.db"
+    with sqlite3.connect(path) as old:
+        for statement in OLD_SCHEMA:
+            old.execute(statement)
+    store = SqliteApprovals(path)
+    try:
+        (approval,) = await store.open_approvals()
+        assert (approval.state, approval.resuming_until) == ("resuming", 0.0)
+        assert await store.abandon("old", now()), "a resumption from before leases is taken"
+        held = await store.take_held("1001:", now(), now() + 60)
+        assert held is not None and held.update == {}
+        assert await store.take_held("1001:", now(), now() + 60) is None, "leased: once"
+    finally:
+        await store.close()
+
+
+async def test_an_approval_shows_in_the_trace(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted, tracer_provider=provider)
+    try:
+        async with running(bot, telegram):
+            request = await asking(telegram, "DELETE /tmp/x")
+            telegram.press_button(ALICE, request, "Allow")
+            await telegram.wait_for_messages(ALICE, 2)
+            await asyncio.sleep(0.3)  # the resumed turn's span ends after its reply
+    finally:
+        tracing.reset()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    asked, decided = spans["approval request"], spans["approval decision"]
+    assert [e.name for e in asked.events] == ["approval requested"]
+    assert dict(asked.attributes or {})["botkit.approval.tools"] == ("delete_file",)
+    assert asked.parent is not None, "inside the turn that made the call"
+    [event] = decided.events
+    assert event.name == "approval decided"
+    assert dict(event.attributes or {}) == {"botkit.approval.decision": "allowed"}
+    resumed = spans["approval resume"]
+    assert resumed.context is not None
+    ran = spans["execute_tool delete_file"]
+    assert ran.parent is not None and ran.parent.span_id == resumed.context.span_id, (
+        "the allowed call runs in the resumed turn's span"
+    )

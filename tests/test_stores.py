@@ -59,6 +59,7 @@ ALL = [
     "012_handoffs",
     "013_memory",
     "014_payments",
+    "015_approval_leases",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

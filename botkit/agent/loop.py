@@ -57,6 +57,7 @@ class LoopTexts:
     )
     denied: str = "The user denied this tool call, so it was not run."
     expired: str = "Nobody allowed this tool call in time, so it was not run."
+    unauthorized: str = "The user may no longer use the assistant, so this tool call was not run."
 
 
 @dataclass(frozen=True, slots=True)

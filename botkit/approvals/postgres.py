@@ -1,4 +1,4 @@
-"""Approvals in PostgreSQL (migration 011), shared by every worker of a scale-out."""
+"""Approvals in PostgreSQL (migrations 011 and 015), shared by every worker of a scale-out."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from botkit.approvals.store import Decision, HeldMessage, PendingApproval
 __all__ = ["PostgresApprovals"]
 
 _COLUMNS = "id, conversation, user_id, approvers, chat_id, turn, calls, deadline, message_id, "
-_COLUMNS += "state, decision"
+_COLUMNS += "state, decision, resuming_until"
+_TAKE_HELD = """UPDATE botkit_held_messages SET taken_until = $2
+    WHERE seq = (SELECT min(seq) FROM botkit_held_messages WHERE conversation = $1)
+    AND taken_until <= $3
+    AND NOT EXISTS (SELECT 1 FROM botkit_approvals WHERE conversation = $1 AND state <> 'done')
+    RETURNING seq, conversation, update_json"""
 
 
 def _approval(row: Any) -> PendingApproval:
@@ -27,11 +32,15 @@ def _approval(row: Any) -> PendingApproval:
         message_id=row["message_id"],
         state=row["state"],
         decision=row["decision"],
+        resuming_until=row["resuming_until"],
     )
 
 
 class PostgresApprovals:
     """Approvals in the bot's PostgreSQL database, over the user store's pool."""
+
+    shared = True
+    """Every worker of the bot uses it: a resumption is another's until its lease runs out."""
 
     def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
         self._pool = pool
@@ -50,7 +59,7 @@ class PostgresApprovals:
         """Record a new request."""
         await self._execute(
             f"INSERT INTO botkit_approvals ({_COLUMNS}) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             approval.id,
             approval.conversation,
             approval.user_id,
@@ -62,6 +71,7 @@ class PostgresApprovals:
             approval.message_id,
             approval.state,
             approval.decision,
+            approval.resuming_until,
         )
 
     async def set_message(self, approval_id: str, message_id: int | None) -> None:
@@ -87,11 +97,34 @@ class PostgresApprovals:
         )
         return status == "UPDATE 1"
 
-    async def claim(self, approval_id: str) -> bool:
-        """Take a decided request for resuming its turn; whether this call did."""
+    async def claim(self, approval_id: str, until: float) -> bool:
+        """Take a decided request for resuming its turn, leased ``until``; whether this call
+        did."""
         status = await self._execute(
-            "UPDATE botkit_approvals SET state = 'resuming' WHERE id = $1 AND state = 'decided'",
+            "UPDATE botkit_approvals SET state = 'resuming', resuming_until = $2 "
+            "WHERE id = $1 AND state = 'decided'",
             approval_id,
+            until,
+        )
+        return status == "UPDATE 1"
+
+    async def renew(self, approval_id: str, until: float) -> bool:
+        """Extend the lease of a request being resumed; whether it is still ``resuming``."""
+        status = await self._execute(
+            "UPDATE botkit_approvals SET resuming_until = $2 WHERE id = $1 AND state = 'resuming'",
+            approval_id,
+            until,
+        )
+        return status == "UPDATE 1"
+
+    async def abandon(self, approval_id: str, at: float) -> bool:
+        """End a resumption whose lease ran out by ``at`` (its process died); whether this
+        call did."""
+        status = await self._execute(
+            "UPDATE botkit_approvals SET state = 'done' "
+            "WHERE id = $1 AND state = 'resuming' AND resuming_until <= $2",
+            approval_id,
+            at,
         )
         return status == "UPDATE 1"
 
@@ -136,6 +169,21 @@ class PostgresApprovals:
         if not rows:
             return None
         return HeldMessage(rows[0]["seq"], rows[0]["conversation"], json.loads(rows[0][2]))
+
+    async def take_held(self, conversation: str, at: float, until: float) -> HeldMessage | None:
+        """Lease the conversation's oldest held message ``until``, unless it waits for a
+        decision or another worker holds that message (a lease not run out by ``at``)."""
+        rows = await self._fetch(_TAKE_HELD, conversation, until, at)
+        if not rows:
+            return None
+        return HeldMessage(rows[0]["seq"], rows[0]["conversation"], json.loads(rows[0][2]))
+
+    async def renew_held(self, seq: int, until: float) -> bool:
+        """Extend the lease of a held message being run; whether it is still held."""
+        status = await self._execute(
+            "UPDATE botkit_held_messages SET taken_until = $2 WHERE seq = $1", seq, until
+        )
+        return status == "UPDATE 1"
 
     async def release(self, seq: int) -> None:
         """A held message's turn ran."""

@@ -5,20 +5,24 @@ with the call is in the session, the request in the approval store, and the chat
 call with Allow and Deny. Later messages of that conversation are held, in order. A press
 (in any process) records the decision once, then resumes the turn from the record: the
 call runs (or gets an error result), the model answers, and the held messages follow.
+Resuming and draining are leased (renewed while they run): a process that dies doing either
+is taken over by the next sweep anywhere once its lease runs out, and never before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from botkit import tracing
 from botkit.agent.context import ContextManager
 from botkit.agent.events import ApprovalDecided, ApprovalRequested, Hooks
 from botkit.approvals.request import decided_text, request_reply
@@ -34,10 +38,15 @@ if TYPE_CHECKING:
     from botkit.access import Access
     from botkit.config import Settings
     from botkit.options import BotOptions
+    from botkit.tracing import AttributeValue
 
 __all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
 
 log = structlog.get_logger(__name__)
+
+LEASE_SECONDS = 60.0
+"""How long a resumption or a held message's turn is held without a renewal (renewed every
+third of it): a process that died is taken over that long after, at the latest."""
 
 
 class TurnResumer(Protocol):
@@ -89,8 +98,12 @@ class Approvals:
         self.store: ApprovalStore = store or _store_for(bot)
         self.turns: TurnResumer | None = None
         """Set by the pipeline that resumes turns."""
+        self.lease = LEASE_SECONDS
+        """Seconds a resumption or a held message's turn is leased for (renewed meanwhile)."""
         self._draining: set[int] = set()
         """Update ids of held messages running now (they pass the hold)."""
+        self._drains: set[str] = set()
+        """Conversations this process drains now (a sweep starts no second drain)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def conversation(self, message: Incoming) -> str:
@@ -144,13 +157,19 @@ class Approvals:
             calls=[{"id": c.id, "name": c.name, "input": c.input} for c in waiting],
             deadline=now() + self.bot.settings.approval_timeout,
         )
-        await self.store.add(approval)
-        reply = request_reply(approval.id, approval.calls, self.bot.options.approval_texts)
-        reply_to = message.message_id if message.in_group else None
-        sent = await messenger.send_reply(
-            message.chat_id, reply, thread_id=message.thread_id, reply_to=reply_to
-        )
-        await self.store.set_message(approval.id, sent)
+        traced: dict[str, AttributeValue] = {
+            "botkit.approval.id": approval.id,
+            "botkit.approval.tools": [c.name for c in waiting],
+        }
+        with tracing.tracer.span("approval request", attributes=traced) as span:
+            await self.store.add(approval)
+            reply = request_reply(approval.id, approval.calls, self.bot.options.approval_texts)
+            reply_to = message.message_id if message.in_group else None
+            sent = await messenger.send_reply(
+                message.chat_id, reply, thread_id=message.thread_id, reply_to=reply_to
+            )
+            await self.store.set_message(approval.id, sent)
+            span.event("approval requested", traced)
         log.info("approval.requested", approval_id=approval.id, tools=[c.name for c in waiting])
         event = ApprovalRequested(
             context_id=context.user_id,
@@ -190,6 +209,19 @@ class Approvals:
             return False
         log.info("approval.decided", approval_id=approval.id, decision=decision, by=by)
         self.bot.metrics.approval_decided(decision)
+        traced = {"botkit.approval.id": approval.id, "botkit.approval.decision": decision}
+        with tracing.tracer.span("approval decision", attributes=traced) as span:
+            span.event("approval decided", {"botkit.approval.decision": decision})
+            messenger = await self._show_decision(approval, decision, by)
+        if messenger is not None:  # after the span: the resumed turn traces on its own
+            self._spawn(self.resume(approval.id, messenger))
+        return True
+
+    async def _show_decision(
+        self, approval: PendingApproval, decision: Decision, by: int | None
+    ) -> Messenger | None:
+        """Tell the hooks, and edit the request to show the decision (its buttons go); the
+        messenger to resume the turn through, if the bot has one."""
         owner = int(approval.conversation.split(":", 1)[0])
         event = ApprovalDecided(
             context_id=owner,
@@ -202,15 +234,14 @@ class Approvals:
         messenger = self.bot.messenger
         if messenger is None:
             log.warning("approval.no_messenger", approval_id=approval.id)
-            return True
+            return None
         texts = self.bot.options.approval_texts
         outcome = {"allowed": texts.allowed, "denied": texts.denied, "expired": texts.expired}
         if approval.message_id is not None:
             with suppress(Exception):  # the buttons go in any case with the decision
                 shown = decided_text(approval.calls, texts, outcome[decision])
                 await messenger.edit_reply(approval.chat_id, approval.message_id, shown)
-        self._spawn(self.resume(approval.id, messenger))
-        return True
+        return messenger
 
     def _spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
@@ -222,7 +253,7 @@ class Approvals:
     async def resume(self, approval_id: str, messenger: Messenger) -> None:
         """Go on with the turn of a decided request (once, in whichever process claims it),
         then run the messages held behind it."""
-        if self.turns is None or not await self.store.claim(approval_id):
+        if self.turns is None or not await self.store.claim(approval_id, now() + self.lease):
             return
         approval = await self.store.get(approval_id)
         assert approval is not None and approval.decision is not None
@@ -230,60 +261,101 @@ class Approvals:
         texts = self.bot.options.loop_texts
         refusal = {"allowed": None, "denied": texts.denied, "expired": texts.expired}
         decided = {call["id"]: refusal[approval.decision] for call in approval.calls}
+        traced = {"botkit.approval.id": approval_id, "botkit.approval.decision": approval.decision}
         try:
-            await self.turns.resume(message, decided, messenger, approval.decision)
+            with tracing.tracer.span("approval resume", attributes=traced):
+                async with self._leased(self.store.renew, approval_id):
+                    await self.turns.resume(message, decided, messenger, approval.decision)
         except Exception:
             log.exception("approval.resume_failed", approval_id=approval_id)
         finally:
             await self.store.finish(approval_id)
-        await self.drain(approval.conversation, message, messenger)
+        await self.drain(approval.conversation, messenger)
 
-    async def drain(self, conversation: str, message: Incoming, messenger: Messenger) -> None:
-        """Run the conversation's held messages, oldest first, until one waits again."""
+    async def drain(self, conversation: str, messenger: Messenger) -> None:
+        """Run the conversation's held messages, oldest first, until one waits again (or
+        another process runs them: each is leased while its turn runs)."""
+        if conversation in self._drains:
+            return
+        self._drains.add(conversation)
+        try:
+            await self._drain(conversation, messenger)
+        finally:
+            self._drains.discard(conversation)
+
+    async def _drain(self, conversation: str, messenger: Messenger) -> None:
         assert self.turns is not None
-        context = await self.turns.context_for(message)
         reader = getattr(messenger, "read_update", None)
+        first = await self.store.next_held(conversation)
+        incoming = await _read_held(reader, first.update) if first is not None else None
+        if not isinstance(incoming, Incoming):
+            if first is not None:  # nothing to find the conversation by: drop it
+                log.warning("approval.held_unreadable", conversation=conversation)
+                await self.store.release(first.seq)
+            return
+        context = await self.turns.context_for(incoming)
         while True:
-            async with context.lock:
-                if await self.store.unfinished(conversation) is not None:
-                    return  # a held message asked for approval itself
-                held = await self.store.next_held(conversation)
+            async with context.lock:  # as ``holds`` decides under it: nothing is left behind
+                taking = now()
+                held = await self.store.take_held(conversation, taking, taking + self.lease)
             if held is None:
-                return
+                return  # none left, a held message asked for approval, or another drains
             incoming = await _read_held(reader, held.update)
             if isinstance(incoming, Incoming):
                 self._draining.add(incoming.update_id)
                 try:
-                    await self.turns.handle_safely(incoming, messenger)
+                    async with self._leased(self.store.renew_held, held.seq):
+                        await self.turns.handle_safely(incoming, messenger)
                 finally:
                     self._draining.discard(incoming.update_id)
             else:
                 log.warning("approval.held_unreadable", conversation=conversation)
             await self.store.release(held.seq)
 
+    @asynccontextmanager
+    async def _leased(
+        self, renew: Callable[[Any, float], Awaitable[bool]], key: Any
+    ) -> AsyncIterator[None]:
+        """Renew the lease of ``key`` (with ``renew``) every third of it while the block runs."""
+
+        async def renewing() -> None:
+            while True:
+                await asyncio.sleep(self.lease / 3)
+                if not await renew(key, now() + self.lease):
+                    log.warning("approval.lease_lost", key=key)
+
+        renewal = asyncio.create_task(renewing())
+        try:
+            yield
+        finally:
+            renewal.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await renewal
+
     # ---- expiry and restarts ----------------------------------------------------------------
 
     async def sweep(self, messenger: Messenger, *, starting: bool = False) -> None:
-        """Expire requests past their deadline and resume decided ones not resumed yet; at
-        start, also end resumptions a dead process left and run what it left held."""
+        """Expire requests past their deadline, resume decided ones not resumed yet, end
+        resumptions whose process died (their lease ran out; at the start of the only
+        process using the store, all of them), and run what is held in conversations that
+        wait for nothing any more."""
         for approval in await self.store.open_approvals():
             if approval.state == "pending" and approval.deadline <= now():
                 await self._decide(approval, "expired", None)
             elif approval.state == "decided":
                 self._spawn(self.resume(approval.id, messenger))
-            elif approval.state == "resuming" and starting:
-                # It died mid-call: never run twice; the call's result reads "interrupted".
+            elif approval.state == "resuming" and await self._abandoned(approval, starting):
                 log.warning("approval.resume_interrupted", approval_id=approval.id)
-                await self.store.finish(approval.id)
-                self._spawn(self.drain(approval.conversation, _message_of(approval), messenger))
-        if starting:
-            for conversation in await self.store.held_conversations():
-                if await self.store.unfinished(conversation) is None:
-                    held = await self.store.next_held(conversation)
-                    reader = getattr(messenger, "read_update", None)
-                    first = await _read_held(reader, held.update) if held else None
-                    if isinstance(first, Incoming):
-                        self._spawn(self.drain(conversation, first, messenger))
+        for conversation in await self.store.held_conversations():
+            if conversation in self._drains or await self.store.unfinished(conversation):
+                continue  # drained here now, or behind a request still
+            self._spawn(self.drain(conversation, messenger))
+
+    async def _abandoned(self, approval: PendingApproval, starting: bool) -> bool:
+        """End a resumption whose process died (its lease ran out): the call never runs twice,
+        its result reads "interrupted"; whether this sweep ended it."""
+        at = math.inf if starting and not self.store.shared else now()
+        return approval.resuming_until <= at and await self.store.abandon(approval.id, at)
 
     async def serve(self, messenger: Messenger, stop: asyncio.Event) -> None:
         """Sweep at start, then every few seconds (a quarter of the timeout, at most 30 s)."""

@@ -3,6 +3,10 @@
 A decision is recorded once: ``decide`` changes a request that is still ``pending`` and no
 other, so of two presses (or a press and the expiry) exactly one wins; ``claim`` does the
 same for resuming the turn, so a decided call runs in one process only.
+
+Resuming a turn and draining held messages are leased: the process doing it holds a time
+(``resuming_until``, ``taken_until``) it keeps renewing; another process takes over only once
+that time has passed (the first one died), so a live resumption is never ended or joined.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class PendingApproval:
     """The message with the buttons."""
     state: State = "pending"
     decision: Decision | None = None
+    resuming_until: float = 0.0
+    """While ``resuming``: until when the process resuming it holds it (renewed as it runs)."""
 
     def may_press(self, user_id: int) -> bool:
         """Whether ``user_id`` may decide it."""
@@ -66,6 +72,9 @@ class HeldMessage:
 class ApprovalStore(Protocol):
     """Keeps approvals and held messages; every change is atomic."""
 
+    shared: bool
+    """Whether other processes use it too (then only a lease tells that one is alive)."""
+
     async def add(self, approval: PendingApproval) -> None:
         """Record a new request."""
         ...
@@ -82,8 +91,18 @@ class ApprovalStore(Protocol):
         """Record ``decision`` if the request is still pending; whether this call did."""
         ...
 
-    async def claim(self, approval_id: str) -> bool:
-        """Take a decided request for resuming its turn; whether this call did."""
+    async def claim(self, approval_id: str, until: float) -> bool:
+        """Take a decided request for resuming its turn, leased ``until``; whether this call
+        did."""
+        ...
+
+    async def renew(self, approval_id: str, until: float) -> bool:
+        """Extend the lease of a request being resumed; whether it is still ``resuming``."""
+        ...
+
+    async def abandon(self, approval_id: str, at: float) -> bool:
+        """End a resumption whose lease ran out by ``at`` (its process died); whether this
+        call did."""
         ...
 
     async def finish(self, approval_id: str) -> None:
@@ -104,6 +123,15 @@ class ApprovalStore(Protocol):
 
     async def next_held(self, conversation: str) -> HeldMessage | None:
         """The conversation's oldest held message."""
+        ...
+
+    async def take_held(self, conversation: str, at: float, until: float) -> HeldMessage | None:
+        """Lease the conversation's oldest held message ``until``, unless it waits for a
+        decision or another process holds that message (a lease not run out by ``at``)."""
+        ...
+
+    async def renew_held(self, seq: int, until: float) -> bool:
+        """Extend the lease of a held message being run; whether it is still held."""
         ...
 
     async def release(self, seq: int) -> None:
@@ -135,20 +163,32 @@ _SCHEMA = (
         deadline     REAL    NOT NULL,
         message_id   INTEGER,
         state        TEXT    NOT NULL DEFAULT 'pending',
-        decision     TEXT
+        decision     TEXT,
+        resuming_until REAL  NOT NULL DEFAULT 0
     )""",
     """CREATE INDEX IF NOT EXISTS botkit_approvals_open_idx
         ON botkit_approvals (conversation) WHERE state <> 'done'""",
     """CREATE TABLE IF NOT EXISTS botkit_held_messages (
         seq          INTEGER PRIMARY KEY AUTOINCREMENT,
         conversation TEXT    NOT NULL,
-        update_json  TEXT    NOT NULL
+        update_json  TEXT    NOT NULL,
+        taken_until  REAL    NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX IF NOT EXISTS botkit_held_conv_idx ON botkit_held_messages (conversation, seq)",
 )
 
 _COLUMNS = "id, conversation, user_id, approvers, chat_id, turn, calls, deadline, message_id, "
-_COLUMNS += "state, decision"
+_COLUMNS += "state, decision, resuming_until"
+_ADDED = (
+    ("botkit_approvals", "resuming_until", "REAL NOT NULL DEFAULT 0"),
+    ("botkit_held_messages", "taken_until", "REAL NOT NULL DEFAULT 0"),
+)
+"""Columns a file made by an older botkit lacks: added on opening it."""
+_TAKE_HELD = """UPDATE botkit_held_messages SET taken_until = ?
+    WHERE seq = (SELECT min(seq) FROM botkit_held_messages WHERE conversation = ?)
+    AND taken_until <= ?
+    AND NOT EXISTS (SELECT 1 FROM botkit_approvals WHERE conversation = ? AND state <> 'done')
+    RETURNING seq, conversation, update_json"""
 
 
 def _approval(row: Sequence[Any]) -> PendingApproval:
@@ -164,11 +204,16 @@ def _approval(row: Sequence[Any]) -> PendingApproval:
         message_id=row[8],
         state=row[9],
         decision=row[10],
+        resuming_until=row[11],
     )
 
 
 class SqliteApprovals:
     """Approvals in a SQLite file beside the sessions (``<sessions_dir>/approvals.db``)."""
+
+    shared = False
+    """The serving process owns the sessions folder (``botkit.lock``): at its start, nothing
+    else is resuming a turn."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -201,7 +246,8 @@ class SqliteApprovals:
     async def add(self, approval: PendingApproval) -> None:
         """Record a new request."""
         await self._changed(
-            f"INSERT INTO botkit_approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO botkit_approvals ({_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             approval.id,
             approval.conversation,
             approval.user_id,
@@ -213,6 +259,7 @@ class SqliteApprovals:
             approval.message_id,
             approval.state,
             approval.decision,
+            approval.resuming_until,
         )
 
     async def set_message(self, approval_id: str, message_id: int | None) -> None:
@@ -238,11 +285,34 @@ class SqliteApprovals:
         )
         return changed == 1
 
-    async def claim(self, approval_id: str) -> bool:
-        """Take a decided request for resuming its turn; whether this call did."""
+    async def claim(self, approval_id: str, until: float) -> bool:
+        """Take a decided request for resuming its turn, leased ``until``; whether this call
+        did."""
         changed = await self._changed(
-            "UPDATE botkit_approvals SET state = 'resuming' WHERE id = ? AND state = 'decided'",
+            "UPDATE botkit_approvals SET state = 'resuming', resuming_until = ? "
+            "WHERE id = ? AND state = 'decided'",
+            until,
             approval_id,
+        )
+        return changed == 1
+
+    async def renew(self, approval_id: str, until: float) -> bool:
+        """Extend the lease of a request being resumed; whether it is still ``resuming``."""
+        changed = await self._changed(
+            "UPDATE botkit_approvals SET resuming_until = ? WHERE id = ? AND state = 'resuming'",
+            until,
+            approval_id,
+        )
+        return changed == 1
+
+    async def abandon(self, approval_id: str, at: float) -> bool:
+        """End a resumption whose lease ran out by ``at`` (its process died); whether this
+        call did."""
+        changed = await self._changed(
+            "UPDATE botkit_approvals SET state = 'done' "
+            "WHERE id = ? AND state = 'resuming' AND resuming_until <= ?",
+            approval_id,
+            at,
         )
         return changed == 1
 
@@ -287,6 +357,23 @@ class SqliteApprovals:
         )
         return HeldMessage(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
 
+    async def take_held(self, conversation: str, at: float, until: float) -> HeldMessage | None:
+        """Lease the conversation's oldest held message ``until``, unless it waits for a
+        decision or another process holds that message (a lease not run out by ``at``)."""
+        async with (
+            self._connected() as db,
+            db.execute(_TAKE_HELD, (until, conversation, at, conversation)) as cursor,
+        ):
+            rows = list(await cursor.fetchall())
+        return HeldMessage(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+
+    async def renew_held(self, seq: int, until: float) -> bool:
+        """Extend the lease of a held message being run; whether it is still held."""
+        changed = await self._changed(
+            "UPDATE botkit_held_messages SET taken_until = ? WHERE seq = ?", until, seq
+        )
+        return changed == 1
+
     async def release(self, seq: int) -> None:
         """A held message's turn ran."""
         await self._changed("DELETE FROM botkit_held_messages WHERE seq = ?", seq)
@@ -318,6 +405,11 @@ async def _open(path: Path) -> aiosqlite.Connection:
         await db.execute("PRAGMA journal_mode=WAL")
         for statement in _SCHEMA:
             await db.execute(statement)
+        for table, column, kind in _ADDED:
+            async with db.execute(f"PRAGMA table_info({table})") as cursor:
+                present = {row[1] for row in await cursor.fetchall()}
+            if column not in present:
+                await db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     except BaseException:
         await db.close()
         raise
