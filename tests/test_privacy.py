@@ -5,10 +5,11 @@ database; the export holds it; other users keep theirs."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from botkit.payments.store import NewPayment
 from botkit.privacy.command import erase
 from botkit.sessions import session_store_for
 from botkit.stores.migrate import migrate
+from botkit.stores.schedules import NewSchedule
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask
@@ -67,31 +69,59 @@ async def database_text(db: str) -> str:
     return "\n".join(texts)
 
 
+GROUP = -100500
+IN_GROUP = {"chat_id": GROUP, "chat_type": "supergroup"}
+
+
 async def test_forget_leaves_no_trace_and_export_holds_everything(
     claude: FakeAnthropicServer,
     telegram: FakeTelegramServer,
     tmp_path: Path,
     stored: dict[str, Any],
 ) -> None:
+    """Alice's private conversation, her own one in a group (``per_user``), a photo she sent,
+    her memory, a reminder and her user record all hold the marker: all exported, all erased."""
     mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
-    bot = memory_bot(claude, tmp_path, **stored)
+    photo = TINY_PNG + mark.encode()
+    bot = memory_bot(claude, tmp_path, group_context="per_user", **stored)
     async with running(bot, telegram):
         await ask(telegram, ALICE, f"my secret is {mark}")
         await ask(telegram, ALICE, mem(command="create", path="/memories/me.md", file_text=mark))
+        await ask(telegram, ALICE, f"@botkit_test_bot in the group {mark}", **IN_GROUP)
         await ask(telegram, BOB, f"mine is {bobs}")
         await ask(telegram, BOB, mem(command="create", path="/memories/me.md", file_text=bobs))
+        await ask(telegram, BOB, f"@botkit_test_bot in the group {bobs}", **IN_GROUP)
+        before = len(telegram.sent_messages(ALICE))
+        telegram.send_photo(ALICE, caption="look", data=photo)
+        await telegram.wait_for_messages(ALICE, before + 1)
+        users = await bot.access.user_store()
+        await users.upsert_user(ALICE, "user", f"Alice {mark}")
+        due = datetime.now(UTC) + timedelta(days=1)
+        reminder = NewSchedule(ALICE, ALICE, "reminder", f"water {mark}", due, "UTC")
+        assert await users.add_schedule(reminder, max_pending=10) is not None
     await bot.aclose()
     db = stored.get("database_url")
 
     out = tmp_path / "export"
     assert await asyncio.to_thread(main, ["users", "export", str(ALICE), str(out)]) == 0
-    exported = holding(out, mark.encode())
-    assert {"sessions/11.jsonl", "memory/11/me.md"} <= exported
+    media = f"media/{hashlib.sha256(photo).hexdigest()}.png"
+    own_in_group = f"sessions/chat_{GROUP}_user_{ALICE}.jsonl"
+    assert holding(out, mark.encode()) == {
+        "sessions/11.jsonl",
+        own_in_group,
+        "memory/11/me.md",
+        media,
+        "records/schedules.json",
+        "records/users.json",
+    }
+    assert (out / media).read_bytes() == photo
     readme = (out / "README.txt").read_text()
-    assert "sessions/11.jsonl" in readme and "memory/11/me.md" in readme
+    assert all(name in readme for name in ("sessions/11.jsonl", own_in_group, media))
     assert not holding(out, bobs.encode()), "nothing of another user"
     usage = json.loads((out / "records" / "model_usage.json").read_text())
     assert {row["user_id"] for row in usage} == {ALICE}
+    [record] = json.loads((out / "records" / "users.json").read_text())
+    assert record["user_id"] == ALICE and record["display_name"] == f"Alice {mark}"
 
     assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
     data = tmp_path / "sessions"
@@ -99,7 +129,8 @@ async def test_forget_leaves_no_trace_and_export_holds_everything(
     assert holding(data, bobs.encode()), "Bob's data stays"
     if db is not None:
         text = await database_text(db.get_secret_value())
-        assert mark not in text and bobs in text
+        assert mark not in text and mark.encode().hex() not in text
+        assert bobs in text
 
 
 async def test_a_running_bot_forgets_too(
@@ -121,9 +152,6 @@ async def test_a_running_bot_forgets_too(
     assert mark in json.dumps(claude.requests[0].body)
     assert mark not in json.dumps(claude.requests[-1].body)
     assert len(claude.requests[-1].messages) == 1
-
-
-GROUP = -100500
 
 
 async def test_forget_me_erases_everything_after_the_confirming_button(
