@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 from pydantic import SecretStr
 from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
+from test_scaleout import fetchval, queued, queued_bot
 
 from botkit.cli import main
 from botkit.payments.plans import Plan
@@ -343,3 +344,53 @@ async def test_pending_approvals_and_held_messages_are_exported_and_erased_payme
         assert f"charge-{mark[4:]}" in text, "the payment record stays"
     else:
         assert holding(data, f"charge-{mark[4:]}".encode()) == {"botkit.db"}
+
+
+async def test_forget_erases_the_queues_copies_of_their_updates(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+) -> None:
+    """With ``receive`` on PostgreSQL and no worker running, Alice's updates wait as jobs (one
+    of them failed) and one could not be read: after ``users forget`` the marker is nowhere in
+    the database; Bob's waiting update stays."""
+    db = stored.get("database_url")
+    if db is None:
+        pytest.skip("the job queue is PostgreSQL's")
+    dsn = db.get_secret_value()
+    mark, bobs = f"MARK{secrets.token_hex(6)}", f"BOBS{secrets.token_hex(6)}"
+    receiver = queued_bot(claude, telegram, tmp_path, dsn)
+    unreadable = {
+        "message_id": 1,
+        "date": 1,
+        "chat": "not a chat",
+        "from": {"id": ALICE, "is_bot": False, "first_name": "A"},
+        "text": f"unreadable {mark}",
+    }
+    async with queued(receiver, work=False):
+        telegram.send_text(ALICE, f"my secret is {mark}")
+        telegram.send_text(ALICE, f"and again {mark}")
+        telegram.send_text(BOB, f"mine is {bobs}")
+        telegram.inject_update({"message": unreadable})
+        for _ in range(200):
+            if await fetchval(dsn, QUEUED) == "(3,1)":
+                break
+            await asyncio.sleep(0.05)
+    await receiver.aclose()
+    assert await fetchval(dsn, QUEUED) == "(3,1)"
+    await fetchval(dsn, FAIL_FIRST_JOB)
+    assert mark in await database_text(dsn)
+
+    assert await asyncio.to_thread(main, ["users", "forget", str(ALICE), "--yes"]) == 0
+    text = await database_text(dsn)
+    assert mark not in text
+    assert bobs in text, "Bob's update still waits for a worker"
+    assert await fetchval(dsn, QUEUED) == "(1,0)"
+
+
+FAIL_FIRST_JOB = """
+    UPDATE procrastinate_jobs SET status = 'failed'
+    WHERE id = (SELECT min(id) FROM procrastinate_jobs)"""
+QUEUED = """SELECT ((SELECT count(*) FROM procrastinate_jobs),
+                    (SELECT count(*) FROM botkit_unparseable_updates))::text"""
