@@ -28,7 +28,7 @@ from botkit.stores.migrate import migrate
 from botkit.stores.schedules import NewSchedule
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.harness import running
-from botkit.testing.kit import ask
+from botkit.testing.kit import ask, make_bot
 from botkit.testing.telegram import TINY_PNG, FakeTelegramServer
 
 
@@ -394,3 +394,50 @@ FAIL_FIRST_JOB = """
     WHERE id = (SELECT min(id) FROM procrastinate_jobs)"""
 QUEUED = """SELECT ((SELECT count(*) FROM procrastinate_jobs),
                     (SELECT count(*) FROM botkit_unparseable_updates))::text"""
+
+
+async def test_keep_block_from_the_command_line_keeps_only_the_block(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    stored: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Alice came in through an invite, made one herself, was handed to a person, then was
+    blocked: ``users forget --keep-block`` leaves a blocked record without her name, no
+    handoff, no invite naming her, no marker anywhere; one audit line says so."""
+    mark = f"MARK{secrets.token_hex(6)}"
+    bot = make_bot(claude, tmp_path, access="invite", **stored)
+    store = await bot.access.user_store()
+    theirs = await store.create_invite("user", uses=2)
+    async with running(bot, telegram):
+        welcome = await ask(telegram, ALICE, f"/start {theirs.code}", first_name=f"A{mark}")
+        assert welcome.text == bot.options.welcome_text
+        await ask(telegram, ALICE, f"my secret is {mark}")
+        store = await bot.access.user_store()
+        record = await store.get_user(ALICE)
+        assert record is not None and record.display_name == f"A{mark}"
+        await store.create_invite("user", created_by=ALICE)
+        await store.open_handoff(ALICE, ALICE, 77, f"Alice {mark}")
+        await store.set_blocked(ALICE, True)
+    await bot.aclose()
+    capsys.readouterr()
+
+    forget = ["users", "forget", str(ALICE), "--yes", "--keep-block"]
+    assert await asyncio.to_thread(main, forget) == 0
+    logged = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    [audit] = [line for line in logged if line["event"] == "privacy.user_forgotten"]
+    assert audit["user_id"] == ALICE and audit["keep_block"] is True
+    assert audit["sessions"] >= 1 and audit["records"] >= 2  # usage, the handoff
+
+    store = await bot.access.user_store()
+    try:
+        record = await store.get_user(ALICE)
+        assert record is not None and record.blocked and record.display_name is None
+        assert await store.handoff_of(ALICE) is None
+        assert all(invite.created_by != ALICE for invite in await store.list_invites())
+    finally:
+        await store.close()
+    assert holding(tmp_path / "sessions", mark.encode()) == set()
+    if (db := stored.get("database_url")) is not None:
+        assert mark not in await database_text(db.get_secret_value())
