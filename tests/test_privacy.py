@@ -22,6 +22,7 @@ from test_scaleout import fetchval, queued, queued_bot
 from botkit.cli import main
 from botkit.payments.plans import Plan
 from botkit.payments.store import NewPayment
+from botkit.privacy import default_parts, forget_user
 from botkit.privacy.command import erase
 from botkit.sessions import session_store_for
 from botkit.stores.migrate import migrate
@@ -441,3 +442,80 @@ async def test_keep_block_from_the_command_line_keeps_only_the_block(
     assert holding(tmp_path / "sessions", mark.encode()) == set()
     if (db := stored.get("database_url")) is not None:
         assert mark not in await database_text(db.get_secret_value())
+
+
+class Pins:
+    """Steers a job to one of two queue workers (each running one turn at a time): a turn
+    saying ``hold`` waits in the fake model until released, so the worker running it takes
+    nothing else. Each worker names itself in its system prompt (``worker w1``)."""
+
+    def __init__(self, claude: FakeAnthropicServer, telegram: FakeTelegramServer) -> None:
+        self.telegram = telegram
+        self.arrived: asyncio.Queue[tuple[str, asyncio.Event]] = asyncio.Queue()
+        self.next_user = 500
+        claude.responder = self.respond
+
+    async def respond(self, request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if text == "hold":
+            release = asyncio.Event()
+            await self.arrived.put((worker_of(request), release))
+            await release.wait()
+        return FakeReply.text(f"echo: {text}")
+
+    async def busy(self, worker: str) -> tuple[int, asyncio.Event]:
+        """Keep ``worker`` busy with a held turn (of a new user); that user and the release."""
+        for _ in range(40):
+            user, self.next_user = self.next_user, self.next_user + 1
+            self.telegram.send_text(user, "hold")
+            who, release = await asyncio.wait_for(self.arrived.get(), 30)
+            if who == worker:
+                return user, release
+            release.set()
+            await self.telegram.wait_for_messages(user, 1)
+        raise AssertionError(f"40 held turns in a row ran on the other worker than {worker}")
+
+    async def ask_on(self, worker: str, user: int, text: str) -> None:
+        """``user`` says ``text`` and it runs on ``worker`` (the other one is kept busy)."""
+        other = "w2" if worker == "w1" else "w1"
+        held, release = await self.busy(other)
+        await ask(self.telegram, user, text, timeout=30)
+        release.set()
+        await self.telegram.wait_for_messages(held, 1)
+
+
+def worker_of(request: FakeRequest) -> str:
+    return "w1" if "worker w1" in request.system_text else "w2"
+
+
+async def test_forget_drops_the_context_every_queue_worker_holds(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, postgres_db: str
+) -> None:
+    """Worker 1 holds Alice's context after her first turn, worker 2 after her second; after
+    ``users forget`` worker 2 runs a turn, then worker 1: neither request carries anything of
+    before. (Numbering the conversation from 1 again after the erasure brought worker 2's new
+    rows to the number worker 1 had cached, and worker 1 handed out the erased context.)"""
+    await migrate(postgres_db)
+    mark = f"MARK{secrets.token_hex(6)}"
+    pins = Pins(claude, telegram)
+    receiver = queued_bot(claude, telegram, tmp_path, postgres_db)
+    workers = [
+        queued_bot(claude, telegram, tmp_path / w, postgres_db, system_prompt=f"worker {w}")
+        for w in ("w1", "w2")
+    ]
+    async with (
+        queued(receiver, work=False),
+        queued(workers[0], receive=False, concurrency=1),
+        queued(workers[1], receive=False, concurrency=1),
+    ):
+        await pins.ask_on("w1", ALICE, f"my secret is {mark}")
+        await pins.ask_on("w2", ALICE, "anything else?")
+        await forget_user(ALICE, default_parts(receiver.settings))
+        erased_at = len(claude.requests)
+        await pins.ask_on("w2", ALICE, "what did I say?")
+        await pins.ask_on("w1", ALICE, "and to you?")
+    alices = [r for r in claude.requests if r.last_user_text() != "hold"]
+    assert [worker_of(r) for r in alices] == ["w1", "w2", "w2", "w1"]
+    assert all(mark in json.dumps(r.body) for r in alices[:2])
+    after = [r for r in claude.requests[erased_at:] if r.last_user_text() != "hold"]
+    assert [mark in json.dumps(r.body) for r in after] == [False, False]

@@ -62,7 +62,12 @@ class SessionsPart:
         self.settings = settings
 
     async def forget(self, user_id: int, *, keep_block: bool = False) -> int:
-        """Delete the private conversation."""
+        """Delete the private conversation.
+
+        On PostgreSQL its head row stays, numbered on past its last entry: a worker that cached
+        the conversation at any number it ever had sees it changed and rebuilds it (numbering
+        from 1 again could meet a cached number and hand out the erased context).
+        """
         if self.settings.database_url is None:
             path = JsonlSessionStore(self.settings.sessions_dir).path_for(user_id)
             existed = path.exists()
@@ -90,9 +95,11 @@ class SessionsPart:
 
 
 async def forget_rows(conn: Any, key: str) -> int:
-    """Delete a conversation's rows and its head; how many entries went."""
+    """Delete a conversation's rows, its head moved past their numbers; how many went."""
     gone: str = await conn.execute("DELETE FROM botkit_sessions WHERE conversation = $1", key)
-    await conn.execute("DELETE FROM botkit_session_heads WHERE conversation = $1", key)
+    await conn.execute(
+        "UPDATE botkit_session_heads SET last_seq = last_seq + 1 WHERE conversation = $1", key
+    )
     return int(gone.split()[-1])
 
 
