@@ -72,7 +72,7 @@ async def database_text(db: str) -> str:
 
 
 GROUP = -100500
-IN_GROUP = {"chat_id": GROUP, "chat_type": "supergroup"}
+IN_GROUP: dict[str, Any] = {"chat_id": GROUP, "chat_type": "supergroup"}
 
 
 async def test_forget_leaves_no_trace_and_export_holds_everything(
