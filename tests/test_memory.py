@@ -372,8 +372,12 @@ def isolation_script(request: FakeRequest) -> FakeReply:
     return FakeReply.text("noted")
 
 
-def conversation_of_step(user: int, place: int | None) -> str:
-    return str(user) if place is None else f"chat_{place}"
+def conversation_of_step(user: int, place: int | None, group_context: str) -> str:
+    """The conversation a step writes in: the user's private one, the group's, or (per_user)
+    the user's own one in the group."""
+    if place is None:
+        return str(user)
+    return f"chat_{place}_user_{user}" if group_context == "per_user" else f"chat_{place}"
 
 
 @given(
@@ -381,50 +385,97 @@ def conversation_of_step(user: int, place: int | None) -> str:
         st.tuples(st.sampled_from(USERS), st.one_of(st.none(), st.sampled_from(GROUPS))),
         min_size=4,
         max_size=14,
-    )
+    ),
+    group_context=st.sampled_from(["shared", "per_user"]),
+    restart_at=st.integers(min_value=0, max_value=14),
+    store=st.sampled_from(["files", "postgres"]),
 )
 @settings(
-    max_examples=6,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_no_request_ever_carries_another_conversations_memory(
-    steps: list[tuple[int, int | None]], tmp_path_factory: pytest.TempPathFactory
+    steps: list[tuple[int, int | None]],
+    group_context: str,
+    restart_at: int,
+    store: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_dsn: str,
 ) -> None:
-    asyncio.run(_write_at_once(steps, tmp_path_factory.mktemp("isolation")))
+    """Many users and groups write memories at once, on either store, with groups shared or
+    one conversation per member, and the bot is replaced by a new one on the same store
+    part-way (after ``restart_at`` steps): no request carries another conversation's memory."""
+    folder = tmp_path_factory.mktemp("isolation")
+    run = Isolation(steps, group_context, folder)
+    asyncio.run(run.on(store, postgres_dsn, restart_at))
 
 
-async def _write_at_once(steps: list[tuple[int, int | None]], tmp_path: Path) -> None:
-    """Every step is a user telling the bot, in private or in a group, a word unique to it;
-    all are sent at once, to a bot that keeps two contexts in memory (evicting the rest)."""
-    words = {f"w{i}x{secrets.token_hex(3)}": step for i, step in enumerate(steps)}
-    async with FakeTelegramServer() as telegram, FakeAnthropicServer() as claude:
-        claude.responder = isolation_script
-        bot = make_bot(claude, tmp_path, allowed_users=frozenset(USERS), max_contexts=2)
-        async with running(bot, telegram):
-            for word, (user, place) in words.items():
-                if place is None:
-                    telegram.send_text(user, f"remember {word}")
-                else:
-                    telegram.send_text(
-                        user,
-                        f"@botkit_test_bot remember {word}",
-                        chat_id=place,
-                        chat_type="supergroup",
-                    )
-            for chat, count in Counter(place or user for user, place in steps).items():
-                await telegram.wait_for_messages(chat, count, timeout=60)
-        await bot.aclose()
-    owner = {word: conversation_of_step(*step) for word, step in words.items()}
-    viewed: set[str] = set()
-    for request in claude.requests:
-        body = json.dumps(request.body)
-        seen = {owner[word] for word in words if word in body}
-        assert len(seen) <= 1, f"one request carried the memories of {sorted(seen)}"
-        for result in request.tool_results():
-            if str(result["content"]).startswith("Here're the files"):
-                viewed |= {word for word in words if word in str(result["content"])}
-    assert viewed == set(words), "every word came back in its own conversation's memory"
+class Isolation:
+    """One example of the isolation property: the steps, each with a word unique to it."""
+
+    def __init__(self, steps: list[tuple[int, int | None]], group_context: str, folder: Path):
+        self.words = {f"w{i}x{secrets.token_hex(3)}": step for i, step in enumerate(steps)}
+        self.owner = {
+            word: conversation_of_step(*step, group_context) for word, step in self.words.items()
+        }
+        self.group_context = group_context
+        self.folder = folder
+        self.sent: Counter[int] = Counter()
+        """Steps sent so far to each chat (each gets one answer)."""
+
+    async def on(self, store: str, admin_dsn: str, restart_at: int) -> None:
+        """Run the steps on ``store`` (a new bot after ``restart_at`` of them), then check."""
+        if store == "files":
+            await self.run({}, restart_at)
+            return
+        async with fresh_database(admin_dsn) as db:
+            await migrate(db)
+            await self.run({"database_url": SecretStr(db)}, restart_at)
+
+    async def run(self, stored: dict[str, Any], restart_at: int) -> None:
+        words = list(self.words)
+        async with FakeTelegramServer() as telegram, FakeAnthropicServer() as claude:
+            claude.responder = isolation_script
+            for part in (words[:restart_at], words[restart_at:]):
+                bot = make_bot(
+                    claude,
+                    self.folder,
+                    allowed_users=frozenset(USERS),
+                    max_contexts=2,
+                    group_context=self.group_context,
+                    **stored,
+                )
+                try:
+                    async with running(bot, telegram):
+                        await self.send_at_once(telegram, part)
+                finally:
+                    await bot.aclose()
+            self.check(claude.requests)
+
+    async def send_at_once(self, telegram: FakeTelegramServer, words: list[str]) -> None:
+        """Send these steps all at once; wait until every chat has all its answers so far."""
+        for word in words:
+            user, place = self.words[word]
+            if place is None:
+                telegram.send_text(user, f"remember {word}")
+            else:
+                text = f"@botkit_test_bot remember {word}"
+                telegram.send_text(user, text, chat_id=place, chat_type="supergroup")
+            self.sent[place or user] += 1
+        for chat in {place or user for user, place in (self.words[w] for w in words)}:
+            await telegram.wait_for_messages(chat, self.sent[chat], timeout=60)
+
+    def check(self, requests: list[FakeRequest]) -> None:
+        viewed: set[str] = set()
+        for request in requests:
+            body = json.dumps(request.body)
+            seen = {self.owner[word] for word in self.words if word in body}
+            assert len(seen) <= 1, f"one request carried the memories of {sorted(seen)}"
+            for result in request.tool_results():
+                if str(result["content"]).startswith("Here're the files"):
+                    viewed |= {word for word in self.words if word in str(result["content"])}
+        assert viewed == set(self.words), "every word came back in its own conversation's memory"
 
 
 async def test_replay_shows_memory_calls_like_other_tool_calls(

@@ -22,6 +22,8 @@ README = """What botkit holds about user {user_id}, exported {when}.
 
 {listing}
 Sessions are JSON Lines: one entry (a message, a reset, a summary) a line, oldest first.
+A picture or document in them is a reference ("type": "stored") whose "sha256" names its file
+in media/.
 """
 
 

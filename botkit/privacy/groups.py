@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from botkit.config import Settings
-from botkit.privacy.parts import Described, _per_user_keys, _pg
+from botkit.privacy.parts import Described, _per_user_keys, _pg, forget_rows
 from botkit.sessions.retention import rewrite_file, sweep_media_files
 
 __all__ = ["ERASED", "GroupsPart", "MediaPart", "erase_turns"]
@@ -79,7 +79,8 @@ class GroupsPart:
         return await self._forget_rows(user_id)
 
     async def export(self, user_id: int, folder: Path) -> Described:
-        """Nothing apart: group conversations are shared with the other members."""
+        """Nothing apart: shared group conversations are the other members' too (their own
+        per-member ones are the sessions part's)."""
         return {}
 
     def _forget_files(self, user_id: int) -> int:
@@ -119,13 +120,7 @@ class GroupsPart:
             count = 0
             for key in keys:
                 if key in own:
-                    gone = await conn.execute(
-                        "DELETE FROM botkit_sessions WHERE conversation = $1", key
-                    )
-                    await conn.execute(
-                        "DELETE FROM botkit_session_heads WHERE conversation = $1", key
-                    )
-                    count += int(gone.split()[-1])
+                    count += await forget_rows(conn, key)
                     continue
                 count += await _erase_rows(conn, key, user_id)
         return count

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ import orjson
 
 from botkit.config import Settings
 from botkit.memory.store import MemoryStore
+from botkit.privacy.sessions import media_of, own_conversations, own_keys, referenced_media
 from botkit.sessions.jsonl import JsonlSessionStore
 
 __all__ = [
@@ -49,14 +49,12 @@ class Part(Protocol):
         ...
 
 
-def _per_user_keys(keys: list[str], user_id: int) -> list[str]:
-    """The user's private conversation and their own conversations in groups (per_user)."""
-    own = re.compile(rf"chat_-?[0-9]+(?:_[0-9]+)?_user_{user_id}")
-    return [k for k in keys if k == str(user_id) or own.fullmatch(k)]
+_per_user_keys = own_keys
 
 
 class SessionsPart:
-    """The user's private conversation: its JSONL file, or its PostgreSQL rows."""
+    """The user's private conversation (its JSONL file, or its PostgreSQL rows); exported with
+    their per-member group conversations and the media all of these refer to."""
 
     name = "sessions"
 
@@ -64,40 +62,51 @@ class SessionsPart:
         self.settings = settings
 
     async def forget(self, user_id: int, *, keep_block: bool = False) -> int:
-        """Delete the private conversation."""
+        """Delete the private conversation.
+
+        On PostgreSQL its head row stays, numbered on past its last entry: a worker that cached
+        the conversation at any number it ever had sees it changed and rebuilds it (numbering
+        from 1 again could meet a cached number and hand out the erased context).
+        """
         if self.settings.database_url is None:
             path = JsonlSessionStore(self.settings.sessions_dir).path_for(user_id)
             existed = path.exists()
             path.unlink(missing_ok=True)
             return int(existed)
         async with _pg(self.settings) as conn, conn.transaction():
-            gone = await conn.execute(
-                "DELETE FROM botkit_sessions WHERE conversation = $1", str(user_id)
-            )
-            await conn.execute(
-                "DELETE FROM botkit_session_heads WHERE conversation = $1", str(user_id)
-            )
-        return int(gone.split()[-1])
+            return await forget_rows(conn, str(user_id))
 
     async def export(self, user_id: int, folder: Path) -> Described:
-        """The private conversation as JSONL, one entry a line."""
-        target = folder / "sessions" / f"{user_id}.jsonl"
-        if self.settings.database_url is None:
-            source = JsonlSessionStore(self.settings.sessions_dir).path_for(user_id)
-            if not source.exists():
-                return {}
-            data = source.read_bytes()
-        else:
-            async with _pg(self.settings) as conn:
-                rows = await conn.fetch(
-                    "SELECT entry FROM botkit_sessions WHERE conversation = $1 ORDER BY seq",
-                    str(user_id),
-                )
-            if not rows:
-                return {}
-            data = "".join(f"{row['entry']}\n" for row in rows).encode("utf-8")
-        _write(target, data)
-        return {str(target.relative_to(folder)): "your private conversation, one entry a line"}
+        """Each conversation as JSONL (one entry a line), its media in ``media/``."""
+        described: Described = {}
+        names: set[str] = set()
+        for key, data in await own_conversations(self.settings, user_id):
+            if not data:
+                continue
+            target = folder / "sessions" / f"{key}.jsonl"
+            _write(target, data)
+            described[str(target.relative_to(folder))] = _conversation_text(key, user_id)
+            names |= referenced_media(data)
+        for name, data in (await media_of(self.settings, names)).items():
+            target = folder / "media" / name
+            _write(target, data)
+            described[str(target.relative_to(folder))] = "a picture or document you sent or got"
+        return described
+
+
+async def forget_rows(conn: Any, key: str) -> int:
+    """Delete a conversation's rows, its head moved past their numbers; how many went."""
+    gone: str = await conn.execute("DELETE FROM botkit_sessions WHERE conversation = $1", key)
+    await conn.execute(
+        "UPDATE botkit_session_heads SET last_seq = last_seq + 1 WHERE conversation = $1", key
+    )
+    return int(gone.split()[-1])
+
+
+def _conversation_text(key: str, user_id: int) -> str:
+    if key == str(user_id):
+        return "your private conversation, one entry a line"
+    return "your own conversation in a group, one entry a line"
 
 
 class MemoryPart:
