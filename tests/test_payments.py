@@ -348,13 +348,7 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
 ) -> None:
     bot = paid_bot(claude, tmp_path, store)
     claude.enqueue(FakeReply.text("on the plan"))
-    env = {
-        "TELEGRAM_BOT_TOKEN": telegram.token,
-        "TELEGRAM_API_BASE": telegram.base_url,
-        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
-    }
-    if "database_url" in store:
-        env["BOTKIT_DATABASE_URL"] = store["database_url"].get_secret_value()
+    env = cli_env(telegram, tmp_path, store)
     async with running(bot, telegram):
         await use_up_free_budget(bot)
         charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
@@ -369,6 +363,7 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
         again = await cli(tmp_path, env, "payments", "refund", charge)
         assert again.returncode == 1 and "was refunded" in again.stderr
         assert telegram.refunded == [charge], "not refunded twice"
+        assert telegram.requests_for("editUserStarSubscription") == [], "not a subscription"
 
         await asyncio.sleep(3.2)  # the bot's read of the plan is trusted for up to 3 s
         refused = await ask(telegram, USER, "after the refund")
@@ -377,6 +372,45 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
         assert charge in listed.stdout and "\tpro\t50\t" in listed.stdout
     [grant] = await grants(bot)
     assert grant.refunded_at is not None
+
+
+async def test_refunding_a_subscription_cancels_it(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    ends = int(time.time()) + 2592000
+    async with running(bot, telegram):
+        charge = telegram.complete_payment(
+            USER,
+            f"plan:monthly:120:{USER}",
+            120,
+            subscription_expiration_date=ends,
+            is_recurring=True,
+            is_first_recurring=True,
+        )
+        await telegram.wait_for_messages(USER, 1)
+        env = cli_env(telegram, tmp_path, store)
+        refund = await cli(tmp_path, env, "payments", "refund", charge)
+        assert refund.returncode == 0, refund.stderr
+    assert telegram.refunded == [charge]
+    assert telegram.subscriptions == {charge: True}, "cancelled: Telegram renews it no more"
+    [cancel] = telegram.requests_for("editUserStarSubscription")
+    assert cancel.params["user_id"] == USER and cancel.params["is_canceled"] is True
+
+
+def cli_env(telegram: FakeTelegramServer, tmp_path: Path, store: dict[str, Any]) -> dict[str, str]:
+    """The settings a ``python -m botkit payments`` run needs to reach the bot's records."""
+    env = {
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_BASE": telegram.base_url,
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+    }
+    if "database_url" in store:
+        env["BOTKIT_DATABASE_URL"] = store["database_url"].get_secret_value()
+    return env
 
 
 async def cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -318,8 +318,9 @@ class Payments:
     # ---- refunds -------------------------------------------------------------------------
 
     async def refund(self, charge_id: str, sales: StarSales) -> Grant:
-        """Give a payment's Stars back (``refundStarPayment``), then end its plan; an audit
-        line records it. Raises ``RefundError`` for an unknown or already refunded charge."""
+        """Give a payment's Stars back (``refundStarPayment``), cancel its subscription if it
+        is one (``editUserStarSubscription``), then end its plan; an audit line records it.
+        Raises ``RefundError`` for an unknown or already refunded charge."""
         store = await self.store()
         grant = await store.get(charge_id)
         if grant is None:
@@ -331,6 +332,8 @@ class Payments:
         except MessengerError as e:
             if "ALREADY_REFUNDED" not in str(e.__cause__ or e):
                 raise
+        if grant.subscription:  # else Telegram renews it, and the renewal grants the plan again
+            await sales.cancel_subscription(grant.user_id, charge_id)
         revoked = await store.revoke(charge_id, datetime.now(UTC)) or grant
         self._cache.pop(grant.user_id, None)
         self.refunds.labels(grant.plan_id).inc()
