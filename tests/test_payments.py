@@ -13,7 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from botkit import Bot, Incoming, Plan, tool
@@ -103,6 +105,18 @@ async def next_message(
     timeout: float = 10.0,  # noqa: ASYNC109
 ) -> SentMessage:
     return (await telegram.wait_for_messages(chat_id, before + 1, timeout))[before]
+
+
+async def scrape(url: str) -> dict[tuple[str, str], float]:
+    """The bot's ``/metrics`` as an operator's Prometheus reads them: by name and plan."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        (sample.name, sample.labels.get("plan", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def metric(bot: Bot, name: str, **labels: str) -> float:
@@ -346,7 +360,7 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
     tmp_path: Path,
     store: dict[str, Any],
 ) -> None:
-    bot = paid_bot(claude, tmp_path, store)
+    bot = paid_bot(claude, tmp_path, store, metrics_port=0)
     claude.enqueue(FakeReply.text("on the plan"))
     env = cli_env(telegram, tmp_path, store)
     async with running(bot, telegram):
@@ -370,6 +384,9 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
         assert refused.plain_text.startswith(bot.options.budget_text)
         listed = await cli(tmp_path, env, "payments", "list")
         assert charge in listed.stdout and "\tpro\t50\t" in listed.stdout
+        assert bot.metrics.served_at is not None
+        scraped = await scrape(bot.metrics.served_at)
+        assert scraped.get(("botkit_refunds_total", "pro")) == 1, "the bot counts the CLI's"
     [grant] = await grants(bot)
     assert grant.refunded_at is not None
 

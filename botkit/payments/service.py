@@ -10,12 +10,13 @@ is behind the messenger's ``StarSales`` (``TelegramMessenger.stars``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime
 from typing import Protocol
 
 import structlog
 from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from botkit.access import Access
 from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
@@ -36,7 +37,7 @@ from botkit.payments.plans import SUBSCRIPTION_PERIOD, Invoice, Plan
 from botkit.payments.store import Grant, NewPayment, PaymentStore, payment_store_for
 from botkit.payments.texts import PaymentTexts
 
-__all__ = ["STARS", "PaymentHost", "Payments", "RefundError"]
+__all__ = ["STARS", "PaymentHost", "Payments", "RefundError", "RefundsCounted"]
 
 log = structlog.get_logger(__name__)
 
@@ -89,9 +90,8 @@ class Payments:
         self.stars = Counter(
             "botkit_payment_stars", "Telegram Stars received, by plan", ["plan"], registry=registry
         )
-        self.refunds = Counter(
-            "botkit_refunds", "Payments refunded, by plan", ["plan"], registry=registry
-        )
+        self.refunds = RefundsCounted()
+        registry.register(self.refunds)
         self.checkouts = Counter(
             "botkit_checkouts", "Checkouts answered, by outcome", ["outcome"], registry=registry
         )
@@ -121,6 +121,7 @@ class Payments:
             self._static(lambda: self.texts.paysupport_text)
         )
         self.host.buttons[BUY] = self._buy
+        self.host.metrics.refresh_on_scrape(self._count_refunds)
 
     async def store(self) -> PaymentStore:
         """The payments store, beside the user store, opened on first use."""
@@ -336,7 +337,6 @@ class Payments:
             await sales.cancel_subscription(grant.user_id, charge_id)
         revoked = await store.revoke(charge_id, datetime.now(UTC)) or grant
         self._cache.pop(grant.user_id, None)
-        self.refunds.labels(grant.plan_id).inc()
         log.warning(
             "payments.refunded",
             user_id=grant.user_id,
@@ -345,6 +345,9 @@ class Payments:
             charge_id=charge_id,
         )
         return revoked
+
+    async def _count_refunds(self) -> None:
+        self.refunds.by_plan = await (await self.store()).refunds()
 
     # ---- showing -------------------------------------------------------------------------
 
@@ -372,6 +375,30 @@ class Payments:
 
     def _sales(self) -> StarSales | None:
         return _sales_of(self.host.messenger)
+
+
+class RefundsCounted:
+    """``botkit_refunds_total`` by plan, as the store counts them when the metrics are scraped:
+    refunds are made by ``python -m botkit payments refund``, not by the bot's processes."""
+
+    def __init__(self) -> None:
+        self.by_plan: dict[str, int] = {}
+        """The count at the last scrape."""
+
+    def describe(self) -> list[Metric]:
+        """The metric without samples (the registry checks names with it)."""
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        """The counts read at the last scrape."""
+        family = self._family()
+        for plan_id, count in sorted(self.by_plan.items()):
+            family.add_metric([plan_id], count)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily("botkit_refunds", "Payments refunded, by plan", labels=["plan"])
 
 
 def _sales_of(messenger: Messenger | None) -> StarSales | None:

@@ -29,6 +29,9 @@ _COLUMNS = (
     "refunded_at"
 )
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+_REFUNDS = (
+    "SELECT plan_id, count(*) FROM botkit_payments WHERE refunded_at IS NOT NULL GROUP BY plan_id"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,10 @@ class PaymentStore(Protocol):
         """The latest payments, newest first."""
         ...
 
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
+        ...
+
     async def close(self) -> None:
         """Release what the store opened."""
         ...
@@ -159,6 +166,11 @@ class SqlitePayments:
         return [
             _sqlite_row(row) for row in await self._run("listing payments", _fetch, sql, (limit,))
         ]
+
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
+        rows = await self._run("counting refunds", _fetch, _REFUNDS, ())
+        return {plan_id: count for plan_id, count in rows}
 
     async def close(self) -> None:
         """Close the connection."""
@@ -383,6 +395,12 @@ class PostgresPayments:
             sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT $1"
             rows = await conn.fetch(sql, limit)
         return [_postgres_row(row) for row in rows]
+
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
+        async with self._connection("counting refunds") as conn:
+            rows = await conn.fetch(_REFUNDS)
+        return {row["plan_id"]: row["count"] for row in rows}
 
     async def close(self) -> None:
         """Nothing of its own: the pool is the user store's."""
