@@ -552,6 +552,44 @@ async def test_on_the_job_queue_a_payment_is_granted_once_and_checkouts_answered
     assert granted == 1
 
 
+async def test_on_the_job_queue_the_receiver_answers_checkouts_with_no_worker_running(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, migrated_db: str
+) -> None:
+    from botkit.messengers.flood import FloodControl
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    bot = paid_bot(
+        claude,
+        tmp_path,
+        {"database_url": SecretStr(migrated_db)},
+        telegram_bot_token=SecretStr(telegram.token),
+        telegram_api_base=telegram.base_url,
+        poll_timeout=1,
+    )
+    stop = asyncio.Event()
+    receiver = asyncio.create_task(
+        serve_queued(
+            bot,
+            stop,
+            receive=True,
+            work=False,  # every worker stopped: nothing takes jobs from the queue
+            messenger=messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False),
+            queue=queue_for(bot.settings),
+        )
+    )
+    try:
+        ok = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
+        assert (await telegram.wait_for_checkout(ok, timeout=10))["ok"] is True
+        wrong = telegram.start_checkout(USER, f"plan:pro:49:{USER}", 49)
+        refused = await telegram.wait_for_checkout(wrong, timeout=10)
+    finally:
+        stop.set()
+        await receiver
+    assert refused == {"ok": False, "error_message": bot.options.payment_texts.price_changed_text}
+    assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1
+
+
 STALLING_BOT = """
 import asyncio
 from pathlib import Path
