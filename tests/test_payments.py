@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from botkit import Bot, Incoming, Plan, tool
 from botkit.errors import ConfigError
@@ -416,6 +417,32 @@ async def test_refunding_a_subscription_cancels_it(
     assert telegram.subscriptions == {charge: True}, "cancelled: Telegram renews it no more"
     [cancel] = telegram.requests_for("editUserStarSubscription")
     assert cancel.params["user_id"] == USER and cancel.params["is_canceled"] is True
+
+
+async def test_a_payment_for_a_plan_no_longer_sold_is_recorded_granting_nothing_and_refundable(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    env = cli_env(telegram, tmp_path, store)
+    async with running(bot, telegram):
+        with capture_logs() as logs:
+            charge = telegram.complete_payment(USER, f"plan:gold:70:{USER}", 70)
+            [told] = await telegram.wait_for_messages(USER, 1)
+        assert told.plain_text == bot.options.payment_texts.paysupport_text
+        assert await bot.payments.current_plan(USER) is None, "nothing granted"
+        listed = await cli(tmp_path, env, "payments", "list")
+        assert f"{charge}\t{USER}\tunknown:gold\t70\t" in listed.stdout, listed.stdout
+        refund = await cli(tmp_path, env, "payments", "refund", charge)
+        assert refund.returncode == 0, refund.stderr
+    assert telegram.refunded == [charge]
+    [error] = [e for e in logs if e["event"] == "payments.unknown_plan_paid"]
+    assert error["charge_id"] == charge and error["recorded_as"] == "unknown:gold"
+    [grant] = await grants(bot)
+    assert grant.refunded_at is not None and grant.ends_at == grant.paid_at
+    assert metric(bot, "botkit_payments_total", plan="unknown:gold") == 0
 
 
 def cli_env(telegram: FakeTelegramServer, tmp_path: Path, store: dict[str, Any]) -> dict[str, str]:

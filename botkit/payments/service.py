@@ -254,21 +254,12 @@ class Payments:
     async def take_payment(self, message: Incoming, messenger: Messenger) -> None:
         """Grant the plan of a ``successful_payment`` once (by its charge id), then thank the
         user; a payment seen before is not granted again (its thanks are sent again, as a
-        crash may have come between the record and the thanks)."""
+        crash may have come between the record and the thanks). A payment for a plan no longer
+        configured is recorded, granting nothing, so the operator can refund it."""
         payment = message.payment
         assert payment is not None
         invoice = Invoice.parse(payment.payload)
         plan = self.plans.get(invoice.plan_id) if invoice is not None else None
-        if plan is None:
-            log.error(
-                "payments.unknown_plan_paid",
-                user_id=message.user_id,
-                charge_id=payment.charge_id,
-                payload=payment.payload,
-                stars=payment.total_amount,
-            )
-            await messenger.send_text(message.chat_id, self.texts.paysupport_text)
-            return
         paid = NewPayment(
             charge_id=payment.charge_id,
             user_id=message.user_id,
@@ -276,27 +267,22 @@ class Payments:
             stars=payment.total_amount,
             paid_at=datetime.now(UTC),
             paid_until=payment.subscription_expires_at,
+            paid_for=invoice.plan_id if invoice is not None else "",
         )
-        store = await self.store()
-        try:
-            grant = await store.grant(paid)
-        except StoreError as e:  # Telegram has the money: the operator must grant it by hand
-            log.error(
-                "payments.not_recorded",
-                user_id=message.user_id,
-                plan=plan.id,
-                stars=payment.total_amount,
-                charge_id=payment.charge_id,
-                error=str(e),
-            )
-            raise
+        grant = await self._record(paid)
         if grant is None:
-            log.info("payments.seen_before", user_id=message.user_id, charge_id=payment.charge_id)
-            grant = await store.get(payment.charge_id)
-            if grant is None:
-                return
-        else:
-            self._count(grant)
+            return
+        if plan is None:
+            log.error(
+                "payments.unknown_plan_paid",
+                user_id=message.user_id,
+                charge_id=payment.charge_id,
+                payload=payment.payload,
+                stars=payment.total_amount,
+                recorded_as=grant.plan_id,
+            )
+            await messenger.send_text(message.chat_id, self.texts.paysupport_text)
+            return
         self._cache.pop(message.user_id, None)
         renewal = payment.is_recurring and not payment.is_first_recurring
         text = self.texts.renewed_text if renewal else self.texts.thanks_text
@@ -304,9 +290,32 @@ class Payments:
             message.chat_id, text.format(title=plan.title, ends=_day(grant.ends_at))
         )
 
+    async def _record(self, paid: NewPayment) -> Grant | None:
+        """The payment's record: made now (and counted), or the one made before."""
+        store = await self.store()
+        try:
+            grant = await store.grant(paid)
+        except StoreError as e:  # Telegram has the money: the operator must grant it by hand
+            log.error(
+                "payments.not_recorded",
+                user_id=paid.user_id,
+                plan=paid.plan_id,
+                stars=paid.stars,
+                charge_id=paid.charge_id,
+                error=str(e),
+            )
+            raise
+        if grant is not None:
+            self._count(grant)
+            return grant
+        log.info("payments.seen_before", user_id=paid.user_id, charge_id=paid.charge_id)
+        return await store.get(paid.charge_id)
+
     def _count(self, grant: Grant) -> None:
-        self.paid.labels(grant.plan_id).inc()
         self.stars.labels(grant.plan_id).inc(grant.stars)
+        if grant.plan_id not in self.plans:  # recorded, granting nothing
+            return
+        self.paid.labels(grant.plan_id).inc()
         log.info(
             "payments.granted",
             user_id=grant.user_id,
