@@ -5,6 +5,7 @@ API, on SQLite and on a real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -374,7 +375,11 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
         assert refund.returncode == 0, refund.stderr
         assert telegram.refunded == [charge]
         assert [r.params["user_id"] for r in telegram.requests_for("refundStarPayment")] == [USER]
-        assert "payments.refunded" in refund.stdout + refund.stderr, "an audit line"
+        [audit] = audit_lines(refund.stderr)
+        assert (audit["actor"], audit["action"]) == ("cli", "payments.refund")
+        assert audit["target"] == charge
+        assert (audit["user_id"], audit["plan"], audit["stars"]) == (USER, "pro", 50)
+        assert "os_user" in audit, "who ran it, as the admin commands say"
         again = await cli(tmp_path, env, "payments", "refund", charge)
         assert again.returncode == 1 and "was refunded" in again.stderr
         assert telegram.refunded == [charge], "not refunded twice"
@@ -443,6 +448,12 @@ async def test_a_payment_for_a_plan_no_longer_sold_is_recorded_granting_nothing_
     [grant] = await grants(bot)
     assert grant.refunded_at is not None and grant.ends_at == grant.paid_at
     assert metric(bot, "botkit_payments_total", plan="unknown:gold") == 0
+
+
+def audit_lines(stderr: str) -> list[dict[str, Any]]:
+    """The ``admin.action`` log lines in a CLI's stderr (JSON lines, as it is not a terminal)."""
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [line for line in lines if line["event"] == "admin.action"]
 
 
 def cli_env(telegram: FakeTelegramServer, tmp_path: Path, store: dict[str, Any]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client import Counter
@@ -36,6 +36,9 @@ from botkit.options import BotOptions
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Invoice, Plan
 from botkit.payments.store import Grant, NewPayment, PaymentStore, payment_store_for
 from botkit.payments.texts import PaymentTexts
+
+if TYPE_CHECKING:
+    from botkit.admin import Admin
 
 __all__ = ["STARS", "PaymentHost", "Payments", "RefundError", "RefundsCounted"]
 
@@ -327,10 +330,11 @@ class Payments:
 
     # ---- refunds -------------------------------------------------------------------------
 
-    async def refund(self, charge_id: str, sales: StarSales) -> Grant:
+    async def refund(self, charge_id: str, sales: StarSales, admin: Admin) -> Grant:
         """Give a payment's Stars back (``refundStarPayment``), cancel its subscription if it
-        is one (``editUserStarSubscription``), then end its plan; an audit line records it.
-        Raises ``RefundError`` for an unknown or already refunded charge."""
+        is one (``editUserStarSubscription``), then end its plan; ``admin`` writes the audit
+        line (``admin.action``, ``payments.refund``). Raises ``RefundError`` for an unknown
+        or already refunded charge."""
         store = await self.store()
         grant = await store.get(charge_id)
         if grant is None:
@@ -346,12 +350,12 @@ class Payments:
             await sales.cancel_subscription(grant.user_id, charge_id)
         revoked = await store.revoke(charge_id, datetime.now(UTC)) or grant
         self._cache.pop(grant.user_id, None)
-        log.warning(
-            "payments.refunded",
+        admin.audit(
+            "payments.refund",
+            charge_id,
             user_id=grant.user_id,
             plan=grant.plan_id,
             stars=grant.stars,
-            charge_id=charge_id,
         )
         return revoked
 
