@@ -161,6 +161,9 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
     bot = paid_bot(claude, tmp_path, store)
     claude.enqueue(FakeReply.text("answered on the plan"))
     async with running(bot, telegram):
+        await (await bot.access.user_store()).add_usage(USER, datetime.now(UTC).date(), 40)
+        free = (await ask(telegram, USER, "/plan")).plain_text
+        assert "no plan" in free and "Left today: 60 tokens" in free, free
         await use_up_free_budget(bot)
         refused = await ask(telegram, USER, "hello")
         assert refused.plain_text.startswith(bot.options.budget_text)
@@ -190,6 +193,7 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
         assert (await ask(telegram, USER, "hello again")).text == "answered on the plan"
         shown = (await ask(telegram, USER, "/plan")).plain_text
         assert "Pro" in shown and "Left today" in shown
+        assert f"until {grant.ends_at:%Y-%m-%d %H:%M} UTC" in shown, "the plan's end"
     assert metric(bot, "botkit_payments_total", plan="pro") == 1
     assert metric(bot, "botkit_payment_stars_total", plan="pro") == 50
     assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1

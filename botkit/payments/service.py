@@ -367,17 +367,16 @@ class Payments:
     async def _show_plan(self, message: Incoming, args: str) -> str:
         grant = await self.current_plan(message.user_id)
         texts = self.texts
-        if grant is None:
-            free = self.host.settings.daily_token_budget
-            if free is None:
-                return texts.free_unlimited_text
-            return texts.free_plan_text.format(tokens=f"{free:,}")
+        budget = self.host.settings.daily_token_budget if grant is None else grant.daily_tokens
+        if budget is None:
+            return texts.free_unlimited_text
         used = await (await self.access.user_store()).usage_on(message.user_id, _today())
+        left = f"{max(0, budget - used):,}"
+        if grant is None:
+            return texts.free_plan_text.format(tokens=f"{budget:,}", left=left)
         plan = self.plans.get(grant.plan_id)
         return texts.current_plan_text.format(
-            title=plan.title if plan else grant.plan_id,
-            ends=_day(grant.ends_at),
-            left=f"{max(0, grant.daily_tokens - used):,}",
+            title=plan.title if plan else grant.plan_id, ends=_day(grant.ends_at), left=left
         )
 
     def _static(self, text: Callable[[], str]) -> CommandHandler:
