@@ -282,11 +282,12 @@ async def test_a_checkout_for_no_plan_on_sale_at_its_price_is_refused_with_a_tex
     telegram: FakeTelegramServer,
     claude: FakeAnthropicServer,
     tmp_path: Path,
+    store: dict[str, Any],
     payload: str,
     amount: int,
     text: str,
 ) -> None:
-    bot = paid_bot(claude, tmp_path, {})
+    bot = paid_bot(claude, tmp_path, store)
     async with running(bot, telegram):
         answer = await telegram.wait_for_checkout(telegram.start_checkout(USER, payload, amount))
     assert answer == {"ok": False, "error_message": getattr(bot.options.payment_texts, text)}
