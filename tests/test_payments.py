@@ -664,9 +664,14 @@ bot.payments.store = store
 
 @pytest.mark.timeout(300)
 async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_restart(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
 ) -> None:
-    from botkit.payments.store import SqlitePayments
+    """SQLite: ``run`` (the inbox journal). PostgreSQL: receive/work (the job queue), the
+    receiver living on while the worker is killed and started again."""
+    from botkit.payments.store import PaymentStore, PostgresPayments, SqlitePayments
 
     (tmp_path / "stalling_bot.py").write_text(STALLING_BOT)
     (tmp_path / "stall").touch()
@@ -684,11 +689,20 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
         "BOTKIT_PLANS": f"[{PRO.model_dump_json()}]",
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
     }
+    command, pool = "run", None
+    payments: PaymentStore = SqlitePayments(tmp_path / "sessions" / "botkit.db")
+    if "database_url" in store:
+        import asyncpg  # type: ignore[import-untyped]
 
-    def start() -> subprocess.Popen[bytes]:
+        db = store["database_url"].get_secret_value()
+        env.update(BOTKIT_DATABASE_URL=db, BOTKIT_STALLED_TIMEOUT="2")
+        command, pool = "work", await asyncpg.create_pool(db, min_size=1, max_size=2)
+        payments = PostgresPayments(pool)
+
+    def start(command: str) -> subprocess.Popen[bytes]:
         with (tmp_path / "stderr.log").open("ab") as stderr:
             return subprocess.Popen(
-                [sys.executable, "-m", "botkit", "run", "stalling_bot:bot"],
+                [sys.executable, "-m", "botkit", command, "stalling_bot:bot"],
                 cwd=tmp_path,
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -701,17 +715,17 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
             assert time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-3000:]
             await asyncio.sleep(0.1)
 
-    payments = SqlitePayments(tmp_path / "sessions" / "botkit.db")
-    process = start()
+    processes = [start("receive")] if command == "work" else []
+    process = start(command)
     try:
         charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
         await until_exists(tmp_path / "stalled", timeout=90)
-        process.kill()  # SIGKILL: between the update journaled and its record
+        process.kill()  # SIGKILL: between the update journaled (or queued) and its record
         await asyncio.to_thread(process.wait, 30)
         (tmp_path / "stall").unlink()
         assert await payments.recent() == [], "killed before the record"
 
-        process = start()
+        process = start(command)
         [thanks] = await telegram.wait_for_messages(USER, 1, timeout=90)
         assert "Pro" in thanks.plain_text
         await asyncio.sleep(1.5)  # a second grant or thanks would come by now
@@ -721,9 +735,12 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
         assert grant.ends_at - grant.paid_at == timedelta(days=30)
     finally:
         await payments.close()
-        if process.poll() is None:
-            process.terminate()
-            await asyncio.to_thread(process.wait, 30)
+        if pool is not None:
+            await pool.close()
+        for running_process in [process, *processes]:
+            if running_process.poll() is None:
+                running_process.terminate()
+                await asyncio.to_thread(running_process.wait, 30)
 
 
 async def test_a_plan_with_a_role_gives_it_while_it_lasts(
