@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
@@ -692,8 +693,6 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
     command, pool = "run", None
     payments: PaymentStore = SqlitePayments(tmp_path / "sessions" / "botkit.db")
     if "database_url" in store:
-        import asyncpg  # type: ignore[import-untyped]
-
         db = store["database_url"].get_secret_value()
         env.update(BOTKIT_DATABASE_URL=db, BOTKIT_STALLED_TIMEOUT="2")
         command, pool = "work", await asyncpg.create_pool(db, min_size=1, max_size=2)
@@ -791,8 +790,6 @@ async def test_a_payment_made_in_a_group_is_granted_though_the_bot_was_not_menti
 async def test_a_checkout_the_bot_cannot_check_is_refused_not_left_waiting(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, migrated_db: str
 ) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
     bot = paid_bot(claude, tmp_path, {"database_url": SecretStr(migrated_db)})
     async with running(bot, telegram):
         conn = await asyncpg.connect(migrated_db)
