@@ -69,25 +69,25 @@ class Admin:
         """Block the user; one never registered (say, admitted by the allowlist) is registered."""
         known = await self.store.get_user(user_id) is not None
         record = await self.store.block_user(user_id)
-        self._audit("users.block", user_id, registered=not known)
+        self.audit("users.block", user_id, registered=not known)
         return record
 
     async def unblock(self, user_id: int) -> bool:
         """Unblock the user; ``False`` if there is no such user."""
         done = await self.store.set_blocked(user_id, False)
         if done:
-            self._audit("users.unblock", user_id)
+            self.audit("users.unblock", user_id)
         return done
 
     async def set_role(self, user_id: int, role: str, *, register: bool = False) -> bool:
         """Give the user ``role``; ``False`` if unknown, unless ``register`` registers them."""
         if await self.store.set_role(user_id, role):
-            self._audit("users.role", user_id, role=role)
+            self.audit("users.role", user_id, role=role)
             return True
         if not register:
             return False
         await self.store.upsert_user(user_id, role)
-        self._audit("users.role", user_id, role=role, registered=True)
+        self.audit("users.role", user_id, role=role, registered=True)
         return True
 
     async def create_invite(self, role: str, uses: int, expires_at: datetime | None) -> Invite:
@@ -95,17 +95,18 @@ class Admin:
         created_by = self.actor if isinstance(self.actor, int) else None
         invite = await self.store.create_invite(role, uses, expires_at, created_by)
         expires = expires_at.isoformat() if expires_at else None
-        self._audit("invites.create", invite.prefix, role=role, uses=uses, expires_at=expires)
+        self.audit("invites.create", invite.prefix, role=role, uses=uses, expires_at=expires)
         return invite
 
     async def revoke(self, code: str) -> RevokeResult:
         """Revoke the invite with this code, or the only one whose prefix starts with it."""
         result = await self.store.revoke_invite(code)
         if result.revoked is not None:  # the prefix only: the code is a secret
-            self._audit("invites.revoke", result.revoked.prefix, role=result.revoked.role)
+            self.audit("invites.revoke", result.revoked.prefix, role=result.revoked.role)
         return result
 
-    def _audit(self, action: str, target: int | str, **details: Any) -> None:
+    def audit(self, action: str, target: int | str, **details: Any) -> None:
+        """Write one ``admin.action`` line: this actor did ``action`` to ``target``."""
         log.info(
             "admin.action", actor=self.actor, action=action, target=target, **self._who, **details
         )

@@ -5,6 +5,7 @@ API, on SQLite and on a real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +14,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+from structlog.testing import capture_logs
 
 from botkit import Bot, Incoming, Plan, tool
 from botkit.errors import ConfigError
@@ -105,6 +110,18 @@ async def next_message(
     return (await telegram.wait_for_messages(chat_id, before + 1, timeout))[before]
 
 
+async def scrape(url: str) -> dict[tuple[str, str], float]:
+    """The bot's ``/metrics`` as an operator's Prometheus reads them: by name and plan."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        (sample.name, sample.labels.get("plan", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def metric(bot: Bot, name: str, **labels: str) -> float:
     return bot.metrics.registry.get_sample_value(name, labels) or 0.0
 
@@ -145,6 +162,9 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
     bot = paid_bot(claude, tmp_path, store)
     claude.enqueue(FakeReply.text("answered on the plan"))
     async with running(bot, telegram):
+        await (await bot.access.user_store()).add_usage(USER, datetime.now(UTC).date(), 40)
+        free = (await ask(telegram, USER, "/plan")).plain_text
+        assert "no plan" in free and "Left today: 60 tokens" in free, free
         await use_up_free_budget(bot)
         refused = await ask(telegram, USER, "hello")
         assert refused.plain_text.startswith(bot.options.budget_text)
@@ -174,6 +194,7 @@ async def test_buying_a_plan_grants_it_once_and_raises_the_budget(
         assert (await ask(telegram, USER, "hello again")).text == "answered on the plan"
         shown = (await ask(telegram, USER, "/plan")).plain_text
         assert "Pro" in shown and "Left today" in shown
+        assert f"until {grant.ends_at:%Y-%m-%d %H:%M} UTC" in shown, "the plan's end"
     assert metric(bot, "botkit_payments_total", plan="pro") == 1
     assert metric(bot, "botkit_payment_stars_total", plan="pro") == 50
     assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1
@@ -262,11 +283,12 @@ async def test_a_checkout_for_no_plan_on_sale_at_its_price_is_refused_with_a_tex
     telegram: FakeTelegramServer,
     claude: FakeAnthropicServer,
     tmp_path: Path,
+    store: dict[str, Any],
     payload: str,
     amount: int,
     text: str,
 ) -> None:
-    bot = paid_bot(claude, tmp_path, {})
+    bot = paid_bot(claude, tmp_path, store)
     async with running(bot, telegram):
         answer = await telegram.wait_for_checkout(telegram.start_checkout(USER, payload, amount))
     assert answer == {"ok": False, "error_message": getattr(bot.options.payment_texts, text)}
@@ -346,15 +368,9 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
     tmp_path: Path,
     store: dict[str, Any],
 ) -> None:
-    bot = paid_bot(claude, tmp_path, store)
+    bot = paid_bot(claude, tmp_path, store, metrics_port=0)
     claude.enqueue(FakeReply.text("on the plan"))
-    env = {
-        "TELEGRAM_BOT_TOKEN": telegram.token,
-        "TELEGRAM_API_BASE": telegram.base_url,
-        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
-    }
-    if "database_url" in store:
-        env["BOTKIT_DATABASE_URL"] = store["database_url"].get_secret_value()
+    env = cli_env(telegram, tmp_path, store)
     async with running(bot, telegram):
         await use_up_free_budget(bot)
         charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
@@ -365,18 +381,97 @@ async def test_a_refund_gives_the_stars_back_and_ends_the_plan(
         assert refund.returncode == 0, refund.stderr
         assert telegram.refunded == [charge]
         assert [r.params["user_id"] for r in telegram.requests_for("refundStarPayment")] == [USER]
-        assert "payments.refunded" in refund.stdout + refund.stderr, "an audit line"
+        [audit] = audit_lines(refund.stderr)
+        assert (audit["actor"], audit["action"]) == ("cli", "payments.refund")
+        assert audit["target"] == charge
+        assert (audit["user_id"], audit["plan"], audit["stars"]) == (USER, "pro", 50)
+        assert "os_user" in audit, "who ran it, as the admin commands say"
         again = await cli(tmp_path, env, "payments", "refund", charge)
         assert again.returncode == 1 and "was refunded" in again.stderr
         assert telegram.refunded == [charge], "not refunded twice"
+        assert telegram.requests_for("editUserStarSubscription") == [], "not a subscription"
 
         await asyncio.sleep(3.2)  # the bot's read of the plan is trusted for up to 3 s
         refused = await ask(telegram, USER, "after the refund")
         assert refused.plain_text.startswith(bot.options.budget_text)
         listed = await cli(tmp_path, env, "payments", "list")
         assert charge in listed.stdout and "\tpro\t50\t" in listed.stdout
+        assert bot.metrics.served_at is not None
+        scraped = await scrape(bot.metrics.served_at)
+        assert scraped.get(("botkit_refunds_total", "pro")) == 1, "the bot counts the CLI's"
     [grant] = await grants(bot)
     assert grant.refunded_at is not None
+
+
+async def test_refunding_a_subscription_cancels_it(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    ends = int(time.time()) + 2592000
+    async with running(bot, telegram):
+        charge = telegram.complete_payment(
+            USER,
+            f"plan:monthly:120:{USER}",
+            120,
+            subscription_expiration_date=ends,
+            is_recurring=True,
+            is_first_recurring=True,
+        )
+        await telegram.wait_for_messages(USER, 1)
+        env = cli_env(telegram, tmp_path, store)
+        refund = await cli(tmp_path, env, "payments", "refund", charge)
+        assert refund.returncode == 0, refund.stderr
+    assert telegram.refunded == [charge]
+    assert telegram.subscriptions == {charge: True}, "cancelled: Telegram renews it no more"
+    [cancel] = telegram.requests_for("editUserStarSubscription")
+    assert cancel.params["user_id"] == USER and cancel.params["is_canceled"] is True
+
+
+async def test_a_payment_for_a_plan_no_longer_sold_is_recorded_granting_nothing_and_refundable(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+) -> None:
+    bot = paid_bot(claude, tmp_path, store)
+    env = cli_env(telegram, tmp_path, store)
+    async with running(bot, telegram):
+        with capture_logs() as logs:
+            charge = telegram.complete_payment(USER, f"plan:gold:70:{USER}", 70)
+            [told] = await telegram.wait_for_messages(USER, 1)
+        assert told.plain_text == bot.options.payment_texts.paysupport_text
+        assert await bot.payments.current_plan(USER) is None, "nothing granted"
+        listed = await cli(tmp_path, env, "payments", "list")
+        assert f"{charge}\t{USER}\tunknown:gold\t70\t" in listed.stdout, listed.stdout
+        refund = await cli(tmp_path, env, "payments", "refund", charge)
+        assert refund.returncode == 0, refund.stderr
+    assert telegram.refunded == [charge]
+    [error] = [e for e in logs if e["event"] == "payments.unknown_plan_paid"]
+    assert error["charge_id"] == charge and error["recorded_as"] == "unknown:gold"
+    [grant] = await grants(bot)
+    assert grant.refunded_at is not None and grant.ends_at == grant.paid_at
+    assert metric(bot, "botkit_payments_total", plan="unknown:gold") == 0
+
+
+def audit_lines(stderr: str) -> list[dict[str, Any]]:
+    """The ``admin.action`` log lines in a CLI's stderr (JSON lines, as it is not a terminal)."""
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [line for line in lines if line["event"] == "admin.action"]
+
+
+def cli_env(telegram: FakeTelegramServer, tmp_path: Path, store: dict[str, Any]) -> dict[str, str]:
+    """The settings a ``python -m botkit payments`` run needs to reach the bot's records."""
+    env = {
+        "TELEGRAM_BOT_TOKEN": telegram.token,
+        "TELEGRAM_API_BASE": telegram.base_url,
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+    }
+    if "database_url" in store:
+        env["BOTKIT_DATABASE_URL"] = store["database_url"].get_secret_value()
+    return env
 
 
 async def cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -501,6 +596,44 @@ async def test_on_the_job_queue_a_payment_is_granted_once_and_checkouts_answered
     assert granted == 1
 
 
+async def test_on_the_job_queue_the_receiver_answers_checkouts_with_no_worker_running(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, migrated_db: str
+) -> None:
+    from botkit.messengers.flood import FloodControl
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    bot = paid_bot(
+        claude,
+        tmp_path,
+        {"database_url": SecretStr(migrated_db)},
+        telegram_bot_token=SecretStr(telegram.token),
+        telegram_api_base=telegram.base_url,
+        poll_timeout=1,
+    )
+    stop = asyncio.Event()
+    receiver = asyncio.create_task(
+        serve_queued(
+            bot,
+            stop,
+            receive=True,
+            work=False,  # every worker stopped: nothing takes jobs from the queue
+            messenger=messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False),
+            queue=queue_for(bot.settings),
+        )
+    )
+    try:
+        ok = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
+        assert (await telegram.wait_for_checkout(ok, timeout=10))["ok"] is True
+        wrong = telegram.start_checkout(USER, f"plan:pro:49:{USER}", 49)
+        refused = await telegram.wait_for_checkout(wrong, timeout=10)
+    finally:
+        stop.set()
+        await receiver
+    assert refused == {"ok": False, "error_message": bot.options.payment_texts.price_changed_text}
+    assert metric(bot, "botkit_checkouts_total", outcome="ok") == 1
+
+
 STALLING_BOT = """
 import asyncio
 from pathlib import Path
@@ -532,9 +665,14 @@ bot.payments.store = store
 
 @pytest.mark.timeout(300)
 async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_restart(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
 ) -> None:
-    from botkit.payments.store import SqlitePayments
+    """SQLite: ``run`` (the inbox journal). PostgreSQL: receive/work (the job queue), the
+    receiver living on while the worker is killed and started again."""
+    from botkit.payments.store import PaymentStore, PostgresPayments, SqlitePayments
 
     (tmp_path / "stalling_bot.py").write_text(STALLING_BOT)
     (tmp_path / "stall").touch()
@@ -552,11 +690,18 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
         "BOTKIT_PLANS": f"[{PRO.model_dump_json()}]",
         "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
     }
+    command, pool = "run", None
+    payments: PaymentStore = SqlitePayments(tmp_path / "sessions" / "botkit.db")
+    if "database_url" in store:
+        db = store["database_url"].get_secret_value()
+        env.update(BOTKIT_DATABASE_URL=db, BOTKIT_STALLED_TIMEOUT="2")
+        command, pool = "work", await asyncpg.create_pool(db, min_size=1, max_size=2)
+        payments = PostgresPayments(pool)
 
-    def start() -> subprocess.Popen[bytes]:
+    def start(command: str) -> subprocess.Popen[bytes]:
         with (tmp_path / "stderr.log").open("ab") as stderr:
             return subprocess.Popen(
-                [sys.executable, "-m", "botkit", "run", "stalling_bot:bot"],
+                [sys.executable, "-m", "botkit", command, "stalling_bot:bot"],
                 cwd=tmp_path,
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -569,17 +714,17 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
             assert time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-3000:]
             await asyncio.sleep(0.1)
 
-    payments = SqlitePayments(tmp_path / "sessions" / "botkit.db")
-    process = start()
+    processes = [start("receive")] if command == "work" else []
+    process = start(command)
     try:
         charge = telegram.complete_payment(USER, f"plan:pro:50:{USER}", 50)
         await until_exists(tmp_path / "stalled", timeout=90)
-        process.kill()  # SIGKILL: between the update journaled and its record
+        process.kill()  # SIGKILL: between the update journaled (or queued) and its record
         await asyncio.to_thread(process.wait, 30)
         (tmp_path / "stall").unlink()
         assert await payments.recent() == [], "killed before the record"
 
-        process = start()
+        process = start(command)
         [thanks] = await telegram.wait_for_messages(USER, 1, timeout=90)
         assert "Pro" in thanks.plain_text
         await asyncio.sleep(1.5)  # a second grant or thanks would come by now
@@ -589,9 +734,12 @@ async def test_a_process_killed_before_recording_a_payment_grants_it_once_after_
         assert grant.ends_at - grant.paid_at == timedelta(days=30)
     finally:
         await payments.close()
-        if process.poll() is None:
-            process.terminate()
-            await asyncio.to_thread(process.wait, 30)
+        if pool is not None:
+            await pool.close()
+        for running_process in [process, *processes]:
+            if running_process.poll() is None:
+                running_process.terminate()
+                await asyncio.to_thread(running_process.wait, 30)
 
 
 async def test_a_plan_with_a_role_gives_it_while_it_lasts(
@@ -642,8 +790,6 @@ async def test_a_payment_made_in_a_group_is_granted_though_the_bot_was_not_menti
 async def test_a_checkout_the_bot_cannot_check_is_refused_not_left_waiting(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, migrated_db: str
 ) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
     bot = paid_bot(claude, tmp_path, {"database_url": SecretStr(migrated_db)})
     async with running(bot, telegram):
         conn = await asyncpg.connect(migrated_db)

@@ -326,6 +326,10 @@ class StarSales(Protocol):
         """Give the Stars of payment ``charge_id`` back to ``user_id``."""
         ...
 
+    async def cancel_subscription(self, user_id: int, charge_id: str) -> None:
+        """Stop renewing the subscription paid with ``charge_id``."""
+        ...
+
 
 class JournaledUpdate(Protocol):
     """An update the journal accepted: its id and its raw payload."""

@@ -95,6 +95,17 @@ class TelegramStars:
         )
         await self._send(0, "refundStarPayment", call)
 
+    async def cancel_subscription(self, user_id: int, charge_id: str) -> None:
+        """``editUserStarSubscription`` with ``is_canceled``: the subscription of ``charge_id``
+        is not renewed (the period paid for runs out as it would)."""
+        call = partial(
+            self.api.edit_user_star_subscription,
+            user_id=user_id,
+            telegram_payment_charge_id=charge_id,
+            is_canceled=True,
+        )
+        await self._send(0, "editUserStarSubscription", call)
+
     async def _send(self, chat_id: int, method: str, call: Callable[[], Awaitable[T]]) -> T:
         """One paced request; aiogram's errors that flood control leaves raw as MessengerError."""
         try:

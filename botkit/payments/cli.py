@@ -52,12 +52,14 @@ async def _list(bot: Any, limit: int) -> int:
 
 
 async def _refund(bot: Any, charge_id: str) -> int:
+    from botkit.admin import cli_admin
     from botkit.messengers.flood import FloodControl
     from botkit.runtime.telegram import messenger_for
 
     messenger = messenger_for(bot.settings, flood=FloodControl(max_attempts=3), inbox=False)
     try:
-        grant = await bot.payments.refund(charge_id, messenger.stars)
+        admin = cli_admin(await bot.access.user_store())
+        grant = await bot.payments.refund(charge_id, messenger.stars, admin)
     finally:
         await messenger.close()
         await bot.aclose()

@@ -10,12 +10,13 @@ is behind the messenger's ``StarSales`` (``TelegramMessenger.stars``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, date, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from botkit.access import Access
 from botkit.commands import ButtonHandler, CommandHandler, PressAnswer
@@ -36,7 +37,10 @@ from botkit.payments.plans import SUBSCRIPTION_PERIOD, Invoice, Plan
 from botkit.payments.store import Grant, NewPayment, PaymentStore, payment_store_for
 from botkit.payments.texts import PaymentTexts
 
-__all__ = ["STARS", "PaymentHost", "Payments", "RefundError"]
+if TYPE_CHECKING:
+    from botkit.admin import Admin
+
+__all__ = ["STARS", "PaymentHost", "Payments", "RefundError", "RefundsCounted"]
 
 log = structlog.get_logger(__name__)
 
@@ -89,9 +93,8 @@ class Payments:
         self.stars = Counter(
             "botkit_payment_stars", "Telegram Stars received, by plan", ["plan"], registry=registry
         )
-        self.refunds = Counter(
-            "botkit_refunds", "Payments refunded, by plan", ["plan"], registry=registry
-        )
+        self.refunds = RefundsCounted()
+        registry.register(self.refunds)
         self.checkouts = Counter(
             "botkit_checkouts", "Checkouts answered, by outcome", ["outcome"], registry=registry
         )
@@ -121,6 +124,7 @@ class Payments:
             self._static(lambda: self.texts.paysupport_text)
         )
         self.host.buttons[BUY] = self._buy
+        self.host.metrics.refresh_on_scrape(self._count_refunds)
 
     async def store(self) -> PaymentStore:
         """The payments store, beside the user store, opened on first use."""
@@ -253,21 +257,12 @@ class Payments:
     async def take_payment(self, message: Incoming, messenger: Messenger) -> None:
         """Grant the plan of a ``successful_payment`` once (by its charge id), then thank the
         user; a payment seen before is not granted again (its thanks are sent again, as a
-        crash may have come between the record and the thanks)."""
+        crash may have come between the record and the thanks). A payment for a plan no longer
+        configured is recorded, granting nothing, so the operator can refund it."""
         payment = message.payment
         assert payment is not None
         invoice = Invoice.parse(payment.payload)
         plan = self.plans.get(invoice.plan_id) if invoice is not None else None
-        if plan is None:
-            log.error(
-                "payments.unknown_plan_paid",
-                user_id=message.user_id,
-                charge_id=payment.charge_id,
-                payload=payment.payload,
-                stars=payment.total_amount,
-            )
-            await messenger.send_text(message.chat_id, self.texts.paysupport_text)
-            return
         paid = NewPayment(
             charge_id=payment.charge_id,
             user_id=message.user_id,
@@ -275,27 +270,22 @@ class Payments:
             stars=payment.total_amount,
             paid_at=datetime.now(UTC),
             paid_until=payment.subscription_expires_at,
+            paid_for=invoice.plan_id if invoice is not None else "",
         )
-        store = await self.store()
-        try:
-            grant = await store.grant(paid)
-        except StoreError as e:  # Telegram has the money: the operator must grant it by hand
-            log.error(
-                "payments.not_recorded",
-                user_id=message.user_id,
-                plan=plan.id,
-                stars=payment.total_amount,
-                charge_id=payment.charge_id,
-                error=str(e),
-            )
-            raise
+        grant = await self._record(paid)
         if grant is None:
-            log.info("payments.seen_before", user_id=message.user_id, charge_id=payment.charge_id)
-            grant = await store.get(payment.charge_id)
-            if grant is None:
-                return
-        else:
-            self._count(grant)
+            return
+        if plan is None:
+            log.error(
+                "payments.unknown_plan_paid",
+                user_id=message.user_id,
+                charge_id=payment.charge_id,
+                payload=payment.payload,
+                stars=payment.total_amount,
+                recorded_as=grant.plan_id,
+            )
+            await messenger.send_text(message.chat_id, self.texts.paysupport_text)
+            return
         self._cache.pop(message.user_id, None)
         renewal = payment.is_recurring and not payment.is_first_recurring
         text = self.texts.renewed_text if renewal else self.texts.thanks_text
@@ -303,9 +293,32 @@ class Payments:
             message.chat_id, text.format(title=plan.title, ends=_day(grant.ends_at))
         )
 
+    async def _record(self, paid: NewPayment) -> Grant | None:
+        """The payment's record: made now (and counted), or the one made before."""
+        store = await self.store()
+        try:
+            grant = await store.grant(paid)
+        except StoreError as e:  # Telegram has the money: the operator must grant it by hand
+            log.error(
+                "payments.not_recorded",
+                user_id=paid.user_id,
+                plan=paid.plan_id,
+                stars=paid.stars,
+                charge_id=paid.charge_id,
+                error=str(e),
+            )
+            raise
+        if grant is not None:
+            self._count(grant)
+            return grant
+        log.info("payments.seen_before", user_id=paid.user_id, charge_id=paid.charge_id)
+        return await store.get(paid.charge_id)
+
     def _count(self, grant: Grant) -> None:
-        self.paid.labels(grant.plan_id).inc()
         self.stars.labels(grant.plan_id).inc(grant.stars)
+        if grant.plan_id not in self.plans:  # recorded, granting nothing
+            return
+        self.paid.labels(grant.plan_id).inc()
         log.info(
             "payments.granted",
             user_id=grant.user_id,
@@ -317,9 +330,11 @@ class Payments:
 
     # ---- refunds -------------------------------------------------------------------------
 
-    async def refund(self, charge_id: str, sales: StarSales) -> Grant:
-        """Give a payment's Stars back (``refundStarPayment``), then end its plan; an audit
-        line records it. Raises ``RefundError`` for an unknown or already refunded charge."""
+    async def refund(self, charge_id: str, sales: StarSales, admin: Admin) -> Grant:
+        """Give a payment's Stars back (``refundStarPayment``), cancel its subscription if it
+        is one (``editUserStarSubscription``), then end its plan; ``admin`` writes the audit
+        line (``admin.action``, ``payments.refund``). Raises ``RefundError`` for an unknown
+        or already refunded charge."""
         store = await self.store()
         grant = await store.get(charge_id)
         if grant is None:
@@ -331,34 +346,37 @@ class Payments:
         except MessengerError as e:
             if "ALREADY_REFUNDED" not in str(e.__cause__ or e):
                 raise
+        if grant.subscription:  # else Telegram renews it, and the renewal grants the plan again
+            await sales.cancel_subscription(grant.user_id, charge_id)
         revoked = await store.revoke(charge_id, datetime.now(UTC)) or grant
         self._cache.pop(grant.user_id, None)
-        self.refunds.labels(grant.plan_id).inc()
-        log.warning(
-            "payments.refunded",
+        admin.audit(
+            "payments.refund",
+            charge_id,
             user_id=grant.user_id,
             plan=grant.plan_id,
             stars=grant.stars,
-            charge_id=charge_id,
         )
         return revoked
+
+    async def _count_refunds(self) -> None:
+        self.refunds.by_plan = await (await self.store()).refunds()
 
     # ---- showing -------------------------------------------------------------------------
 
     async def _show_plan(self, message: Incoming, args: str) -> str:
         grant = await self.current_plan(message.user_id)
         texts = self.texts
-        if grant is None:
-            free = self.host.settings.daily_token_budget
-            if free is None:
-                return texts.free_unlimited_text
-            return texts.free_plan_text.format(tokens=f"{free:,}")
+        budget = self.host.settings.daily_token_budget if grant is None else grant.daily_tokens
+        if budget is None:
+            return texts.free_unlimited_text
         used = await (await self.access.user_store()).usage_on(message.user_id, _today())
+        left = f"{max(0, budget - used):,}"
+        if grant is None:
+            return texts.free_plan_text.format(tokens=f"{budget:,}", left=left)
         plan = self.plans.get(grant.plan_id)
         return texts.current_plan_text.format(
-            title=plan.title if plan else grant.plan_id,
-            ends=_day(grant.ends_at),
-            left=f"{max(0, grant.daily_tokens - used):,}",
+            title=plan.title if plan else grant.plan_id, ends=_day(grant.ends_at), left=left
         )
 
     def _static(self, text: Callable[[], str]) -> CommandHandler:
@@ -369,6 +387,30 @@ class Payments:
 
     def _sales(self) -> StarSales | None:
         return _sales_of(self.host.messenger)
+
+
+class RefundsCounted:
+    """``botkit_refunds_total`` by plan, as the store counts them when the metrics are scraped:
+    refunds are made by ``python -m botkit payments refund``, not by the bot's processes."""
+
+    def __init__(self) -> None:
+        self.by_plan: dict[str, int] = {}
+        """The count at the last scrape."""
+
+    def describe(self) -> list[Metric]:
+        """The metric without samples (the registry checks names with it)."""
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        """The counts read at the last scrape."""
+        family = self._family()
+        for plan_id, count in sorted(self.by_plan.items()):
+            family.add_metric([plan_id], count)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily("botkit_refunds", "Payments refunded, by plan", labels=["plan"])
 
 
 def _sales_of(messenger: Messenger | None) -> StarSales | None:

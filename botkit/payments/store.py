@@ -22,13 +22,26 @@ from botkit.errors import StoreError
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Plan
 from botkit.stores.base import UserStore
 
-__all__ = ["Grant", "PaymentStore", "PostgresPayments", "SqlitePayments", "payment_store_for"]
+__all__ = [
+    "UNKNOWN_PLAN",
+    "Grant",
+    "NewPayment",
+    "PaymentStore",
+    "PostgresPayments",
+    "SqlitePayments",
+    "payment_store_for",
+]
 
 _COLUMNS = (
     "charge_id, user_id, plan_id, stars, daily_tokens, role, subscription, paid_at, ends_at, "
     "refunded_at"
 )
+UNKNOWN_PLAN = "unknown"
+"""The plan recorded for a payment whose plan is not configured (``unknown:<its id>``)."""
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so text order is time order
+_REFUNDS = (
+    "SELECT plan_id, count(*) FROM botkit_payments WHERE refunded_at IS NOT NULL GROUP BY plan_id"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +75,28 @@ class NewPayment:
 
     charge_id: str
     user_id: int
-    plan: Plan
+    plan: Plan | None
+    """What it buys; ``None`` for a plan no longer configured: the payment is recorded (so it
+    can be refunded) and grants nothing."""
     stars: int
     paid_at: datetime
     paid_until: datetime | None = None
     """For a subscription: the end of the paid period, as Telegram says."""
+    paid_for: str = ""
+    """The plan id the invoice named, when ``plan`` is ``None`` (empty if it named none)."""
+
+    @property
+    def plan_id(self) -> str:
+        """The plan recorded: its id, or ``unknown:<the id paid for>`` for no known plan."""
+        if self.plan is not None:
+            return self.plan.id
+        return f"{UNKNOWN_PLAN}:{self.paid_for}" if self.paid_for else UNKNOWN_PLAN
 
     def ends_after(self, current_end: datetime | None) -> datetime:
         """When the plan ends: Telegram's period end, or its length after the later of now
         and the end of the same plan already held (a renewal, or a second purchase, extends)."""
+        if self.plan is None:  # nothing granted: it ends as it is paid
+            return self.paid_at
         if self.paid_until is not None:
             return max(self.paid_until, current_end or self.paid_until)
         start = max(self.paid_at, current_end or self.paid_at)
@@ -99,6 +125,10 @@ class PaymentStore(Protocol):
 
     async def recent(self, limit: int = 50) -> list[Grant]:
         """The latest payments, newest first."""
+        ...
+
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
         ...
 
     async def close(self) -> None:
@@ -159,6 +189,11 @@ class SqlitePayments:
         return [
             _sqlite_row(row) for row in await self._run("listing payments", _fetch, sql, (limit,))
         ]
+
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
+        rows = await self._run("counting refunds", _fetch, _REFUNDS, ())
+        return {plan_id: count for plan_id, count in rows}
 
     async def close(self) -> None:
         """Close the connection."""
@@ -246,7 +281,7 @@ def _sqlite_grant(db: sqlite3.Connection, payment: NewPayment) -> Grant | None:
         current = db.execute(
             """SELECT max(ends_at) FROM botkit_payments
             WHERE user_id = ? AND plan_id = ? AND refunded_at IS NULL AND ends_at > ?""",
-            (payment.user_id, payment.plan.id, _to_db(payment.paid_at)),
+            (payment.user_id, payment.plan_id, _to_db(payment.paid_at)),
         ).fetchone()[0]
         grant = _new_grant(payment, _from_db(current) if current else None)
         db.execute(
@@ -263,6 +298,8 @@ def _sqlite_grant(db: sqlite3.Connection, payment: NewPayment) -> Grant | None:
 
 def _new_grant(payment: NewPayment, current_end: datetime | None) -> Grant:
     plan = payment.plan
+    if plan is None:
+        return _nothing_granted(payment)
     return Grant(
         charge_id=payment.charge_id,
         user_id=payment.user_id,
@@ -273,6 +310,21 @@ def _new_grant(payment: NewPayment, current_end: datetime | None) -> Grant:
         subscription=plan.subscription,
         paid_at=payment.paid_at,
         ends_at=payment.ends_after(current_end),
+    )
+
+
+def _nothing_granted(payment: NewPayment) -> Grant:
+    """The record of a payment for no known plan: it ends as it is paid, so it never counts."""
+    return Grant(
+        charge_id=payment.charge_id,
+        user_id=payment.user_id,
+        plan_id=payment.plan_id,
+        stars=payment.stars,
+        daily_tokens=1,  # the least the table takes; never used, as the grant never counts
+        role=None,
+        subscription=payment.paid_until is not None,
+        paid_at=payment.paid_at,
+        ends_at=payment.ends_after(None),
     )
 
 
@@ -335,7 +387,7 @@ class PostgresPayments:
                 """SELECT max(ends_at) FROM botkit_payments
                 WHERE user_id = $1 AND plan_id = $2 AND refunded_at IS NULL AND ends_at > $3""",
                 payment.user_id,
-                payment.plan.id,
+                payment.plan_id,
                 payment.paid_at,
             )
             grant = _new_grant(payment, current)
@@ -383,6 +435,12 @@ class PostgresPayments:
             sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT $1"
             rows = await conn.fetch(sql, limit)
         return [_postgres_row(row) for row in rows]
+
+    async def refunds(self) -> dict[str, int]:
+        """How many payments were refunded, by plan."""
+        async with self._connection("counting refunds") as conn:
+            rows = await conn.fetch(_REFUNDS)
+        return {row["plan_id"]: row["count"] for row in rows}
 
     async def close(self) -> None:
         """Nothing of its own: the pool is the user store's."""

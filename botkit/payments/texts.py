@@ -31,7 +31,9 @@ class PaymentTexts:
     """Shown at checkout to a user the gates do not admit (blocked, or never admitted)."""
     thanks_text: str = "Thank you! Your plan **{title}** is active until {ends}."
     renewed_text: str = "Thank you! Your plan **{title}** is renewed until {ends}."
-    free_plan_text: str = "You have no plan: the free allowance of {tokens} tokens a day."
+    free_plan_text: str = (
+        "You have no plan: the free allowance of {tokens} tokens a day. Left today: {left} tokens."
+    )
     free_unlimited_text: str = "You have no plan."
     current_plan_text: str = "Your plan: **{title}**, until {ends}. Left today: {left} tokens."
     budget_hint: str = "Send /plans to raise your daily allowance."

@@ -143,13 +143,14 @@ async def _receive(
     messenger.known_commands = frozenset(bot.commands) | {"start"}
     await messenger.start()
     menus = publish_commands_soon(bot, messenger)
+    checkouts = partial(bot.payments.answer_checkout, messenger=messenger)
     try:
         if bot.settings.webhook_url is None:
-            await receive(messenger, queue, bot.settings, stop)
+            await receive(messenger, queue, bot.settings, stop, checkouts)
             return
         from botkit.runtime.webhook import serve_webhook
 
-        await serve_webhook(messenger, queue, bot.settings, stop)
+        await serve_webhook(messenger, queue, bot.settings, stop, checkouts)
     finally:
         await cancelled(menus)
 

@@ -1,4 +1,5 @@
-"""``python -m botkit receive``: Telegram updates into the job queue, nothing answered here.
+"""``python -m botkit receive``: Telegram updates into the job queue; only checkouts are
+answered here (Telegram waits 10 s for them, not for a worker to be free).
 
 Each update is read once (an unreadable one is journaled in ``botkit_unparseable_updates``
 and confirmed), then deferred as a job locked on its conversation. Telegram is told an
@@ -11,6 +12,7 @@ one receiver); webhooks with ``BOTKIT_WEBHOOK_URL`` (``botkit.runtime.webhook``)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -25,18 +27,30 @@ from botkit.runtime.queue import Outage, TurnQueue, lock_for
 if TYPE_CHECKING:
     from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = ["Receiver", "receive"]
+__all__ = ["AnswerCheckout", "Receiver", "receive"]
 
 log = structlog.get_logger(__name__)
+
+AnswerCheckout = Callable[[Checkout], Awaitable[None]]
+"""Answers a ``pre_checkout_query`` (``Payments.answer_checkout`` with the messenger)."""
 
 
 class Receiver:
     """Takes raw updates into the queue: read, journaled if unreadable, deferred on a lock."""
 
-    def __init__(self, messenger: TelegramMessenger, queue: TurnQueue, settings: Settings) -> None:
+    def __init__(
+        self,
+        messenger: TelegramMessenger,
+        queue: TurnQueue,
+        settings: Settings,
+        checkouts: AnswerCheckout | None = None,
+    ) -> None:
         self.messenger = messenger
         self.queue = queue
         self.settings = settings
+        self.checkouts = checkouts
+        """Answers a checkout here (Telegram waits 10 s: not behind busy workers); without
+        it a worker answers it."""
         self.outage = Outage("receiver")
 
     @property
@@ -73,6 +87,8 @@ class Receiver:
             await self.queue.defer(self.bot_id, update_id, raw, lock)
         elif isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
             await self.queue.defer(self.bot_id, update_id, raw, f"user:{read.user_id}")
+        elif isinstance(read, Checkout) and self.checkouts is not None:
+            await self.checkouts(read)
         elif isinstance(read, Checkout):  # not behind the user's turns: 10 s to answer it
             await self.queue.defer(self.bot_id, update_id, raw, f"checkout:{read.user_id}")
         elif read is not None:
@@ -85,10 +101,14 @@ class Receiver:
 
 
 async def receive(
-    messenger: TelegramMessenger, queue: TurnQueue, settings: Settings, stop: asyncio.Event
+    messenger: TelegramMessenger,
+    queue: TurnQueue,
+    settings: Settings,
+    stop: asyncio.Event,
+    checkouts: AnswerCheckout | None = None,
 ) -> None:
     """Long-poll Telegram into ``queue`` until ``stop`` is set (webhook mode: ``webhook``)."""
-    receiver = Receiver(messenger, queue, settings)
+    receiver = Receiver(messenger, queue, settings, checkouts)
     await messenger.start()
     log.info("receiver.started", mode="polling")
     await messenger.poll_raw(lambda update_id, raw: receiver.take(update_id, raw, stop), stop)

@@ -27,7 +27,7 @@ from botkit._http import BoundedServer, HttpLimits
 from botkit.config import Settings
 from botkit.errors import ConfigError, StoreError
 from botkit.runtime.queue import TurnQueue
-from botkit.runtime.receiver import Receiver
+from botkit.runtime.receiver import AnswerCheckout, Receiver
 
 if TYPE_CHECKING:
     from botkit.messengers.telegram import TelegramMessenger
@@ -142,14 +142,18 @@ def listen_address(listen: str) -> tuple[str, int]:
 
 
 async def serve_webhook(
-    messenger: TelegramMessenger, queue: TurnQueue, settings: Settings, stop: asyncio.Event
+    messenger: TelegramMessenger,
+    queue: TurnQueue,
+    settings: Settings,
+    stop: asyncio.Event,
+    checkouts: AnswerCheckout | None = None,
 ) -> None:
     """Serve the webhook until ``stop`` is set, after telling Telegram where it is."""
     url = settings.webhook_url or ""
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
     host, port = listen_address(settings.webhook_listen)
     server = WebhookServer(
-        Receiver(messenger, queue, settings),
+        Receiver(messenger, queue, settings, checkouts),
         path=urlsplit(url).path or "/",
         secret=secret,
         limits=HttpLimits.of(settings),

@@ -477,6 +477,9 @@ class FakeTelegramServer(LoopbackServer):
         """Every payment made with :meth:`complete_payment`: its charge id and payer."""
         self.refunded: list[str] = []
         """Charge ids refunded with ``refundStarPayment``, in order."""
+        self.subscriptions: dict[str, bool] = {}
+        """Subscription payments (made with a ``subscription_expiration_date``) by charge id:
+        whether ``editUserStarSubscription`` cancelled the subscription."""
         self.invoice_links: dict[str, dict[str, Any]] = {}
         """Links made with ``createInvoiceLink``, with their parameters."""
 
@@ -1579,6 +1582,7 @@ class FakeTelegramServer(LoopbackServer):
             "createinvoicelink": self._create_invoice_link,
             "answerprecheckoutquery": self._answer_pre_checkout_query,
             "refundstarpayment": self._refund_star_payment,
+            "edituserstarsubscription": self._edit_user_star_subscription,
         }
 
     def invoices(self, chat_id: int | None = None) -> list[dict[str, Any]]:
@@ -1650,6 +1654,7 @@ class FakeTelegramServer(LoopbackServer):
         }
         if subscription_expiration_date is not None:
             paid["subscription_expiration_date"] = subscription_expiration_date
+            self.subscriptions.setdefault(charge_id, False)
         if is_recurring:
             paid.update(is_recurring=True, is_first_recurring=is_first_recurring)
         message = self._incoming_message(
@@ -1748,6 +1753,13 @@ class FakeTelegramServer(LoopbackServer):
         if charge_id in self.refunded:
             raise _ApiError(400, "Bad Request: CHARGE_ALREADY_REFUNDED")
         self.refunded.append(charge_id)
+        return True
+
+    async def _edit_user_star_subscription(self, params: dict[str, Any]) -> bool:
+        charge_id = str(params.get("telegram_payment_charge_id", ""))
+        if charge_id not in self.subscriptions or self.charges[charge_id] != params.get("user_id"):
+            raise _ApiError(400, "Bad Request: SUBSCRIPTION_NOT_FOUND")
+        self.subscriptions[charge_id] = params.get("is_canceled") is True
         return True
 
 
