@@ -25,7 +25,7 @@ from test_scaleout import db, queued, queued_bot
 from botkit import Bot, tool, tracing
 from botkit.log import configure_logging
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
-from botkit.testing.anthropic import FakeError
+from botkit.testing.anthropic import FakeError, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, fake_llm, make_settings
 
@@ -217,6 +217,39 @@ async def test_a_retried_call_and_a_photo_download_are_in_the_trace(
     assert download.parent is not None and download.parent.span_id == turn.context.span_id
     [get_file] = spans.named("getFile")
     assert get_file.parent is not None and get_file.parent.span_id == download.context.span_id
+
+
+def scheduling(request: FakeRequest) -> FakeReply:
+    """Schedules a task in a second; the task, once run, is answered."""
+    if request.tool_results():
+        return FakeReply.text("Scheduled.")
+    if "[Scheduled task" in request.last_user_text():
+        return FakeReply.text("Here is your report.")
+    return FakeReply.tool_use("schedule_task", {"when": "1s", "instruction": "report"})
+
+
+async def test_a_scheduled_tasks_turn_links_to_the_turn_that_scheduled_it(
+    telegram: FakeTelegramServer, tmp_path: Path, spans: Spans
+) -> None:
+    async with FakeAnthropicServer(responder=scheduling) as claude:
+        bot = traced_bot(claude, tmp_path, spans)
+        async with running(bot, telegram):
+            telegram.send_text(USER, "Send me a report in a second")
+            await telegram.wait_for_messages(USER, 2, timeout=20)
+            await asyncio.sleep(0.2)  # the task turn's span ends just after its reply
+    scheduling_turn, task_turn = sorted(
+        spans.named("invoke_agent"), key=lambda s: s.start_time or 0
+    )
+    scheduled = spans.one("execute_tool schedule_task")
+    assert scheduled.context.trace_id == scheduling_turn.context.trace_id
+    assert scheduling_turn.links == ()
+    # The task's turn is a trace of its own, linked to the tool call (in the turn) that set it.
+    assert task_turn.parent is None and task_turn.context.trace_id != scheduled.context.trace_id
+    [link] = task_turn.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        scheduled.context.trace_id,
+        scheduled.context.span_id,
+    )
 
 
 async def test_content_stays_out_of_traces_by_default(

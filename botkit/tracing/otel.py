@@ -35,8 +35,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.trace import SpanKind as OtelKind
-from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from botkit.chats import conversation_of
@@ -186,7 +186,11 @@ class OtelTracer(Tracer):
             attributes["user.id"] = str(message.user_id)
         else:
             attributes["user.hash"] = self._hashed(message.user_id)
-        return self.span(f"invoke_agent {name}", "internal", attributes)
+        links = _links(message.trace_link) if message.trace_link else None
+        otel_span = self.otel.start_span(
+            f"invoke_agent {name}", attributes=attributes, links=links, record_exception=False
+        )
+        return _Active(otel_span)
 
     def turn_ended(self, span: Span, outcome: str) -> None:
         """``botkit.turn.outcome`` and the gates passed; an error or overload marks it failed."""
@@ -382,6 +386,13 @@ def _exporters(names: str) -> list[SpanExporter]:
                 f"OTEL_TRACES_EXPORTER={name!r} is not supported: use otlp, console or none"
             )
     return exporters
+
+
+def _links(traceparent: str) -> list[Link] | None:
+    """A link to the span a ``traceparent`` names (none if it names nothing valid)."""
+    context = trace.get_current_span(_W3C.extract({"traceparent": traceparent}))
+    span_context = context.get_span_context()
+    return [Link(span_context)] if span_context.is_valid else None
 
 
 def _agent_name(agent: Any) -> str:
