@@ -20,6 +20,17 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from test_handoff import (
+    ANN,
+    BOB,
+    OPS,
+    TEXTS,
+    Setup,
+    hand_over,
+    in_topic,
+    operator_says,
+    said_to,
+)
 from test_scaleout import db, queued, queued_bot
 
 from botkit import Bot, tool, tracing
@@ -250,6 +261,43 @@ async def test_a_scheduled_tasks_turn_links_to_the_turn_that_scheduled_it(
         scheduled.context.trace_id,
         scheduled.context.span_id,
     )
+
+
+async def test_a_handoff_is_traced_opened_relayed_each_way_and_done(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, spans: Spans
+) -> None:
+    telegram.make_forum(OPS)
+    telegram.make_chat_admin(OPS, BOB)
+    setup = Setup(claude, telegram, tmp_path, None)
+    async with setup.serving(setup.bot(tracer_provider=spans.provider)):
+        topic = await hand_over(setup)
+        telegram.send_text(ANN, "order 5521", first_name="Ann")
+        await in_topic(telegram, topic, "order 5521")
+        operator_says(setup, topic, "It ships today")
+        await said_to(telegram, ANN, "It ships today")
+        operator_says(setup, topic, "/done")
+        await said_to(telegram, ANN, TEXTS.handoff_closed_text)
+        await asyncio.sleep(0.2)  # the last turn's span ends just after its reply
+    turns = {s.context.span_id: s for s in spans.named("invoke_agent")}
+
+    def turn_of(span: ReadableSpan) -> ReadableSpan:
+        assert span.parent is not None
+        return turns[span.parent.span_id]
+
+    opened = spans.one("handoff open")
+    assert turn_of(opened).attributes["botkit.turn.outcome"] == "command"  # /human
+    assert [e.name for e in opened.events] == ["botkit.handoff.opened"]
+    assert [s.name for s in spans.children(opened) if s.name.startswith("chat ")] == [
+        spans.named("chat ")[0].name  # the summary for the operators: a call of the handoff
+    ]
+    relays = {attributes(s)["botkit.handoff.direction"]: s for s in spans.named("handoff relay")}
+    assert set(relays) == {"to_operators", "to_user"}
+    for relay in relays.values():
+        assert attributes(relay)["botkit.handoff.topic_id"] == topic
+        assert turn_of(relay).attributes["botkit.turn.outcome"] == "handoff"
+    done = spans.one("handoff done")
+    assert attributes(done) == {"botkit.handoff.topic_id": topic, "botkit.handoff.refused": False}
+    assert "order 5521" not in everything_recorded(spans)  # what was said stays out
 
 
 async def test_content_stays_out_of_traces_by_default(
