@@ -33,7 +33,10 @@ from test_handoff import (
 )
 from test_scaleout import db, queued, queued_bot
 
-from botkit import Bot, tool, tracing
+from botkit import Bot, Message, tool, tracing
+from botkit.llm import internals
+from botkit.llm.anthropic import AnthropicLLM
+from botkit.llm.base import LLMRequest
 from botkit.log import configure_logging
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeError, FakeRequest
@@ -298,6 +301,40 @@ async def test_a_handoff_is_traced_opened_relayed_each_way_and_done(
     done = spans.one("handoff done")
     assert attributes(done) == {"botkit.handoff.topic_id": topic, "botkit.handoff.refused": False}
     assert "order 5521" not in everything_recorded(spans)  # what was said stays out
+
+
+@pytest.mark.parametrize("sdk_spans", ["true", "false"])
+async def test_the_sdk_path_sends_the_chat_spans_context_too(
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    spans: Spans,
+    monkeypatch: pytest.MonkeyPatch,
+    sdk_spans: str,
+) -> None:
+    # The SDK's own instrumentation sends the current context when its spans are on; with
+    # them off (ANTHROPIC_OPEN_TELEMETRY=false) it sends nothing, and botkit's header goes.
+    monkeypatch.setenv("ANTHROPIC_OPEN_TELEMETRY", sdk_spans)
+    renamed = (*internals.SDK_CLIENT_METHODS, "_renamed_in_a_later_release")
+    monkeypatch.setattr(internals, "SDK_CLIENT_METHODS", renamed)
+    found = internals.check.__wrapped__()
+    monkeypatch.setattr(internals, "check", lambda: found)  # the SDK's public API, not ours
+    claude.enqueue(FakeReply.text("streamed"), FakeReply.text("whole"))
+    request = LLMRequest(system="s", messages=[Message.user_text("hi")])
+    with tracing.installed(make_settings(tmp_path), spans.provider):
+        llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url)
+        try:
+            assert llm.transport is None
+
+            async def ignore(_delta: str) -> None:
+                pass
+
+            await llm.complete(request, ignore)
+            await llm.complete(request)
+        finally:
+            await llm.close()
+    chats = sorted(spans.named("chat "), key=lambda s: s.start_time or 0)
+    sent = [r.headers["traceparent"].split("-")[2] for r in claude.requests]
+    assert sent == [f"{c.context.span_id:016x}" for c in chats] and len(sent) == 2
 
 
 async def test_content_stays_out_of_traces_by_default(
