@@ -97,12 +97,12 @@ async def serve_and_record(args: argparse.Namespace, work: Path) -> tuple[dict[s
                     raise SystemExit(1)
                 results[bot.name].append(result)
         for name, rounds in results.items():
-            per_turn = [r.bot_cpu / r.replies * 1000 for r in rounds]
+            per_turn = [r.cpu_ms_per_turn for r in rounds]
             print(
                 f"  served {name:<16} {len(rounds)} rounds of {args.sessions} turns, bot CPU "
                 f"{min(per_turn):.2f}-{max(per_turn):.2f} ms/turn"
             )
-    cpu = {n: median([r.bot_cpu / r.replies * 1000 for r in rs]) for n, rs in results.items()}
+    cpu = {n: median([r.cpu_ms_per_turn for r in rs]) for n, rs in results.items()}
     return cpu, work / "botkit-nostream" / "sessions"
 
 

@@ -60,6 +60,7 @@ ALL = [
     "013_memory",
     "014_payments",
     "015_approval_leases",
+    "016_schedule_trace",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
@@ -1023,6 +1024,17 @@ def reminder(user_id: int = 7, due_in: timedelta = timedelta(0), **fields: Any) 
 
 
 T0 = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_a_task_keeps_the_span_context_that_scheduled_it(store: UserStore) -> None:
+    made = await store.add_schedule(reminder(kind="task", traceparent=TRACEPARENT), max_pending=5)
+    untraced = await store.add_schedule(reminder(user_id=8), max_pending=5)
+    assert made is not None and untraced is not None
+    assert (made.traceparent, untraced.traceparent) == (TRACEPARENT, None)
+    claimed = {s.id: s for s in await store.claim_due_schedules(T0, lease=LEASE)}
+    assert claimed[made.id].traceparent == TRACEPARENT  # what a firing loop reads back
+    assert claimed[untraced.id].traceparent is None
 
 
 async def test_a_schedule_is_stored_listed_and_cancelled_by_its_owner_only(
@@ -1267,15 +1279,20 @@ async def test_racing_task_runs_of_one_user_never_pass_the_limit(
     assert taken.count(True) == 5
 
 
-async def test_an_older_sqlite_schedule_table_gets_the_pause_column(tmp_path: Path) -> None:
+async def test_an_older_sqlite_schedule_table_gets_the_pause_and_trace_columns(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "old.db"
+    old = SCHEDULE_SCHEMA[0].replace(",\n        paused_until  TEXT", "")
+    old = old.replace(",\n        traceparent   TEXT", "")
+    assert "paused_until" not in old and "traceparent" not in old
     with sqlite3.connect(path) as db:
-        db.execute(SCHEDULE_SCHEMA[0].replace(",\n        paused_until  TEXT", ""))
+        db.execute(old)
         db.execute("PRAGMA user_version = 2")
     store = await SqliteUserStore.connect(path)
     try:
-        made = await store.add_schedule(reminder(), max_pending=5)
-        assert made is not None
+        made = await store.add_schedule(reminder(traceparent=TRACEPARENT), max_pending=5)
+        assert made is not None and made.traceparent == TRACEPARENT
         (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
         assert await store.pause_schedule(claimed, until=T0 + LEASE)
         assert [s.paused for s in await store.pending_schedules()] == [True]

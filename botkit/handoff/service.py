@@ -7,17 +7,21 @@ topic, what the operators write there is copied to the user, and the model is no
 sides are recorded in the user's conversation (deferred, as relayed notes are), so once an
 operator ends it with ``/done`` the assistant answers knowing what was said. Which handoffs are
 open lives in the user store, so it holds across restarts and across queue workers.
+
+Traced (#32): ``handoff open``, ``handoff relay`` (``botkit.handoff.direction``: to_operators,
+to_user) and ``handoff done`` spans, with the topic's id; never what was said.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 import structlog
 
+from botkit import tracing
 from botkit.access import Access
 from botkit.agent.pool import ContextPool
 from botkit.commands import Command
@@ -150,6 +154,14 @@ class Handoffs:
         handoff = await (await self._store()).handoff_of(message.user_id)
         if handoff is None or not handoff.is_open:
             return False
+        with _relay_span("to_operators", handoff):
+            await self._to_operators(message, handoff, messenger)
+        return True
+
+    async def _to_operators(
+        self, message: Incoming, handoff: Handoff, messenger: Messenger
+    ) -> None:
+        """A handed-over user's message: copied to their topic, recorded as theirs."""
         try:
             if message.message_id is not None:
                 await _forum(messenger).copy_message(
@@ -162,9 +174,8 @@ class Handoffs:
             log.error("handoff.not_copied", user_id=message.user_id, error=str(e))
             await self._close(handoff)
             await messenger.send_text(message.chat_id, self.host.options.handoff_unavailable_text)
-            return True
+            return
         await self.host.contexts.inject(message.user_id, _said_by_user(message))
-        return True
 
     # ---- opening ----------------------------------------------------------------------
 
@@ -178,6 +189,10 @@ class Handoffs:
     async def open(self, user_id: int, chat_id: int, name: str, reason: str) -> str:
         """Hand ``user_id``'s conversation over: their topic opened (or reopened) with a
         summary; what the user is to be told."""
+        with tracing.tracer.span("handoff open"):
+            return await self._open(user_id, chat_id, name, reason)
+
+    async def _open(self, user_id: int, chat_id: int, name: str, reason: str) -> str:
         options = self.host.options
         store = await self._store()
         known = await store.handoff_of(user_id)
@@ -189,6 +204,7 @@ class Handoffs:
             log.error("handoff.topic_failed", user_id=user_id, error=str(e))
             return options.handoff_unavailable_text
         handoff = await store.open_handoff(user_id, chat_id, topic_id, name)
+        tracing.tracer.event("botkit.handoff.opened", **{"botkit.handoff.topic_id": topic_id})
         log.info("handoff.opened", user_id=user_id, topic_id=topic_id, reason=reason)
         summary = await self._summary(user_id)
         text = options.handoff_topic_text.format(
@@ -234,6 +250,12 @@ class Handoffs:
 
     async def _to_user(self, message: Incoming, handoff: Handoff, messenger: Messenger) -> None:
         """An operator's message: copied to the user, recorded as the assistant's side."""
+        with _relay_span("to_user", handoff):
+            await self._relay_to_user(message, handoff, messenger)
+
+    async def _relay_to_user(
+        self, message: Incoming, handoff: Handoff, messenger: Messenger
+    ) -> None:
         assert message.message_id is not None
         try:
             await _forum(messenger).copy_message(
@@ -266,6 +288,13 @@ class Handoffs:
     async def _end(self, by: int, handoff: Handoff, messenger: Messenger) -> str | None:
         """End ``handoff`` at ``by``'s request: the user is told, the topic closed; the text
         refusing ``by`` if they may not end it."""
+        attributes = {"botkit.handoff.topic_id": handoff.topic_id}
+        with tracing.tracer.span("handoff done", attributes=attributes) as span:
+            refusal = await self._try_end(by, handoff, messenger)
+            span.set("botkit.handoff.refused", refusal is not None)
+            return refusal
+
+    async def _try_end(self, by: int, handoff: Handoff, messenger: Messenger) -> str | None:
         options = self.host.options
         if not await self._may_end(by, messenger):
             log.info("handoff.done_refused", user_id=by, topic_id=handoff.topic_id)
@@ -352,6 +381,15 @@ class _HandoffPlugin(Plugin):
     def tools(self, message: Incoming) -> Sequence[Tool]:
         """``handoff``, in a private chat."""
         return [self.handoffs.tool_for(message)] if message.chat_type == "private" else []
+
+
+def _relay_span(direction: str, handoff: Handoff) -> AbstractContextManager[tracing.Span]:
+    """The span of one message relayed between a user and their topic."""
+    attributes: dict[str, tracing.AttributeValue] = {
+        "botkit.handoff.direction": direction,
+        "botkit.handoff.topic_id": handoff.topic_id,
+    }
+    return tracing.tracer.span("handoff relay", attributes=attributes)
 
 
 def _forum(messenger: Messenger) -> Forum:

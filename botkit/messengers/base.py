@@ -113,6 +113,8 @@ class Incoming:
     """When this process read it (``time.monotonic()``): turn latency is measured from here."""
     schedule_id: int | None = None
     """The scheduled task this turn carries out (not written by the user now); else ``None``."""
+    trace_link: str | None = None
+    """A W3C ``traceparent`` this turn's span links to (a task's: the turn that scheduled it)."""
     payment: StarPayment | None = None
     """A payment the user made (``successful_payment``): no turn, a plan granted once."""
 

@@ -167,6 +167,7 @@ def scheduled_message(schedule: Schedule, zone: ZoneInfo, now: datetime) -> Inco
         chat_type=schedule.chat_type,
         thread_id=schedule.thread_id,
         schedule_id=schedule.id,
+        trace_link=schedule.traceparent,
     )
 
 

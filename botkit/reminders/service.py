@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
+from botkit import tracing
 from botkit.config import Settings
 from botkit.errors import ToolError
 from botkit.reminders.times import (
@@ -120,6 +121,8 @@ class Reminders:
             due_at=due,
             timezone=zone.key,
             repeat=None if rule is None else rule.text,
+            # its turns link to the one that scheduled it (this tool call's span)
+            traceparent=tracing.tracer.carrier().get("traceparent") if kind == "task" else None,
         )
         made = await (await self.store()).add_schedule(new, max_pending=self.settings.max_scheduled)
         if made is None:

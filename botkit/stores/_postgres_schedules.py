@@ -1,4 +1,4 @@
-"""Schedules and time zones in the PostgreSQL user store (tables from migrations 004, 009).
+"""Schedules and time zones in the PostgreSQL user store (tables from migrations 004, 009, 015).
 
 A claim locks the due rows ``FOR UPDATE SKIP LOCKED`` and marks them in the same
 ``UPDATE … RETURNING``, so several processes (runtimes, queue workers) may fire schedules at
@@ -18,12 +18,13 @@ __all__ = ["PostgresSchedules"]
 
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
-    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL AS paused"
+    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL AS paused, "
+    "traceparent"
 )
 _LISTED = (
     "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
     "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
-    "(s.paused_until IS NOT NULL OR coalesce(u.blocked, false)) AS paused"
+    "(s.paused_until IS NOT NULL OR coalesce(u.blocked, false)) AS paused, s.traceparent"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 # One user's inserts take turns, so two at once cannot both pass the limit.
@@ -31,8 +32,9 @@ _LOCK_USER = "SELECT pg_advisory_xact_lock(hashtextextended('botkit_schedules:' 
 _COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = $1 AND {_ACTIVE}"
 _INSERT = f"""
     INSERT INTO botkit_schedules
-        (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at,
+         traceparent)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
     SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -103,7 +105,7 @@ class PostgresSchedules:
         """Store ``schedule`` as pending; ``None`` if the user already has ``max_pending``."""
         s = schedule
         values: tuple[object, ...] = (s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind)
-        values += (s.text, s.due_at, s.repeat, s.timezone, datetime.now(UTC))
+        values += (s.text, s.due_at, s.repeat, s.timezone, datetime.now(UTC), s.traceparent)
         async with self._connection("adding a schedule") as conn, conn.transaction():
             await conn.execute(_LOCK_USER, str(s.user_id))
             if await conn.fetchval(_COUNT_ACTIVE, s.user_id) >= max_pending:

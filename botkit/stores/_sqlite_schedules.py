@@ -40,7 +40,8 @@ SCHEDULE_SCHEMA = (
         claim         TEXT,
         claimed_until TEXT,
         last_fired_at TEXT,
-        paused_until  TEXT
+        paused_until  TEXT,
+        traceparent   TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_due_idx ON botkit_schedules (status, due_at)",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_user_idx ON botkit_schedules (user_id, status)",
@@ -61,19 +62,20 @@ SCHEDULE_SCHEMA = (
 
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
-    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL"
+    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL, traceparent"
 )
 _LISTED = (
     "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
     "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
-    "s.paused_until IS NOT NULL OR coalesce(u.blocked, 0) = 1"
+    "s.paused_until IS NOT NULL OR coalesce(u.blocked, 0) = 1, s.traceparent"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 _COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = ? AND {_ACTIVE}"
 _INSERT = f"""
     INSERT INTO botkit_schedules
-        (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at,
+         traceparent)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
     SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -137,7 +139,7 @@ def _from_db(text: str | None) -> datetime | None:
 
 def _schedule(row: Sequence[Any]) -> Schedule:
     (id_, user, chat, thread, chat_type, kind, text, due, repeat, zone, status, created) = row[:12]
-    fired, claim, last, paused = row[12:]
+    fired, claim, last, paused, traceparent = row[12:]
     return Schedule(
         id=id_,
         user_id=user,
@@ -155,6 +157,7 @@ def _schedule(row: Sequence[Any]) -> Schedule:
         claim=claim,
         last_fired_at=_from_db(last),
         paused=bool(paused),
+        traceparent=traceparent,
     )
 
 
@@ -163,6 +166,8 @@ async def upgrade_schedule_table(db: aiosqlite.Connection) -> None:
     columns = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(botkit_schedules)")}
     if "paused_until" not in columns:
         await db.execute("ALTER TABLE botkit_schedules ADD COLUMN paused_until TEXT")
+    if "traceparent" not in columns:
+        await db.execute("ALTER TABLE botkit_schedules ADD COLUMN traceparent TEXT")
 
 
 class SqliteSchedules:
@@ -183,6 +188,7 @@ class SqliteSchedules:
         s = schedule
         values: tuple[object, ...] = (s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind)
         values += (s.text, _to_db(s.due_at), s.repeat, s.timezone, _to_db(datetime.now(UTC)))
+        values += (s.traceparent,)
         async with self._transaction("adding a schedule") as db:
             count = await db.execute_fetchall(_COUNT_ACTIVE, (s.user_id,))
             if next(iter(count))[0] >= max_pending:

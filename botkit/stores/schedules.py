@@ -55,6 +55,8 @@ class NewSchedule:
     """The forum topic it was asked in."""
     chat_type: str = "private"
     """``private``, ``group`` or ``supergroup``: the conversation a task's turn runs in."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the span that made it (tracing on): a task's turns link to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ class Schedule:
     """When an occurrence was last delivered."""
     paused: bool = False
     """Waiting: its owner may not use the bot now (blocked, or refused when it fell due)."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the span that made it, if traced then."""
 
 
 class ScheduleStore(Protocol):

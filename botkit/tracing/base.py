@@ -72,7 +72,12 @@ class Tracer:
         """Record how the turn ended (``botkit.turn.outcome``)."""
 
     def gate(self, name: str, passed: bool) -> None:
-        """A gate of the turn (handle_start, authorize, budget) as an event of its span."""
+        """A gate of the turn (handle_start, authorize, budget): a passed one is listed on its
+        span (``botkit.gates.passed``), the one that stops the turn is an event."""
+
+    def event(self, name: str, **attributes: AttributeValue) -> None:
+        """A timestamped event on botkit's current span (the turn's, in its own code), e.g.
+        ``tracer.event("botkit.approval.asked", tool="refund")``."""
 
     def chat(self, request: LLMRequest, model: str) -> AbstractContextManager[Span]:
         """The ``chat {model}`` span of one LLM call."""

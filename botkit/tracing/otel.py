@@ -9,6 +9,12 @@ writes, which are also given apart. Content (``gen_ai.input.messages``,
 ``gen_ai.tool.call.result``) is recorded only with BOTKIT_TRACE_CONTENT=true, as the JSON the
 conventions describe. Telegram Bot API requests are client spans named by their method, with
 ``rpc.system`` = ``telegram_bot_api``: never a URL, which would hold the token.
+
+The gates a turn passes are one attribute of its ``invoke_agent`` span
+(``botkit.gates.passed``, in order); the gate that stops a turn is also an event
+(``botkit.gate.<name>``, ``botkit.gate.passed`` false), which dates it. Spans cost CPU on the
+event loop and in the exporter's thread (each attribute and event is encoded): this keeps a
+turn to few of them.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import asyncio
 import hashlib
 import hmac
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +35,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.trace import SpanKind as OtelKind
-from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from botkit.chats import conversation_of
@@ -62,21 +68,29 @@ _KINDS = {
     "consumer": OtelKind.CONSUMER,
 }
 _W3C = TraceContextTextMapPropagator()
+_HASHES_KEPT = 1024
+"""Users whose hashed id is kept (an HMAC a turn is not free; a busy bot sees the same users)."""
 
 
 class _OtelSpan:
     """A botkit ``Span`` on an OpenTelemetry span."""
 
-    __slots__ = ("failed", "span")
+    __slots__ = ("failed", "gates", "span")
     recording = True
 
     def __init__(self, span: trace.Span) -> None:
         self.span = span
         self.failed = False
+        self.gates: list[str] | None = None
+        """The gates a turn passed, set on its span when it ends."""
 
     def set(self, key: str, value: AttributeValue) -> None:
         """Set one attribute."""
         self.span.set_attribute(key, value)
+
+    def set_all(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Set several attributes at once (one lock, not one each)."""
+        self.span.set_attributes(attributes)
 
     def event(self, name: str, attributes: Mapping[str, AttributeValue] | None = None) -> None:
         """Add a timestamped event."""
@@ -89,23 +103,31 @@ class _OtelSpan:
         self.span.set_status(Status(StatusCode.ERROR, error_type))
 
 
-_CURRENT: ContextVar[_OtelSpan | None] = ContextVar("botkit_span", default=None)
+_SPAN_KEY = otel_context.create_key("botkit-span")
+"""botkit's own wrapper of the current span, kept in OpenTelemetry's context beside it (one
+context for both: other instrumentation nests under botkit's spans, and botkit finds its own)."""
+
+
+def _current() -> _OtelSpan | None:
+    """botkit's current span, if a botkit span is current."""
+    return otel_context.get_value(_SPAN_KEY)  # type: ignore[return-value]
 
 
 class _Active:
     """Makes a started span current for a block, and ends it there (a class, not a
     generator: this runs for every span)."""
 
-    __slots__ = ("span", "tokens")
+    __slots__ = ("span", "token")
 
     def __init__(self, otel_span: trace.Span) -> None:
         self.span = _OtelSpan(otel_span)
-        self.tokens: tuple[Any, Any] | None = None
+        self.token: Any = None
 
     def __enter__(self) -> Span:
-        context = trace.set_span_in_context(self.span.span)
-        self.tokens = (otel_context.attach(context), _CURRENT.set(self.span))
-        return self.span
+        span = self.span
+        context = otel_context.set_value(_SPAN_KEY, span, trace.set_span_in_context(span.span))
+        self.token = otel_context.attach(context)
+        return span
 
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
         span = self.span
@@ -113,10 +135,8 @@ class _Active:
             span.event("botkit.cancelled")
         elif error is not None and not span.failed:
             span.fail(type(error).__qualname__)
-        if self.tokens is not None:
-            otel_token, current = self.tokens
-            _CURRENT.reset(current)
-            otel_context.detach(otel_token)
+        if self.token is not None:
+            otel_context.detach(self.token)
         span.span.end()
 
 
@@ -132,6 +152,7 @@ class OtelTracer(Tracer):
         """Whether prompts, answers, tool arguments and results are recorded."""
         self.user_ids = settings.trace_user_ids
         self._key = _hash_key(settings)
+        self._hashes: OrderedDict[int, str] = OrderedDict()
         self._api_host = _host(settings.telegram_api_base) or "api.telegram.org"
 
     # ---- spans -----------------------------------------------------------------------------
@@ -165,19 +186,41 @@ class OtelTracer(Tracer):
             attributes["user.id"] = str(message.user_id)
         else:
             attributes["user.hash"] = self._hashed(message.user_id)
-        return self.span(f"invoke_agent {name}", "internal", attributes)
+        links = _links(message.trace_link) if message.trace_link else None
+        otel_span = self.otel.start_span(
+            f"invoke_agent {name}", attributes=attributes, links=links, record_exception=False
+        )
+        return _Active(otel_span)
 
     def turn_ended(self, span: Span, outcome: str) -> None:
-        """``botkit.turn.outcome``; an error or overload marks the span failed."""
-        span.set("botkit.turn.outcome", outcome)
-        if outcome in FAILING_OUTCOMES and isinstance(span, _OtelSpan) and not span.failed:
+        """``botkit.turn.outcome`` and the gates passed; an error or overload marks it failed."""
+        if not isinstance(span, _OtelSpan):
+            return
+        attributes: dict[str, AttributeValue] = {"botkit.turn.outcome": outcome}
+        if span.gates:
+            attributes["botkit.gates.passed"] = span.gates
+        span.set_all(attributes)
+        if outcome in FAILING_OUTCOMES and not span.failed:
             span.fail(outcome)
 
     def gate(self, name: str, passed: bool) -> None:
-        """``botkit.gate.<name>`` on the turn's span, with whether the message passed."""
-        span = _CURRENT.get()
+        """A passed gate joins ``botkit.gates.passed`` of the turn's span; the gate that stops
+        the turn is an event, ``botkit.gate.<name>`` (``botkit.gate.passed`` false)."""
+        span = _current()
+        if span is None:
+            return
+        if passed:
+            if span.gates is None:
+                span.gates = []
+            span.gates.append(name)
+        else:
+            span.event(f"botkit.gate.{name}", {"botkit.gate.passed": False})
+
+    def event(self, name: str, **attributes: AttributeValue) -> None:
+        """An event on botkit's current span (``name``, e.g. ``botkit.approval.asked``)."""
+        span = _current()
         if span is not None:
-            span.event(f"botkit.gate.{name}", {"botkit.gate.passed": passed})
+            span.event(name, attributes or None)
 
     def chat(self, request: LLMRequest, model: str) -> AbstractContextManager[Span]:
         """``chat {model}``: one call to the Messages API."""
@@ -196,21 +239,26 @@ class OtelTracer(Tracer):
 
     def chat_answered(self, span: Span, response: LLMResponse) -> None:
         """The answer's model, finish reason and tokens (and, traced, its content)."""
+        if not isinstance(span, _OtelSpan):
+            return
         usage = response.usage
         cache_read, cache_written = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
-        span.set("gen_ai.response.model", response.model)
-        span.set("gen_ai.response.finish_reasons", [response.stop_reason])
-        span.set("gen_ai.usage.input_tokens", usage.input_tokens + cache_read + cache_written)
-        span.set("gen_ai.usage.output_tokens", usage.output_tokens)
-        span.set("gen_ai.usage.cache_read.input_tokens", cache_read)
-        span.set("gen_ai.usage.cache_creation.input_tokens", cache_written)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.response.model": response.model,
+            "gen_ai.response.finish_reasons": [response.stop_reason],
+            "gen_ai.usage.input_tokens": usage.input_tokens + cache_read + cache_written,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": cache_read,
+            "gen_ai.usage.cache_creation.input_tokens": cache_written,
+        }
         if self.content:
             output = {**_message(response.message), "finish_reason": response.stop_reason}
-            span.set("gen_ai.output.messages", _json([output]))
+            attributes["gen_ai.output.messages"] = _json([output])
+        span.set_all(attributes)
 
     def retried(self, attempt: int, status: int | None) -> None:
         """A retry of the running call: an event, and ``botkit.llm.retries`` so far."""
-        span = _CURRENT.get()
+        span = _current()
         if span is None:
             return
         attributes: dict[str, AttributeValue] = {"botkit.llm.retry": attempt}
@@ -241,7 +289,7 @@ class OtelTracer(Tracer):
 
     def failed(self, error: BaseException) -> None:
         """Mark botkit's current span failed with the type of ``error``."""
-        span = _CURRENT.get()
+        span = _current()
         if span is not None:
             span.fail(type(error).__qualname__)
 
@@ -288,9 +336,17 @@ class OtelTracer(Tracer):
 
     def _hashed(self, user_id: int) -> str:
         """A keyed hash of a user id: the same in every process, not reversible without the
-        key (a plain hash of a number is, by trying them all)."""
-        digest = hmac.new(self._key, str(user_id).encode(), hashlib.sha256).hexdigest()
-        return digest[:16]
+        key (a plain hash of a number is, by trying them all). The last users' are kept."""
+        hashes = self._hashes
+        digest = hashes.get(user_id)
+        if digest is not None:
+            hashes.move_to_end(user_id)
+            return digest
+        digest = hmac.new(self._key, str(user_id).encode(), hashlib.sha256).hexdigest()[:16]
+        hashes[user_id] = digest
+        if len(hashes) > _HASHES_KEPT:
+            hashes.popitem(last=False)
+        return digest
 
     def _conversation_id(self, message: Incoming, group_context: str) -> str:
         """The conversation's key; a private (or per-member) one names its user: hashed."""
@@ -330,6 +386,13 @@ def _exporters(names: str) -> list[SpanExporter]:
                 f"OTEL_TRACES_EXPORTER={name!r} is not supported: use otlp, console or none"
             )
     return exporters
+
+
+def _links(traceparent: str) -> list[Link] | None:
+    """A link to the span a ``traceparent`` names (none if it names nothing valid)."""
+    context = trace.get_current_span(_W3C.extract({"traceparent": traceparent}))
+    span_context = context.get_span_context()
+    return [Link(span_context)] if span_context.is_valid else None
 
 
 def _agent_name(agent: Any) -> str:
