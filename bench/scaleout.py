@@ -149,6 +149,8 @@ def environment(telegram: FakeTelegramServer, claude: FakeAnthropicServer, work:
 LOG_LEVEL = "WARNING"
 TIMELINE = False
 PROFILE = False
+UP_WITHIN = 180.0
+"""Seconds a process may take to start: under cProfile, on a loaded machine, 90 were too few."""
 
 
 def start(args: list[str], env: dict, work: Path, name: str) -> subprocess.Popen[bytes]:
@@ -221,6 +223,7 @@ class CpuMeter:
         own = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "botkit": sum(self.last.get(proc.pid, 0.0) for proc in procs),
+            "receiver": self.last.get(procs[0].pid, 0.0) if len(procs) > 1 else None,
             "postgres": postgres_cpu(self.cluster),
             "fakes": own.ru_utime + own.ru_stime,
             "machine": machine_busy(),
@@ -235,7 +238,7 @@ class CpuMeter:
         for key, value in after.items():
             earlier = self.before[key]
             used[key] = None if value is None or earlier is None else value - earlier
-        ours = sum(v or 0.0 for k, v in used.items() if k != "machine")
+        ours = sum(v or 0.0 for k, v in used.items() if k not in ("machine", "receiver"))
         used["others"] = (used["machine"] or 0.0) - ours
         return used
 
@@ -396,10 +399,15 @@ class Round:
             if cpu["postgres"] is None
             else f"{cpu['postgres']:.1f} ({self.per_message_ms(total, 'postgres'):.2f} ms/msg)"
         )
+        receiver = (
+            ""
+            if cpu.get("receiver") is None
+            else f", of which the receiver {self.per_message_ms(total, 'receiver'):.2f}"
+        )
         return (
             f"{self.wall:6.2f} s ({total / self.wall:5.1f} msg/s; {self.llm_calls} LLM calls, "
             f"{self.replies} replies); CPU s: botkit {cpu['botkit']:.1f} "
-            f"({self.per_message_ms(total, 'botkit'):.2f} ms/msg), PostgreSQL {pg}, "
+            f"({self.per_message_ms(total, 'botkit'):.2f} ms/msg{receiver}), PostgreSQL {pg}, "
             f"fakes+driver {cpu['fakes']:.1f}, other work on the machine {cpu['others']:.1f} "
             f"(of {CPUS * self.wall:.0f} available)"
         )
@@ -431,12 +439,12 @@ async def scaled(
                 async def registered(n: int = n) -> bool:
                     return await workers_alive(dsn) == n + 1
 
-                await wait_until(registered, 90, f"worker {n} up")
+                await wait_until(registered, UP_WITHIN, f"worker {n} up")
 
             async def polled() -> bool:
                 return bool(telegram.requests_for("getUpdates"))
 
-            await wait_until(polled, 90, "receiver up")
+            await wait_until(polled, UP_WITHIN, "receiver up")
             conn = await asyncpg.connect(dsn)
             ids = [
                 r["id"]
@@ -502,7 +510,7 @@ async def single(cluster: Cluster | None, concurrency: int, args: argparse.Names
             async def polled() -> bool:
                 return bool(telegram.requests_for("getUpdates"))
 
-            await wait_until(polled, 90, "run up")
+            await wait_until(polled, UP_WITHIN, "run up")
             await warm_up(telegram, concurrency)
             calls_before, sent_before = len(claude.requests), len(telegram.sent_messages())
             meter.start(procs)

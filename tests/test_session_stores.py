@@ -232,6 +232,26 @@ async def test_entries_are_numbered_and_a_reader_can_ask_for_what_came_after(
     assert nothing.entries == [] and nothing.last_seq == 7
 
 
+async def test_a_released_connection_costs_no_reset_query(migrated_db: str) -> None:
+    """The store leaves no session state behind (its locks are transaction-scoped), so giving a
+    connection back to its pool sends nothing: asyncpg's reset query would be one more round
+    trip for every append and read."""
+    store = await PostgresSessionStore.connect(migrated_db, min_size=1, max_size=1)
+    watcher = await asyncpg.connect(migrated_db)
+    try:
+        for entry in conversation()[:2]:
+            await store.append(entry)
+        assert await store.last_sequence(USER) == 2
+        ran = await watcher.fetchval(
+            "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await watcher.close()
+        await store.close()
+    assert "botkit_session_heads" in ran, f"the last query was {ran!r}"
+
+
 async def test_a_cached_context_sees_what_another_worker_appended(migrated_db: str) -> None:
     worker_a = await PostgresSessionStore.connect(migrated_db)
     worker_b = await PostgresSessionStore.connect(migrated_db)

@@ -1298,3 +1298,35 @@ async def test_an_older_sqlite_schedule_table_gets_the_pause_and_trace_columns(
         assert [s.paused for s in await store.pending_schedules()] == [True]
     finally:
         await store.close()
+
+
+async def last_query_of(dsn: str, pid: int) -> str:
+    """What the server ran last on backend ``pid`` (``pg_stat_activity``)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return str(await conn.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid))
+    finally:
+        await conn.close()
+
+
+async def test_the_pool_resets_a_connection_a_tool_used_but_not_one_the_store_used(
+    migrated_db: str,
+) -> None:
+    """A tool's session state (an advisory lock, a setting) on ``store.pool`` is undone when it
+    gives the connection back; the store's own queries leave none, so theirs skip the reset's
+    round trip."""
+    store = await PostgresUserStore.connect(migrated_db, min_size=1, max_size=1)
+    try:
+        async with store.pool.acquire() as conn:  # as a tool would
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            await conn.execute("SELECT pg_advisory_lock(4242)")
+            await conn.execute("SET statement_timeout = 1234")
+        assert "pg_advisory_unlock_all" in await last_query_of(migrated_db, pid)
+        assert await store.get_user(7) is None
+        assert "botkit_users" in await last_query_of(migrated_db, pid), "no reset query after"
+        async with store.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid, "the same connection"
+            assert await conn.fetchval("SHOW statement_timeout") == "0"
+            assert await conn.fetchval("SELECT pg_try_advisory_lock(4242)"), "the lock was freed"
+    finally:
+        await store.close()

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import psycopg
 import structlog
@@ -23,6 +25,7 @@ from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+from psycopg_pool import AsyncConnectionPool
 
 from botkit import tracing
 from botkit.chats import conversation_of
@@ -51,6 +54,9 @@ UPDATES_KEPT_DAYS = 2
 """Days an update's claim is kept: Telegram re-delivers an update for at most 24 hours."""
 JOB_END_PATIENCE = 60.0
 """Seconds a worker keeps trying to record that a job ended while PostgreSQL is away."""
+CHECK_RESTED_AFTER = 10.0
+"""Seconds since a pooled connection was last lent after which it is checked (one round trip)
+before it is lent again; one in steady use is not."""
 
 _CLAIM = """
     INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
@@ -124,7 +130,14 @@ class TurnQueue:
         self.timings = timings or QueueTimings()
         self.app = App(
             # A connection not had within ``timeout`` s is an error (an outage), not a wait.
-            connector=PsycopgConnector(conninfo=dsn, min_size=1, max_size=pool_size, timeout=5),
+            connector=PsycopgConnector(
+                pool_factory=_pool,
+                conninfo=dsn,
+                min_size=1,
+                max_size=pool_size,
+                timeout=5,
+                configure=_autocommit,
+            ),
             worker_defaults={"queues": [QUEUE]},
         )
         self.app.job_manager = PatientJobManager(self.app.connector)  # before any task
@@ -299,6 +312,33 @@ class PatientJobManager(JobManager):
                 continue
             outage.ok()
             return
+
+
+def _pool(**options: Any) -> AsyncConnectionPool:
+    """procrastinate's pool, its check (a round trip at every checkout) replaced by
+    :class:`_RestedCheck`."""
+    return AsyncConnectionPool(**{**options, "check": _RestedCheck()})
+
+
+async def _autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Every query is a transaction of its own: procrastinate's and botkit's are each one
+    statement, so no BEGIN and COMMIT round trips around it."""
+    await conn.set_autocommit(True)
+
+
+class _RestedCheck:
+    """Checks a connection before it is lent only when it rested ``CHECK_RESTED_AFTER`` s:
+    one broken while in steady use fails its query (the callers retry) and is discarded when
+    returned, so the round trip of procrastinate's check at every checkout buys nothing."""
+
+    def __init__(self) -> None:
+        self.lent: WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = WeakKeyDictionary()
+
+    async def __call__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        now = time.monotonic()
+        last, self.lent[conn] = self.lent.get(conn), now
+        if last is None or now - last > CHECK_RESTED_AFTER:
+            await AsyncConnectionPool.check_connection(conn)
 
 
 def _trace_args() -> dict[str, Any]:

@@ -42,7 +42,16 @@ Entry = SessionEntry | ResetEntry | CompactionEntry
 
 _RUN_MIGRATE = "run `python -m botkit migrate`"
 _TABLES = ("botkit_sessions", "botkit_session_heads")
-_DEFAULT_POOL = {"min_size": 1, "max_size": 10}
+
+
+async def _kept(conn: Any) -> None:
+    """A released connection's reset: none. asyncpg's default sends one more query per
+    release (unlock advisory locks, close cursors, unlisten, reset settings), and this store
+    leaves none of those behind: its locks are transaction-scoped, and asyncpg itself still
+    rolls back a transaction left open."""
+
+
+_DEFAULT_POOL: dict[str, Any] = {"min_size": 1, "max_size": 10, "reset": _kept}
 
 _APPEND = """
     WITH head AS (

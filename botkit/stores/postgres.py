@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -34,6 +35,23 @@ from botkit.types import Usage
 __all__ = ["PostgresUserStore"]
 
 _RUN_MIGRATE = "run `python -m botkit migrate`"
+_OWN_QUERIES: ContextVar[bool] = ContextVar("botkit_user_store_own_queries", default=False)
+"""Set while the store's own queries hold a connection (its release then needs no reset)."""
+
+
+async def _reset_unless_own(conn: Any) -> None:
+    """The pool's reset of a released connection: asyncpg's default query (unlock advisory
+    locks, close cursors, unlisten, reset settings) after a tool's use of ``store.pool``, none
+    after the store's own queries, which leave none of those behind (their locks are
+    transaction-scoped) and would pay one more round trip each. asyncpg itself still rolls
+    back a transaction left open either way."""
+    if _OWN_QUERIES.get():
+        return
+    query = conn.get_reset_query()
+    if query:
+        await conn.execute(query)
+
+
 _DRIVER_ERRORS = (
     OSError,  # refused, reset, timed out
     asyncpg.PostgresError,
@@ -154,7 +172,7 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
         Its :meth:`close` closes the pool.
         """
         try:
-            pool = await asyncpg.create_pool(dsn, **pool_options)
+            pool = await asyncpg.create_pool(dsn, **{"reset": _reset_unless_own, **pool_options})
         except (*_DRIVER_ERRORS, ValueError) as e:  # ValueError: a DSN asyncpg cannot parse
             message = _without_password(f"{type(e).__name__}: {e}", dsn)
             raise StoreError(f"cannot connect to the user database: {message}") from e
@@ -334,8 +352,12 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
         """A pooled connection, once the schema is known to be there, for ``doing``."""
         if not self._schema_ok:
             await self.check_schema()
-        async with self._converted(doing), self.pool.acquire() as conn:
-            yield conn
+        own = _OWN_QUERIES.set(True)  # seen by the pool's reset when the connection returns
+        try:
+            async with self._converted(doing), self.pool.acquire() as conn:
+                yield conn
+        finally:
+            _OWN_QUERIES.reset(own)
 
     @asynccontextmanager
     async def _converted(self, doing: str) -> AsyncIterator[None]:
