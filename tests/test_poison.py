@@ -1,16 +1,19 @@
 """Updates whose turn kills the process: given up after BOTKIT_MAX_JOB_ATTEMPTS deaths, the
-sender told once, the conversation going on. Real processes (``python -m botkit work`` and
-``run``) that die with ``os._exit(137)``, restarted by the test as a supervisor would; real
-PostgreSQL, the real aiogram and anthropic clients against the fakes."""
+sender told once, the conversation going on; a turn that only shared a process with it dies at
+most twice and is answered, and the turns a dead process leaves run side by side again. Real
+processes (``python -m botkit work`` and ``run``) that die with ``os._exit(137)`` or a
+SIGKILL, restarted by the test as a supervisor would; real PostgreSQL, the real aiogram and
+anthropic clients against the fakes."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ GIVEN_UP = (
     "I've set it aside. Your next messages will be answered as usual."
 )
 POISONED, BYSTANDER = 501, 502
+FIRST, SECOND = 503, 504
 
 
 @pytest.fixture
@@ -76,6 +80,8 @@ class Supervised:
         self.lives = 0
         self.watched = False
         """Whether an exit is a death to count and restart (not while the test stops it)."""
+        self.at_death: Callable[[], None] | None = None
+        """Called when it died, before it starts again (its files as the death left them)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -100,7 +106,14 @@ class Supervised:
             self.deaths += 1
         else:
             self.other_exits.append(code)
+        if self.at_death is not None:
+            self.at_death()
         self.start()
+
+    def kill(self) -> None:
+        """SIGKILL it, as a deploy or the out-of-memory killer would (it is started again)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
 
     async def stop(self) -> None:
         self.watched = False
@@ -202,6 +215,28 @@ def texts(telegram: FakeTelegramServer, chat_id: int) -> list[str]:
     return [m.text for m in telegram.sent_messages(chat_id)]
 
 
+class Overlap:
+    """A slow model that counts how many of its calls ran at once once ``counting`` is set."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.now = 0
+        self.most = 0
+        self.counted = 0
+
+    async def model(self, request: FakeRequest) -> FakeReply:
+        counted = self.counting
+        if counted:
+            self.counted += 1
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(1.5)
+        finally:
+            self.now -= counted
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+
 # --- the job queue: workers --------------------------------------------------------------------
 
 
@@ -226,7 +261,7 @@ async def test_a_job_that_kills_its_worker_is_given_up_after_three_deaths(
         for n in (1, 2)
     ]
     async with queued(receiver, work=False), supervised(workers):
-        telegram.send_text(BYSTANDER, "bystander question")
+        bystander = telegram.send_text(BYSTANDER, "bystander question")
         await until(lambda: len(claude.requests) >= 1, timeout=90)  # its turn is running
         poison = telegram.send_text(POISONED, "poison")
         telegram.send_text(POISONED, "after")
@@ -247,7 +282,40 @@ async def test_a_job_that_kills_its_worker_is_given_up_after_three_deaths(
     assert [(e["update_id"], e["user_id"], e["deaths"]) for e in logged] == [(poison, 501, 3)]
     row = "SELECT starts FROM botkit_updates WHERE update_id = $1 AND given_up_at IS NOT NULL"
     assert await fetchval(db, row, poison) == 4, "three deaths and the start that gave it up"
+    row = "SELECT starts FROM botkit_updates WHERE update_id = $1 AND given_up_at IS NULL"
+    assert 1 <= await fetchval(db, row, bystander) <= 3, "at most two deaths, then its answer"
     assert await fetchval(db, "SELECT count(*) FROM procrastinate_jobs") == 0
+
+
+@pytest.mark.timeout(300)
+async def test_the_jobs_of_a_killed_worker_run_side_by_side_again(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """A death that was no poison's (a SIGKILL) costs no queue: the jobs it put back, once
+    dead, run at once beside each other, not one at a time."""
+    overlap = Overlap()
+    claude.responder = overlap.model
+    receiver = queued_bot(claude, telegram, tmp_path / "receiver", db)
+    home = poison_home(tmp_path / "w")
+    env = environment(
+        telegram, claude, home, BOTKIT_DATABASE_URL=db, BOTKIT_STALLED_TIMEOUT=str(STALLED)
+    )
+    worker = Supervised(home, ["work", "--concurrency", "4"], env)
+    async with queued(receiver, work=False), supervised([worker]):
+        telegram.send_text(FIRST, "first")
+        telegram.send_text(SECOND, "second")
+        await until(lambda: len(claude.requests) >= 2, timeout=90)  # both turns are running
+        overlap.counting = True
+        worker.kill()
+        await telegram.wait_for_messages(FIRST, 1, timeout=120)
+        await telegram.wait_for_messages(SECOND, 1, timeout=60)
+        given_up = await worker.given_up_metric()
+    assert worker.other_exits == [-signal.SIGKILL]
+    assert texts(telegram, FIRST) == ["echo: first"]
+    assert texts(telegram, SECOND) == ["echo: second"]
+    assert overlap.counted == 2, "each turn ran once more"
+    assert overlap.most == 2, "the two put-back turns ran side by side"
+    assert given_up == 0
 
 
 async def test_two_workers_racing_to_give_up_one_update_mark_it_once(db: str) -> None:
@@ -329,8 +397,16 @@ async def test_run_gives_up_an_update_that_killed_it_at_three_starts(
     slow_for_the_bystander(claude)
     home = poison_home(tmp_path / "run")
     bot = Supervised(home, ["run"], environment(telegram, claude, home))
+    bystander_deaths: list[int] = []
+
+    def count_the_bystanders_deaths() -> None:  # its starts journaled, the last one dead
+        inbox = Inbox(home / "sessions" / "inbox.jsonl")
+        bystander_deaths.append(inbox.starts(bystander))
+        inbox.close()
+
+    bot.at_death = count_the_bystanders_deaths
     async with supervised([bot]):
-        telegram.send_text(BYSTANDER, "bystander question")
+        bystander = telegram.send_text(BYSTANDER, "bystander question")
         await until(lambda: len(claude.requests) >= 1, timeout=90)  # its turn is running
         poison = telegram.send_text(POISONED, "poison")
         await until(lambda: bot.deaths >= 1, timeout=60)
@@ -347,10 +423,38 @@ async def test_run_gives_up_an_update_that_killed_it_at_three_starts(
     assert bot.other_exits == []
     assert texts(telegram, POISONED) == [GIVEN_UP, "echo: after"], "told once, then answered"
     assert texts(telegram, BYSTANDER) == ["echo: bystander question"]
+    assert 1 <= max(bystander_deaths) <= 2, f"the bystander died {bystander_deaths}"
     assert given_up == 1
     logged = bot.events("turn.given_up")
     assert [(e["update_id"], e["user_id"], e["deaths"]) for e in logged] == [(poison, 501, 3)]
     assert Inbox(home / "sessions" / "inbox.jsonl").pending() == []
+
+
+@pytest.mark.timeout(300)
+async def test_turns_a_killed_run_left_run_side_by_side_again(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """After a death that was no poison's (a SIGKILL), the journaled turns started again run at
+    once beside each other, not one at a time."""
+    overlap = Overlap()
+    claude.responder = overlap.model
+    home = poison_home(tmp_path / "run")
+    bot = Supervised(home, ["run"], environment(telegram, claude, home))
+    async with supervised([bot]):
+        telegram.send_text(FIRST, "first")
+        telegram.send_text(SECOND, "second")
+        await until(lambda: len(claude.requests) >= 2, timeout=90)  # both turns are running
+        overlap.counting = True
+        bot.kill()
+        await telegram.wait_for_messages(FIRST, 1, timeout=120)
+        await telegram.wait_for_messages(SECOND, 1, timeout=60)
+        given_up = await bot.given_up_metric()
+    assert bot.other_exits == [-signal.SIGKILL]
+    assert texts(telegram, FIRST) == ["echo: first"]
+    assert texts(telegram, SECOND) == ["echo: second"]
+    assert overlap.counted == 2, "each turn ran once more"
+    assert overlap.most == 2, "the two turns started again ran side by side"
+    assert given_up == 0
 
 
 # --- the journal's counts -----------------------------------------------------------------------

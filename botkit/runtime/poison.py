@@ -10,9 +10,14 @@ next start: marked first, so it is given up once even if telling fails or two wo
 then logged (``turn.given_up``), counted (``botkit_updates_given_up_total``) and its sender
 told, once.
 
-A turn that starts again after such a death is a suspect: suspects run one at a time in a
-process (the lane), so a turn that only shared a process with the poisonous one dies with it
-once, not at every start.
+A turn that starts again after a second such death is a suspect: suspects run one at a time
+in a process (the lane); any other turn runs at once, beside them. A turn that died once is
+no suspect: most deaths are not a poison's (out of memory, a deploy's SIGKILL), and the turns a
+dead process leaves then all run at once, not in a queue. With the default limit of 3, a
+poison kills the process with everything in flight (death 1), again with the turns that died
+once and ran beside it (death 2), then runs apart from the other suspects and dies a third
+time (with only the turns in flight that were no suspects), and is given up once. A turn that
+merely shared a process with it dies at most twice (``suspect_from``) and is answered.
 """
 
 from __future__ import annotations
@@ -28,23 +33,41 @@ from botkit.messengers.base import Incoming, Messenger, UpdateJournal
 from botkit.runtime.base import ServedBot
 from botkit.runtime.inbox import Inbox
 
-__all__ = ["SuspectLane", "journaled_turns", "tell_given_up"]
+__all__ = ["SUSPECT_FROM", "SuspectLane", "journaled_turns", "suspect_from", "tell_given_up"]
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Incoming], Awaitable[None]]
 
 
-class SuspectLane:
-    """Turns that started before in a process that died run here one at a time."""
+SUSPECT_FROM = 2
+"""Deaths from which a turn is a suspect: with ``BOTKIT_MAX_JOB_ATTEMPTS`` 3 (the default)
+or more, from its second death (not the limit less one: a higher limit would let a poison
+kill everything in flight beside it more often). Lower when the limit is lower."""
 
-    def __init__(self) -> None:
+
+def suspect_from(max_attempts: int) -> int:
+    """The deaths from which a turn runs in the lane, under ``max_attempts`` deaths allowed.
+
+    A turn that only shares processes with one poison dies at most this many times: beside
+    the poison before the poison is a suspect (this many deaths), or while itself no suspect
+    (a suspect runs apart from the suspect poison). So this stays below ``max_attempts`` for
+    such a turn never to be given up: 1 when the limit is 2. With a limit of 1 nothing can
+    spare it (the poison's first death is its only one)."""
+    return max(1, min(SUSPECT_FROM, max_attempts - 1))
+
+
+class SuspectLane:
+    """Turns whose processes died under them ``suspect_from`` times run here one at a time."""
+
+    def __init__(self, max_attempts: int) -> None:
         self._lock = asyncio.Lock()
+        self.suspect_from = suspect_from(max_attempts)
 
     @asynccontextmanager
-    async def entered(self, suspect: bool) -> AsyncIterator[None]:
-        """Wait for the lane if ``suspect``; any other turn goes on at once."""
-        if not suspect:
+    async def entered(self, deaths: int) -> AsyncIterator[None]:
+        """Wait for the lane if ``deaths`` make the turn a suspect; any other goes on at once."""
+        if deaths < self.suspect_from:
             yield
             return
         async with self._lock:
@@ -96,13 +119,13 @@ class _JournaledTurns:
         self.bot = bot
         self.messenger = messenger
         self.inbox = inbox
-        self.lane = SuspectLane()
+        self.lane = SuspectLane(bot.settings.max_job_attempts)
 
     async def run(self, message: Incoming) -> None:
         """Run ``message``'s turn, its start journaled; or give it up."""
         update_ids = message.all_update_ids
         deaths = max(self.inbox.starts(update_id) for update_id in update_ids)
-        async with self.lane.entered(deaths > 0):
+        async with self.lane.entered(deaths):
             if deaths >= self.bot.settings.max_job_attempts:
                 await self._give_up(message, deaths)
                 return

@@ -55,16 +55,18 @@ class Worker:
         self.outage = Outage("worker")
         self.running = 0
         """Turns running in this process now (the ``botkit_turns_running`` gauge)."""
-        self.lane = SuspectLane()
+        self.lane = SuspectLane(bot.settings.max_job_attempts)
 
     async def run(self, job_id: int, update: dict[str, Any], attempts: int = 0) -> None:
         """The task of one job: claim the update (counting this start), read it, run its turn;
         or give it up when its turn killed a worker ``BOTKIT_MAX_JOB_ATTEMPTS`` times.
 
-        A job put back in the queue before (``attempts``) may be the one that killed its
-        worker: it waits for the suspects' lane before it starts (and is counted)."""
+        A job put back in the queue ``suspect_from`` times (``attempts``: by dead workers or
+        shutdowns; twice by default) may be the one that killed its workers: it waits for the
+        suspects' lane before it starts (and is counted). Put back fewer times, it runs at
+        once beside the others."""
         update_id = int(update["update_id"])
-        async with self.lane.entered(attempts > 0):
+        async with self.lane.entered(attempts):
             claim = await self._claim(update_id, job_id)
             if claim is None:
                 log.info("worker.duplicate_update", update_id=update_id, job_id=job_id)
