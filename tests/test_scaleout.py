@@ -27,6 +27,7 @@ from structlog.testing import capture_logs
 
 from botkit import Bot, Settings, tool
 from botkit.access import USER_CACHE_SECONDS
+from botkit.agent.pool import KNOWN_FOR, known_head
 from botkit.messengers.flood import FloodControl
 from botkit.metrics import TURN_OUTCOMES
 from botkit.runtime.cluster import serve_queued
@@ -220,6 +221,87 @@ async def test_a_cached_context_sees_what_another_worker_appended(
         again = await worker_a.context_for(5)
         assert [m.text for m in again.messages] == ["from A", "from B"]
         assert await worker_a.context_for(5) is again, "unchanged: the cached one is kept"
+    finally:
+        await worker_a.aclose()
+        await worker_b.aclose()
+
+
+async def test_a_batch_of_updates_is_queued_in_order_copies_left_out(db: str) -> None:
+    queue = TurnQueue(db)
+    await queue.open()
+    try:
+        await queue.defer(1, 10, {"update_id": 10}, "user:5")
+        jobs = [queue.job_for(1, n, {"update_id": n}, f"user:{n % 2}") for n in (11, 12, 13)]
+        await queue.defer_all(jobs)  # one statement
+        copy = queue.job_for(1, 10, {"update_id": 10}, "user:5")  # Telegram sent 10 again
+        more = [queue.job_for(1, n, {"update_id": n}, "user:5") for n in (14, 15)]
+        await queue.defer_all([more[0], copy, more[1]])  # one at a time, the copy left out
+        rows = await queue.app.connector.execute_query_all_async(
+            "SELECT args, lock FROM procrastinate_jobs ORDER BY id"
+        )
+    finally:
+        await queue.close()
+    queued = [(row["args"]["update"]["update_id"], row["lock"]) for row in rows]
+    assert queued == [
+        (10, "user:5"),
+        (11, "user:1"),
+        (12, "user:0"),
+        (13, "user:1"),
+        (14, "user:5"),
+        (15, "user:5"),
+    ]
+
+
+async def test_a_claim_reads_the_conversations_last_number_for_its_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    store = PostgresSessionStore.lazy(db)
+    bot = queued_bot(claude, telegram, tmp_path, db, sessions=store)
+    queue = TurnQueue(db)
+    await queue.open()
+    try:
+        context = await bot.context_for(5)
+        await context.append(Message.user_text("one"))
+        await context.append(Message.user_text("two"))
+        for update_id, lock in [(1, "user:5"), (2, "chat:chat_-7"), (3, "checkout:5")]:
+            await queue.defer(1, update_id, {"update_id": update_id}, lock)
+        jobs = await queue.app.connector.execute_query_all_async(
+            "SELECT id, lock FROM procrastinate_jobs ORDER BY id"
+        )
+        claims = [await queue.claim(1, n, int(job["id"])) for n, job in enumerate(jobs, 1)]
+        assert [(c.conversation, c.head) for c in claims if c] == [
+            ("5", 2),
+            ("chat_-7", 0),
+            (None, 0),
+        ]
+    finally:
+        await queue.close()
+        await bot.aclose()
+
+
+async def test_a_cached_context_takes_the_number_its_claim_read_once_and_while_fresh(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    store_a, store_b = PostgresSessionStore.lazy(db), PostgresSessionStore.lazy(db)
+    worker_a = queued_bot(claude, telegram, tmp_path, db, sessions=store_a)
+    worker_b = queued_bot(claude, telegram, tmp_path, db, sessions=store_b)
+    try:
+        cached = await worker_a.context_for(5)
+        await cached.append(Message.user_text("from A"))
+        await (await worker_b.context_for(5)).append(Message.user_text("from B"))
+
+        known_head("5", 1)  # as if claimed before B appended: taken, the cached one is kept
+        assert await worker_a.context_for(5) is cached
+        again = await worker_a.context_for(5)  # taken once: read now, B's entry seen
+        assert [m.text for m in again.messages] == ["from A", "from B"]
+
+        await (await worker_b.context_for(5)).append(Message.user_text("B again"))
+        known_head("5", 2)
+        await asyncio.sleep(KNOWN_FOR + 0.1)  # too old: read again
+        assert [m.text for m in (await worker_a.context_for(5)).messages][-1] == "B again"
+        await (await worker_b.context_for(5)).append(Message.user_text("B once more"))
+        known_head("5", 4)  # read with the claim, after B's append: rebuilt without a read
+        assert [m.text for m in (await worker_a.context_for(5)).messages][-1] == "B once more"
     finally:
         await worker_a.aclose()
         await worker_b.aclose()
@@ -617,9 +699,16 @@ async def test_an_outage_of_postgres_loses_no_update(
     assert len(lost) == 1, "one line per outage"
     # The connection the receiver used a moment ago is lent unchecked and fails its query; one
     # rested CHECK_RESTED_AFTER seconds is checked, discarded, and no new one can be had.
-    assert lost[0]["error"] in (
-        "cannot queue update 2: terminating connection due to administrator command",
-        "cannot queue update 2: couldn't get a connection after 5.00 sec",
+    # The three updates come in one getUpdates batch, or the first alone: one statement.
+    what, _, why = lost[0]["error"].partition(": ")
+    assert what in (
+        "cannot queue update 2",
+        "cannot queue updates 2, 3",
+        "cannot queue updates 2, 3, 4",
+    )
+    assert why in (
+        "terminating connection due to administrator command",
+        "couldn't get a connection after 5.00 sec",
     )
     worker_lost = [e for e in logs if e["event"] == "queue.database_lost" and e["what"] == "worker"]
     assert len(worker_lost) == 1, "the worker too: one line per outage"

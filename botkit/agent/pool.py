@@ -8,22 +8,49 @@ With a store that numbers entries (PostgreSQL), several processes may append to 
 conversation (queue workers taking its turns in turn, a relay from another user's turn). Before
 a cached context is handed out, the conversation's last number is read: if it is not the one
 this process last wrote or read, the context is rebuilt from the store, so a turn never runs on
-a context that misses another worker's appends. With a store of files (``generation``), a file
-replaced or deleted since it was read (``users forget``, ``prune``) has its context rebuilt too.
+a context that misses another worker's appends. A queue worker reads that number with its job's
+claim (one statement for both) and notes it with :func:`known_head` for the turn's first look.
+With a store of files (``generation``), a file replaced or deleted since it was read (``users
+forget``, ``prune``) has its context rebuilt too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import OrderedDict
+from contextvars import ContextVar
 from typing import Any
 
 from botkit.agent.context import ContextManager
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry, SessionStore
 from botkit.types import Message
 
-__all__ = ["ContextPool"]
+__all__ = ["ContextPool", "known_head"]
+
+KNOWN_FOR = 0.5
+"""Seconds a conversation's last entry number noted with :func:`known_head` stands in for
+reading it (an album's turn waits a second after its claim: it reads it again)."""
+_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_head", default=None)
+"""The conversation, last entry number and time the running turn's job claim read."""
+
+
+def known_head(conversation: str, last_seq: int) -> None:
+    """Note, for the turn running in this task, a conversation's last entry number just read:
+    the pool's next look at that conversation's cached context takes it instead of a query."""
+    _known.set([conversation, last_seq, time.monotonic()])
+
+
+def _take_known(key: int | str) -> int | None:
+    """The last entry number noted for ``key`` in this task, once (it is stale after)."""
+    known = _known.get()
+    if not known or known[0] != str(key):
+        return None
+    last: int = known[1]
+    fresh = time.monotonic() - known[2] < KNOWN_FOR
+    known.clear()  # a list, so a child task taking it clears it for its parent too
+    return last if fresh else None
 
 
 class ContextPool:
@@ -51,7 +78,8 @@ class ContextPool:
         """The context of ``owner_id``'s private conversation, or of a group's ``conversation``."""
         key: int | str = conversation or owner_id
         task = self._contexts.get(key)
-        if task is not None and task.done() and not await self._up_to_date(key, task):
+        known = _take_known(key) if self._numbered else None
+        if task is not None and task.done() and not await self._up_to_date(key, task, known):
             del self._contexts[key]
             task = None
         if task is None:
@@ -67,13 +95,18 @@ class ContextPool:
                 del self._contexts[key]
             raise
 
-    async def _up_to_date(self, key: int | str, task: asyncio.Task[ContextManager]) -> bool:
-        """Whether a cached context holds everything recorded (another process may append)."""
+    async def _up_to_date(
+        self, key: int | str, task: asyncio.Task[ContextManager], known: int | None = None
+    ) -> bool:
+        """Whether a cached context holds everything recorded (another process may append);
+        ``known``: the conversation's last entry number, read just before by the caller."""
         if task.exception() is not None or task.result().lock.locked():
             return True
         if not self._numbered:
             return self._generation is None or self._generation(key) == self._generations.get(key)
-        last: int = await self.sessions.last_sequence(key)  # type: ignore[attr-defined]
+        last = known
+        if last is None:
+            last = await self.sessions.last_sequence(key)  # type: ignore[attr-defined]
         return last == self._last_seq.get(key)
 
     def drop(self, key: int | str) -> None:

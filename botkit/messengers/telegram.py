@@ -103,8 +103,9 @@ OTHER_KINDS = (
 )
 
 OnMessage = Callable[[Incoming], None]
-TakeRaw = Callable[[int, dict[str, Any]], Awaitable[bool]]
-"""Takes one raw update by id; ``False`` leaves it (and those after it) unconfirmed."""
+TakeRaw = Callable[[list[tuple[int, dict[str, Any]]]], Awaitable[int]]
+"""Takes a batch of raw updates with their ids, in order; how many were taken (those after
+them are left unconfirmed)."""
 OnStop = Callable[[int, int], object]
 """Called with the chat id and the draft id when the user presses a draft's stop button."""
 OnPress = Callable[[ButtonPress], object]
@@ -415,11 +416,11 @@ class TelegramMessenger:
         await self._confirm(offset)  # what was journaled, so a restart does not re-read it
 
     async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
-        """Long-poll until ``stop`` is set, handing each raw update to ``take`` in order.
+        """Long-poll until ``stop`` is set, handing each batch of raw updates to ``take``.
 
-        Telegram is told an update was received only after ``take`` returned ``True`` for
-        it; on ``False`` the rest of the batch waits, and comes back with the next poll.
-        Failures are retried as in :meth:`poll`.
+        Telegram is told an update was received only after ``take`` counted it taken; the
+        rest of the batch waits, and comes back with the next poll. Failures are retried as
+        in :meth:`poll`.
         """
         if self.me is None:
             await self.start()
@@ -427,9 +428,9 @@ class TelegramMessenger:
         offset: int | None = None
         failures = _PollFailures(self.conflict_timeout)
         while not stop.is_set():
-            for update_id, raw in await self._poll_once(offset, stop, failures):
-                if not await take(update_id, raw):
-                    break
+            updates = await self._poll_once(offset, stop, failures)
+            taken = await take(updates) if updates else 0
+            for update_id, _ in updates[:taken]:
                 offset = max(offset or 0, update_id + 1)
         await self._confirm(offset)
 

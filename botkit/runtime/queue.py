@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import orjson
 import psycopg
 import structlog
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from botkit import tracing
@@ -58,12 +60,23 @@ CHECK_RESTED_AFTER = 10.0
 """Seconds since a pooled connection was last lent after which it is checked (one round trip)
 before it is lent again; one in steady use is not."""
 
+# With the claim, the last entry number of the job's conversation (its lock without the
+# ``user:``/``chat:`` prefix is its session key), so the turn need not read it again.
 _CLAIM = """
-    INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
-    VALUES (%(bot_id)s, %(update_id)s, %(job_id)s, 1)
-    ON CONFLICT (bot_id, update_id) DO UPDATE
-    SET starts = botkit_updates.starts + (botkit_updates.job_id = EXCLUDED.job_id)::int
-    RETURNING job_id, starts, given_up_at IS NOT NULL AS given_up"""
+    WITH claim AS (
+        INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
+        VALUES (%(bot_id)s, %(update_id)s, %(job_id)s, 1)
+        ON CONFLICT (bot_id, update_id) DO UPDATE
+        SET starts = botkit_updates.starts + (botkit_updates.job_id = EXCLUDED.job_id)::int
+        RETURNING job_id, starts, given_up_at IS NOT NULL AS given_up
+    ), job AS (
+        SELECT substr(lock, strpos(lock, ':') + 1) AS conversation
+        FROM procrastinate_jobs WHERE id = %(job_id)s AND lock ~ '^(user|chat):'
+    )
+    SELECT claim.*, job.conversation, coalesce(head.last_seq, 0) AS head
+    FROM claim
+    LEFT JOIN job ON true
+    LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation"""
 _UNSTART = """
     UPDATE botkit_updates SET starts = starts - 1
     WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
@@ -112,6 +125,10 @@ class Claim:
     this one died with their process."""
     given_up: bool
     """Whether a start past ``BOTKIT_MAX_JOB_ATTEMPTS`` gave the update up already."""
+    conversation: str | None = None
+    """The session key of the job's conversation (from its lock), if it has one."""
+    head: int = 0
+    """The last entry number of ``conversation`` when the update was claimed."""
 
 
 def lock_for(message: Incoming, group_context: str) -> str:
@@ -136,7 +153,7 @@ class TurnQueue:
                 min_size=1,
                 max_size=pool_size,
                 timeout=5,
-                configure=_autocommit,
+                configure=_configure,
             ),
             worker_defaults={"queues": [QUEUE]},
         )
@@ -194,15 +211,36 @@ class TurnQueue:
     async def defer(self, bot_id: int, update_id: int, update: dict[str, Any], lock: str) -> None:
         """Queue ``update`` behind its conversation's earlier jobs (a copy already queued is
         not queued again); raises ``StoreError`` when PostgreSQL cannot take it."""
+        await self.defer_all([self.job_for(bot_id, update_id, update, lock)])
+
+    def job_for(self, bot_id: int, update_id: int, update: dict[str, Any], lock: str) -> Job:
+        """The job of ``update`` on ``lock`` (with the running span, if tracing), to defer."""
         deferrer = self.app.configure_task(
             TURN_TASK, queue=QUEUE, lock=lock, queueing_lock=f"update:{bot_id}:{update_id}"
         )
+        return deferrer.make_new_job(update=update, **_trace_args())
+
+    async def defer_all(self, jobs: list[Job]) -> None:
+        """Queue ``jobs`` in order in one statement; when one is a copy of an update already
+        queued, one at a time (the copies left out). ``StoreError`` when PostgreSQL cannot
+        take them: none or only some were queued, and deferring them again is safe."""
+        manager = self.app.job_manager
         try:
-            await deferrer.defer_async(update=update, **_trace_args())
-        except AlreadyEnqueued:
-            log.info("queue.duplicate_update", update_id=update_id)
+            if len(jobs) > 1:
+                try:
+                    await manager.batch_defer_jobs_async(jobs=jobs)
+                    return
+                except AlreadyEnqueued:
+                    pass
+            for job in jobs:
+                try:
+                    await manager.defer_job_async(job=job)
+                except AlreadyEnqueued:
+                    log.info("queue.duplicate_update", update_id=_update_id(job))
         except (ConnectorException, OSError) as e:
-            raise StoreError(f"cannot queue update {update_id}: {describe(e)}") from e
+            ids = ", ".join(str(_update_id(job)) for job in jobs)
+            updates = "updates" if len(jobs) > 1 else "update"
+            raise StoreError(f"cannot queue {updates} {ids}: {describe(e)}") from e
 
     async def album_parts(self, lock: str, media_group_id: str) -> list[dict[str, Any]]:
         """The queued updates of an album (``media_group_id``) behind ``lock``, oldest first."""
@@ -219,7 +257,12 @@ class TurnQueue:
         )
         if int(row["job_id"]) != job_id:
             return None
-        return Claim(starts=int(row["starts"]), given_up=bool(row["given_up"]))
+        return Claim(
+            starts=int(row["starts"]),
+            given_up=bool(row["given_up"]),
+            conversation=row["conversation"],
+            head=int(row["head"]),
+        )
 
     async def unstart(self, bot_id: int, update_id: int, job_id: int) -> None:
         """Take back a start of job ``job_id`` that ended short of done in this worker's sight
@@ -320,10 +363,18 @@ def _pool(**options: Any) -> AsyncConnectionPool:
     return AsyncConnectionPool(**{**options, "check": _RestedCheck()})
 
 
-async def _autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     """Every query is a transaction of its own: procrastinate's and botkit's are each one
-    statement, so no BEGIN and COMMIT round trips around it."""
+    statement, so no BEGIN and COMMIT round trips around it. JSON (the jobs' arguments) goes
+    through orjson, set once on the connection (procrastinate's own ``json_dumps`` option
+    sets it again on every cursor)."""
     await conn.set_autocommit(True)
+    set_json_dumps(_json_dumps, conn)
+    set_json_loads(orjson.loads, conn)
+
+
+def _json_dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
 class _RestedCheck:
@@ -339,6 +390,10 @@ class _RestedCheck:
         last, self.lent[conn] = self.lent.get(conn), now
         if last is None or now - last > CHECK_RESTED_AFTER:
             await AsyncConnectionPool.check_connection(conn)
+
+
+def _update_id(job: Job) -> Any:
+    return job.task_kwargs["update"]["update_id"]  # type: ignore[index,call-overload]
 
 
 def _trace_args() -> dict[str, Any]:

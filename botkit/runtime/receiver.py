@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -61,9 +62,36 @@ class Receiver:
 
     async def take(self, update_id: int, raw: dict[str, Any], stop: asyncio.Event) -> bool:
         """Take one update, retrying while PostgreSQL is away; ``False`` if ``stop`` came first."""
+        return await self._retried(partial(self.take_once, update_id, raw), stop)
+
+    async def take_all(self, updates: list[tuple[int, dict[str, Any]]], stop: asyncio.Event) -> int:
+        """Take a ``getUpdates`` batch in order, the jobs of consecutive updates deferred in one
+        statement, retrying while PostgreSQL is away; how many (from the first) were taken
+        before ``stop``."""
+        taken, jobs = 0, []
+        for update_id, raw in updates:
+            with tracing.tracer.span("receive update", "producer", {"botkit.update_id": update_id}):
+                read = await self.messenger.read_update(raw)
+                lock = self._lock_of(read)
+                if lock is not None:
+                    jobs.append(self.queue.job_for(self.bot_id, update_id, raw, lock))
+            if lock is not None:
+                continue
+            if not await self._retried(partial(self.queue.defer_all, jobs), stop):
+                return taken
+            taken, jobs = taken + len(jobs), []
+            if not await self._retried(partial(self._handle, update_id, raw, read), stop):
+                return taken
+            taken += 1
+        if not await self._retried(partial(self.queue.defer_all, jobs), stop):
+            return taken
+        return taken + len(jobs)
+
+    async def _retried(self, action: Callable[[], Awaitable[None]], stop: asyncio.Event) -> bool:
+        """``action()`` done, retried while PostgreSQL is away; ``False`` if ``stop`` came first."""
         while True:
             try:
-                await self.take_once(update_id, raw)
+                await action()
             except StoreError as e:
                 await _sleep_unless(stop, self.outage.failed(e))
                 if stop.is_set():
@@ -75,22 +103,31 @@ class Receiver:
     async def take_once(self, update_id: int, raw: dict[str, Any]) -> None:
         """Take one update; raises ``StoreError`` if it could not be queued (or journaled)."""
         with tracing.tracer.span("receive update", "producer", {"botkit.update_id": update_id}):
-            await self._take(update_id, raw)
+            read = await self.messenger.read_update(raw)
+            lock = self._lock_of(read)
+            if lock is not None:
+                await self.queue.defer(self.bot_id, update_id, raw, lock)
+            else:
+                await self._handle(update_id, raw, read)
 
-    async def _take(self, update_id: int, raw: dict[str, Any]) -> None:
-        read = await self.messenger.read_update(raw)
+    def _lock_of(self, read: Incoming | ButtonPress | Checkout | object) -> str | None:
+        """The lock of the job an update read becomes (``None``: it is not queued)."""
+        if isinstance(read, Incoming):
+            return lock_for(read, self.settings.group_context)
+        if isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
+            return f"user:{read.user_id}"
+        if isinstance(read, Checkout) and self.checkouts is None:
+            return f"checkout:{read.user_id}"  # not behind the user's turns: 10 s to answer
+        return None
+
+    async def _handle(self, update_id: int, raw: dict[str, Any], read: object) -> None:
+        """An update that is not queued: journaled if unreadable, a checkout answered, a stop
+        press passed on."""
         if isinstance(read, str):
             log.warning("receiver.update_unparseable", update_id=update_id, error=read)
             await self.queue.reject(self.bot_id, update_id, raw, read)
-        elif isinstance(read, Incoming):
-            lock = lock_for(read, self.settings.group_context)
-            await self.queue.defer(self.bot_id, update_id, raw, lock)
-        elif isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
-            await self.queue.defer(self.bot_id, update_id, raw, f"user:{read.user_id}")
         elif isinstance(read, Checkout) and self.checkouts is not None:
             await self.checkouts(read)
-        elif isinstance(read, Checkout):  # not behind the user's turns: 10 s to answer it
-            await self.queue.defer(self.bot_id, update_id, raw, f"checkout:{read.user_id}")
         elif read is not None:
             await self._stop_pressed(read)
 
@@ -111,7 +148,7 @@ async def receive(
     receiver = Receiver(messenger, queue, settings, checkouts)
     await messenger.start()
     log.info("receiver.started", mode="polling")
-    await messenger.poll_raw(lambda update_id, raw: receiver.take(update_id, raw, stop), stop)
+    await messenger.poll_raw(partial(receiver.take_all, stop=stop), stop)
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from procrastinate.exceptions import ConnectorException
 
+from botkit.agent.pool import known_head
 from botkit.errors import StoreError
 from botkit.messengers.base import ButtonPress, Checkout, Incoming
 from botkit.runtime.base import ServedBot
@@ -56,6 +57,9 @@ class Worker:
         self.running = 0
         """Turns running in this process now (the ``botkit_turns_running`` gauge)."""
         self.lane = SuspectLane(bot.settings.max_job_attempts)
+        self.heads_with_claims = getattr(bot.contexts.sessions, "dsn", None) == queue.dsn
+        """Whether the sessions are in the queue's database: a claim then reads the
+        conversation's last entry number too, and the turn's context need not read it."""
 
     async def run(self, job_id: int, update: dict[str, Any], attempts: int = 0) -> None:
         """The task of one job: claim the update (counting this start), read it, run its turn;
@@ -138,6 +142,8 @@ class Worker:
                 await asyncio.sleep(self.outage.failed(e))
                 continue
             self.outage.ok()
+            if claimed is not None and claimed.conversation and self.heads_with_claims:
+                known_head(claimed.conversation, claimed.head)
             return claimed
 
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:

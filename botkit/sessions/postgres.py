@@ -132,6 +132,11 @@ class PostgresSessionStore:
             raise
         return store
 
+    @property
+    def dsn(self) -> str | None:
+        """The database a lazy store connects to (``None``: a pool was passed in)."""
+        return self._dsn
+
     async def check_schema(self) -> None:
         """Raise :class:`ConfigError` unless the session tables exist."""
         pool = await self._ensure_pool()
