@@ -22,7 +22,9 @@ API does). Target (#34): billed input with caching at most 15 % of the input wit
 By default the turns follow each other at once; ``--pause-minutes N`` lets N minutes pass for
 the cache after each turn (a user who pauses: 5-minute entries expire, 1-hour ones stay). When
 the target is missed, the script says where the cache stopped hitting and reruns the cached
-conversation with other history windows for comparison.
+conversation with other history windows for comparison. It also prints the *floor*: what the
+prompts botkit sent would bill with the best breakpoints there could be (``cache_floor``), so
+a target below it is out of reach of breakpoint placement.
 
     python bench/caching.py [--turns 30] [--tool-every 3] [--model NAME] [--no-stream] [--calls]
                             [--pause-minutes 0]
@@ -47,8 +49,9 @@ from botkit.config import DEFAULT_MODEL
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.pricing import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR, estimate
 from botkit.testing import FakeAnthropicServer, FakeReply
+from botkit.testing.anthropic import _segments, _tokens  # the fake's own prefix accounting
 from botkit.tools import ToolContext, ToolRegistry, tool
-from botkit.types import Message, ToolResultBlock, Usage
+from botkit.types import Message, Usage
 
 USER_ID = 4242
 TARGET = 0.15
@@ -481,6 +484,8 @@ class Run:
     seconds: float
     written_1h: int = 0
     """Of the cache writes, those kept an hour (as the fake reported them)."""
+    floor: float = 0.0
+    """The least any breakpoints could bill for the prompts this run sent (:func:`cache_floor`)."""
 
     @property
     def written_5m(self) -> int:
@@ -578,6 +583,7 @@ async def converse(
         if len(fake.requests) != sum(len(t.replies) for t in turns):
             raise RuntimeError(f"expected one request per scripted reply, got {len(fake.requests)}")
         written_1h = sum(u["cache_creation"]["ephemeral_1h_input_tokens"] for u in fake.usages)
+        floor = cache_floor([request.body for request in fake.requests])
     per_call = [m.usage for m in context.messages if m.role == "assistant" and m.usage]
     total = sum(context.usage_by_model.values(), Usage())
     if total != sum(per_call, Usage()):
@@ -585,7 +591,35 @@ async def converse(
     dollars, known = estimate(context.usage_by_model)
     # botkit.pricing prices every cache write as a 5-minute one: add what the hour costs more
     dollars += _extra_for_hour_writes(written_1h, model)
-    return Run(label, total, per_call, dollars, known, seconds, written_1h)
+    return Run(label, total, per_call, dollars, known, seconds, written_1h, floor)
+
+
+def cache_floor(bodies: list[dict[str, Any]]) -> float:
+    """The billed input of these prompts with the best breakpoints there could be.
+
+    A call can at best read from the cache the longest prefix an earlier call sent (0.1x);
+    of the rest, what a later call sends again must be written (1.25x, the cheaper TTL) and
+    what none does is plain input (1x). Breakpoints are taken as free and unlimited, entries
+    as never expiring and the minimum cacheable length as zero, so no placement bills less:
+    a target below this figure cannot be met by where the breakpoints go, only by sending less.
+    """
+    calls = [_segments(body) for body in bodies]
+    digests = [[segment.digest for segment in segments] for segments in calls]
+    billed = 0.0
+    for i, segments in enumerate(calls):
+        sent = _tokens(segments[-1].chars)
+        before = set().union(*digests[:i]) if i else set()
+        after = set().union(*digests[i + 1 :]) if i + 1 < len(calls) else set()
+        shared = _prefix_tokens(segments, before)
+        reused = max(shared, _prefix_tokens(segments, after))
+        billed += 0.1 * shared + CACHE_WRITE_FACTOR * (reused - shared) + (sent - reused)
+    return billed
+
+
+def _prefix_tokens(segments: list[Any], seen: set[str]) -> int:
+    """Tokens of the longest prefix of ``segments`` whose (chained) digest is in ``seen``."""
+    ends = [segment.chars for segment in segments if segment.digest in seen]
+    return _tokens(max(ends)) if ends else 0
 
 
 def _extra_for_hour_writes(tokens: int, model: str) -> float:
@@ -624,28 +658,6 @@ def print_calls(run: Run) -> None:
         )
 
 
-def stepwise_trim(max_messages: int, step: int) -> TransformContext:
-    """Drop the oldest messages ``step`` at a time, so the kept prefix stays put between cuts.
-
-    A sketch of a cache-friendly history window (for the diagnosis only): the window start
-    moves only when the history outgrows ``max_messages``, and then by ``step`` messages,
-    always onto a user message that answers no tool call.
-    """
-
-    def transform(messages: list[Message]) -> list[Message]:
-        if len(messages) <= max_messages:
-            return messages
-        start = ((len(messages) - max_messages) // step + 1) * step
-        while start < len(messages) and (
-            messages[start].role != "user"
-            or any(isinstance(b, ToolResultBlock) for b in messages[start].content)
-        ):
-            start += 1
-        return messages[start:]
-
-    return transform
-
-
 def fixed_prefix_reads(run: Run) -> list[int]:
     """Calls (1-based) after the first whose cache read was only the tools + system prompt."""
     first = run.per_call[0].cache_creation_input_tokens if run.per_call else 0
@@ -671,20 +683,20 @@ async def diagnose(turns: list[Turn], plain: Run, cached: Run, args: argparse.Na
             f"those calls wrote {rewritten:,} tokens back to the cache at 1.25x"
         )
         print(
-            f"  cause: ContextManager.prepare() trims the history to the last max_messages="
-            f"{options.max_messages} (botkit.agent.history.trim); once the conversation is "
-            "longer, every new turn moves the window's start, so no call starts with the "
-            "previous call's messages"
+            f"  cause: ContextManager.prepare() keeps the last max_messages="
+            f"{options.max_messages} (botkit.agent.history.trim), cutting the oldest "
+            f"{options.max_messages // 2} at a time: each cut moves the window's start, so the "
+            "call after it shares only the tools and system prompt with the one before"
         )
-    variants: list[tuple[str, dict[str, Any]]] = [
+    print(
+        f"  the floor ({cached.floor / plain.billed_input:.1%}) is what these prompts cost with "
+        "the best breakpoints; below it, only sending less helps. Other history windows:"
+    )
+    for label, extra in [
         ("no trimming (max_messages=10,000)", {"max_messages": 10_000}),
-        (
-            f"step-wise trim (cut {options.max_messages // 2} at a time, max "
-            f"{options.max_messages}; transform_context sketch)",
-            {"transform_context": stepwise_trim(options.max_messages, options.max_messages // 2)},
-        ),
-    ]
-    for label, extra in variants:
+        ("max_messages=20", {"max_messages": 20}),
+        ("max_messages=60", {"max_messages": 60}),
+    ]:
         run = await converse(
             turns,
             caching=True,
@@ -696,8 +708,9 @@ async def diagnose(turns: list[Turn], plain: Run, cached: Run, args: argparse.Na
         )
         print(
             f"  caching on, {label}: billed input {run.billed_input:,.0f} = "
-            f"{run.billed_input / plain.billed_input:.1%} of the uncached run's input "
-            f"(prompt tokens sent {run.prompt_tokens:,}; ${run.dollars:.4f})"
+            f"{run.billed_input / plain.billed_input:.1%} of the uncached run's input, floor "
+            f"{run.floor / plain.billed_input:.1%} (prompt tokens sent {run.prompt_tokens:,}; "
+            f"${run.dollars:.4f})"
         )
 
 
@@ -774,6 +787,11 @@ async def main(args: argparse.Namespace) -> int:
         f"estimated cost (botkit.pricing, {args.model}): ${cached.dollars:.4f} with caching, "
         f"${plain.dollars:.4f} without ({cached.dollars / plain.dollars:.1%}; saves "
         f"${saved:.4f} per such conversation)"
+    )
+    print(
+        f"floor: the least any breakpoints could bill for the prompts botkit sent (each call "
+        f"reads all an earlier one sent, writes at 1.25x only what a later one sends again): "
+        f"{cached.floor:,.0f} = {cached.floor / plain.billed_input:.1%} of the uncached input"
     )
     ok = ratio <= args.target
     if not ok:
