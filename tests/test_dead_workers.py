@@ -162,7 +162,8 @@ async def test_a_lock_lost_while_its_process_lives_is_taken_again(db: str) -> No
         job = await running_job(queue, db, worker_id, update_id=4)
         with capture_logs() as logs:
             await sql(db, "SELECT pg_terminate_backend($1)", await lock_holder(db, worker_id))
-            await until_async(lambda: queue.retry_stalled(), 1)
+            # Swept often: the lock is taken again a moment after its connection ended.
+            await until_async(lambda: queue.retry_stalled(), 1, every=0.01)
             assert await job_status(db, job) == "todo"
             await until_async(lambda: has_lock(db, worker_id), True)
         assert [e["event"] for e in logs].count("queue.liveness_lock_lost") == 1
@@ -242,10 +243,15 @@ async def sql(db: str, query: str, *args: Any) -> Any:
         await conn.close()
 
 
-async def until_async(value: Any, expected: Any, timeout: float = 20.0) -> None:  # noqa: ASYNC109
-    """Wait until ``await value()`` equals ``expected`` (polled), or fail saying so."""
+async def until_async(
+    value: Any,
+    expected: Any,
+    timeout: float = 20.0,  # noqa: ASYNC109
+    every: float = 0.1,
+) -> None:
+    """Wait until ``await value()`` equals ``expected`` (polled ``every`` s), or fail."""
     deadline = time.monotonic() + timeout
     while (got := await value()) != expected:
         if time.monotonic() > deadline:
             raise AssertionError(f"{got!r}, not {expected!r}, after {timeout}s")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(every)

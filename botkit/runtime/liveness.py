@@ -52,7 +52,7 @@ _LET_GO = f"SELECT pg_advisory_unlock(%(space)s, {_KEY})"
 _NO_IDLE_TIMEOUT = """
     SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'"""
 _DEAD_JOBS = """
-    WITH held AS MATERIALIZED (
+    WITH held AS (
         SELECT objid::bigint AS key FROM pg_locks
         WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(space)s::oid
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
