@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from structlog.testing import capture_logs
-from test_scaleout import killed_at_end, queued, queued_bot, until, worker_process
+from test_scaleout import cut_off, killed_at_end, queued, queued_bot, until, worker_process
 
 from botkit.runtime.liveness import LOCK_SPACE
 from botkit.runtime.queue import QueueTimings, TurnQueue
@@ -109,6 +109,41 @@ async def test_a_frozen_worker_keeps_its_turns(
         assert [m.text for m in telegram.sent_messages(user)] == [f"echo: question of {user}"]
     assert len(claude.requests) == len(users), "no turn ran twice"
     assert not [e for e in logs if "retried" in e["event"]]
+
+
+async def test_after_an_outage_a_worker_holds_its_lock_again(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    postgres_dsn: str,
+) -> None:
+    """Its connections dropped, procrastinate's worker starts again under a new id: that id's
+    lock is held and recorded, the old one's forgotten; stopped, the worker leaves no record."""
+    bot = queued_bot(claude, telegram, tmp_path, db)  # heartbeats every 0.5 s: it restarts
+    async with queued(bot):
+        await until_async(lambda: locks_in_order(db), (1, 1))
+        first = await sql(db, "SELECT worker_id FROM botkit_worker_locks")
+        await cut_off(db, postgres_dsn, allow=False)
+        await asyncio.sleep(3)
+        await cut_off(db, postgres_dsn, allow=True)
+        await until_async(lambda: locks_in_order(db), (1, 1), timeout=30)
+        telegram.send_text(31, "after the outage")
+        await telegram.wait_for_messages(31, 1, timeout=30)
+        assert await sql(db, "SELECT worker_id FROM botkit_worker_locks") != first
+    assert await workers_recorded(db) == 0
+
+
+async def locks_in_order(db: str) -> tuple[int, int]:
+    """(records, records whose lock is held by a worker procrastinate knows)."""
+    records = await workers_recorded(db)
+    query = (
+        "SELECT count(*) FROM botkit_worker_locks w JOIN procrastinate_workers p"
+        " ON p.id = w.worker_id JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted"
+        " AND l.objsubid = 2 AND l.classid = $1::bigint::oid"
+        " AND l.objid = w.worker_id::oid"
+    )
+    return records, int(await sql(db, query, LOCK_SPACE))
 
 
 # --- the sweep, in this process -------------------------------------------------------------

@@ -121,21 +121,23 @@ class WorkerLocks:
     async def _keep(self) -> None:
         """Connect, hold the wanted locks, watch the connection; on loss, start again (one
         line logged per loss: the outage itself, if any, is the other connections' to log)."""
-        delay = FIRST_RETRY
+        delay, told = FIRST_RETRY, False
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
             except (psycopg.Error, OSError) as e:
-                log.debug("queue.liveness_connect_failed", error=_first_line(e))
+                if not told:  # a lost lock was told already; else once, e.g. max_connections
+                    log.warning("queue.liveness_lock_unavailable", error=_first_line(e))
+                    told = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LONGEST_RETRY)
                 continue
-            delay = FIRST_RETRY
+            delay, told = FIRST_RETRY, False
             try:
                 async with conn:
                     await conn.execute(_NO_IDLE_TIMEOUT)  # an idle lock is the point
                     await self._hold(conn)
-            except (psycopg.Error, OSError) as e:
+            except Exception as e:  # whatever broke it, the locks are kept on
                 if self.taken:
                     log.warning(
                         "queue.liveness_lock_lost",
@@ -143,6 +145,7 @@ class WorkerLocks:
                         error=_first_line(e),
                         note="their running jobs may be run again by another worker",
                     )
+                    told = True
             finally:
                 self.taken = set()
             await asyncio.sleep(0.1)  # soon: until then this process's workers look dead
