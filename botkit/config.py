@@ -166,7 +166,8 @@ class Settings(BaseSettings):
         8.0, gt=0, validation_alias=AliasChoices("BOTKIT_STALLED_TIMEOUT", "stalled_timeout")
     )
     """BOTKIT_STALLED_TIMEOUT: seconds without a heartbeat after which a worker counts as
-    dead and its turns are picked up by the others (workers beat 4 times as often)."""
+    dead and its turns are picked up by the others (workers beat 4 times as often). A worker
+    whose process ended is found sooner, within a second, by its liveness lock."""
     max_file_mb: float = Field(
         20.0, gt=0, validation_alias=AliasChoices("BOTKIT_MAX_FILE_MB", "max_file_mb")
     )

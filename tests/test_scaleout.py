@@ -311,9 +311,15 @@ async def test_a_cached_context_takes_the_number_its_claim_read_once_and_while_f
 
 
 def worker_process(
-    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, db: str
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    db: str,
+    *,
+    stalled: float = STALLED,
 ) -> subprocess.Popen[bytes]:
-    """``python -m botkit work`` (the default assistant) on the fakes and ``db``."""
+    """``python -m botkit work`` (the default assistant) on the fakes and ``db``, with
+    BOTKIT_STALLED_TIMEOUT = ``stalled``."""
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
     env = {
         **keep,
@@ -324,7 +330,7 @@ def worker_process(
         "BOTKIT_DATABASE_URL": db,
         "BOTKIT_ACCESS": "open",
         "BOTKIT_STREAM_REPLIES": "false",
-        "BOTKIT_STALLED_TIMEOUT": str(STALLED),
+        "BOTKIT_STALLED_TIMEOUT": str(stalled),
         "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
     }
     return subprocess.Popen(

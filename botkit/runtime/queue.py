@@ -5,8 +5,10 @@ A receiver defers each Telegram update as a job locked on its conversation (``us
 in order, on whichever worker is free. A queueing lock on the update refuses a second copy
 while the first waits; ``botkit_updates`` remembers which job claimed an update, so a copy
 delivered after the first ran is skipped, while the same job re-run after its worker died
-runs again. Workers beat every ``heartbeat`` seconds; jobs of a worker silent for
-``stalled_after`` seconds are put back in the queue by any other worker.
+runs again. A worker process that ends (SIGKILL, a crash) lets go of its liveness lock
+(``runtime.liveness``): any other worker puts its jobs back within ``lock_check`` seconds.
+Workers also beat every ``heartbeat`` seconds; jobs of a worker silent for ``stalled_after``
+seconds (a lost machine, a worker of an older botkit) are put back too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from botkit import tracing
 from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
+from botkit.runtime.liveness import WorkerLocks, dead_workers_jobs
 
 __all__ = [
     "QUEUE",
@@ -102,18 +105,20 @@ _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND EXISTS (
         SELECT FROM pg_attribute
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
-    ) AS ok"""
+    ) AND to_regclass('botkit_worker_locks') IS NOT NULL AS ok"""
 
 
 @dataclass(frozen=True, slots=True)
 class QueueTimings:
-    """How quickly a dead worker's jobs move on: its turns restart within about
-    ``stalled_after + heartbeat`` seconds."""
+    """How quickly a dead worker's jobs move on: within about ``lock_check`` seconds when
+    its process ended, ``stalled_after + heartbeat`` when its machine was lost."""
 
     heartbeat: float = 2.0
     """Seconds between a worker's heartbeats, and between checks for stalled jobs."""
     stalled_after: float = 8.0
     """Seconds without a heartbeat after which a worker counts as dead."""
+    lock_check: float = 0.5
+    """Seconds between looks for workers whose liveness lock is gone (one cheap query)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +162,8 @@ class TurnQueue:
             ),
             worker_defaults={"queues": [QUEUE]},
         )
-        self.app.job_manager = PatientJobManager(self.app.connector)  # before any task
+        self.locks = WorkerLocks(dsn)
+        self.app.job_manager = PatientJobManager(self.app.connector, self.locks)  # before tasks
 
     async def open(self) -> None:
         """Connect and check the schema; ``ConfigError`` (one sentence) if either fails."""
@@ -177,7 +183,8 @@ class TurnQueue:
             )
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Let go of the liveness locks, close the connection pool."""
+        await self.locks.close()
         with _suppressed():
             await self.app.close_async()
 
@@ -311,18 +318,26 @@ class TurnQueue:
         except (psycopg.Error, OSError) as e:
             raise StoreError(f"stop presses: {e}") from e
 
-    async def retry_stalled(self) -> int:
-        """Put the jobs of workers silent for ``stalled_after`` seconds back in the queue."""
+    async def retry_stalled(self, *, by_heartbeat: bool = True) -> int:
+        """Put back in the queue the jobs of workers whose liveness lock is gone and, with
+        ``by_heartbeat``, of workers silent for ``stalled_after`` seconds; how many."""
         manager = self.app.job_manager
-        stalled = await manager.get_stalled_jobs(
-            queue=QUEUE, seconds_since_heartbeat=self.timings.stalled_after
-        )
+        dead = [Job.from_row(row) for row in await dead_workers_jobs(self.app.connector, QUEUE)]
+        retried = await self._retry(dead, "queue.dead_worker_job_retried")
+        if by_heartbeat:
+            stalled = await manager.get_stalled_jobs(
+                queue=QUEUE, seconds_since_heartbeat=self.timings.stalled_after
+            )
+            retried += await self._retry(list(stalled), "queue.stalled_job_retried")
+        return retried
+
+    async def _retry(self, jobs: list[Job], event: str) -> int:
         retried = 0
-        for job in stalled:
+        for job in jobs:
             with _suppressed():  # another worker may have retried it first
-                await manager.retry_job(job)
+                await self.app.job_manager.retry_job(job)
                 retried += 1
-                log.warning("queue.stalled_job_retried", job_id=job.id, lock=job.lock)
+                log.warning(event, job_id=job.id, lock=job.lock, worker_id=job.worker_id)
         return retried
 
     async def prune(self) -> None:
@@ -338,7 +353,27 @@ class PatientJobManager(JobManager):
     conversation's later turns until that worker stops. Here the write is retried for
     ``JOB_END_PATIENCE`` seconds (a worker that stops meanwhile leaves it to the stalled-job
     retry, as a crash does).
+
+    A worker it registers holds its liveness lock (``locks``) until it unregisters.
     """
+
+    def __init__(self, connector: Any, locks: WorkerLocks) -> None:
+        super().__init__(connector)
+        self.locks = locks
+
+    async def register_worker(self) -> int:
+        """Register a starting worker, then take its liveness lock (before it fetches jobs)."""
+        worker_id = await super().register_worker()
+        await self.locks.take(worker_id)
+        return worker_id
+
+    async def unregister_worker(self, worker_id: int) -> None:
+        """Unregister a stopped worker and let its lock go (even if unregistering failed:
+        what it left running is then put back at once)."""
+        try:
+            await super().unregister_worker(worker_id)
+        finally:
+            await self.locks.release(worker_id)
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
         """Set a job to its final state, retrying while the database cannot be reached."""

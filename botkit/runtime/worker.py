@@ -3,7 +3,8 @@
 A worker is a procrastinate worker whose one task reads an update, claims it (a copy that
 arrived twice runs once) and hands the message to ``bot.turns.handle_safely``: the same gates,
 tool loop, recording and reply as the single-process runtime. Any worker puts back the jobs of
-a worker that stopped beating (SIGKILL, a lost machine), so its turns finish elsewhere; a
+a worker whose process ended (SIGKILL, a crash: within a second, by its liveness lock) or that
+stopped beating (a lost machine), so its turns finish elsewhere; a
 turn whose answer was recorded before the crash is re-sent, not generated again (the
 pipeline finds the answer in the session). SIGTERM stops taking jobs and lets running turns
 finish for ``BOTKIT_GRACE_PERIOD`` seconds; the rest go back to the queue. A job whose turn
@@ -193,18 +194,23 @@ class Worker:
         await _sleep_unless(stop, self.outage.failed(error))
 
     async def _retry_stalled(self, stop: asyncio.Event) -> None:
-        """Put dead workers' jobs back in the queue; prune old claims now and then."""
+        """Put dead workers' jobs back in the queue: those whose liveness lock is gone every
+        ``lock_check`` seconds, the silent ones every ``heartbeat``; prune old claims now and
+        then."""
         loop = asyncio.get_running_loop()
-        pruned = 0.0
+        timings = self.queue.timings
+        pruned = beaten = -PRUNE_EVERY
         while not stop.is_set():
             try:
-                await self.queue.retry_stalled()
+                by_heartbeat = loop.time() - beaten >= timings.heartbeat
+                await self.queue.retry_stalled(by_heartbeat=by_heartbeat)
+                beaten = loop.time() if by_heartbeat else beaten
                 if loop.time() - pruned > PRUNE_EVERY:
                     await self.queue.prune()
                     pruned = loop.time()
             except (ConnectorException, OSError, StoreError) as e:
                 log.debug("worker.stalled_check_failed", error=str(e))
-            await _sleep_unless(stop, self.queue.timings.heartbeat)
+            await _sleep_unless(stop, min(timings.lock_check, timings.heartbeat))
 
     async def _hear_stops(self, stop: asyncio.Event) -> None:
         """Stop buttons pressed anywhere: the turn showing that draft here is cancelled."""

@@ -1,0 +1,292 @@
+"""A worker process that dies gives its jobs back at once, by its liveness lock
+(``runtime.liveness``), not after BOTKIT_STALLED_TIMEOUT; a live one, however frozen, keeps
+them, and a worker holding no lock (an older botkit's) is judged by its heartbeats alone.
+Real ``python -m botkit work`` processes SIGKILLed or SIGSTOPped, real PostgreSQL, the fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from structlog.testing import capture_logs
+from test_scaleout import cut_off, killed_at_end, queued, queued_bot, until, worker_process
+
+from botkit.runtime.liveness import LOCK_SPACE
+from botkit.runtime.queue import QueueTimings, TurnQueue
+from botkit.stores.migrate import migrate
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
+from botkit.testing.anthropic import FakeRequest
+
+LONG_STALL = 60.0
+"""BOTKIT_STALLED_TIMEOUT where the heartbeats must not be what finds a dead worker."""
+
+
+@pytest.fixture
+async def db(postgres_db: str) -> str:
+    """A fresh database with botkit's migrations (the job queue included) applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+def held_until_released(claude: FakeAnthropicServer) -> asyncio.Event:
+    """Make every LLM call wait until the returned event is set; then echo."""
+    release = asyncio.Event()
+
+    async def held(request: FakeRequest) -> FakeReply:
+        await release.wait()
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+    claude.responder = held
+    return release
+
+
+async def workers_up(db: str) -> int:
+    return int(await sql(db, "SELECT count(*) FROM procrastinate_workers"))
+
+
+async def workers_recorded(db: str) -> int:
+    return int(await sql(db, "SELECT count(*) FROM botkit_worker_locks"))
+
+
+async def test_a_killed_workers_turns_finish_without_waiting_for_the_stall_timeout(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = held_until_released(claude)
+    users = [211, 212, 213]
+    receiver = queued_bot(claude, telegram, tmp_path, db, stalled_timeout=LONG_STALL)
+    survivor = queued_bot(claude, telegram, tmp_path / "survivor", db, stalled_timeout=LONG_STALL)
+    doomed = worker_process(telegram, claude, tmp_path, db, stalled=LONG_STALL)
+    async with queued(receiver, work=False), killed_at_end(doomed):
+        for user in users:
+            telegram.send_text(user, f"question of {user}")
+        await until(lambda: len(claude.requests) == len(users), timeout=60)  # all on doomed
+        async with queued(survivor, receive=False):
+            await until_async(lambda: workers_up(db), 2)
+            doomed.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            release.set()
+            for user in users:
+                await telegram.wait_for_messages(user, 1, timeout=LONG_STALL / 3)
+            took = time.monotonic() - killed_at
+            await asyncio.sleep(0.5)
+    for user in users:
+        assert [m.text for m in telegram.sent_messages(user)] == [f"echo: question of {user}"]
+    assert took < 10, f"the last reply came {took:.1f} s after the kill"
+    assert len(claude.requests) == 2 * len(users)
+
+
+async def test_a_frozen_worker_keeps_its_turns(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """SIGSTOP (nothing of the process runs: a blocked event loop, a long GC, swapping) for
+    longer than the lock checks' and heartbeats' interval, shorter than the stall timeout."""
+    stalled = 20.0  # heartbeats every 5 s
+    release = held_until_released(claude)
+    users = [221, 222]
+    receiver = queued_bot(claude, telegram, tmp_path, db, stalled_timeout=stalled)
+    other = queued_bot(claude, telegram, tmp_path / "other", db, stalled_timeout=stalled)
+    frozen = worker_process(telegram, claude, tmp_path, db, stalled=stalled)
+    async with queued(receiver, work=False), killed_at_end(frozen):
+        for user in users:
+            telegram.send_text(user, f"question of {user}")
+        await until(lambda: len(claude.requests) == len(users), timeout=60)  # all on frozen
+        with capture_logs() as logs:
+            async with queued(other, receive=False):
+                await until_async(lambda: workers_up(db), 2)
+                frozen.send_signal(signal.SIGSTOP)
+                await asyncio.sleep(8)
+                frozen.send_signal(signal.SIGCONT)
+                release.set()
+                for user in users:
+                    await telegram.wait_for_messages(user, 1, timeout=30)
+                await asyncio.sleep(1)
+    for user in users:
+        assert [m.text for m in telegram.sent_messages(user)] == [f"echo: question of {user}"]
+    assert len(claude.requests) == len(users), "no turn ran twice"
+    assert not [e for e in logs if "retried" in e["event"]]
+
+
+async def test_after_an_outage_a_worker_holds_its_lock_again(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    postgres_dsn: str,
+) -> None:
+    """Its connections dropped, procrastinate's worker starts again under a new id: that id's
+    lock is held and recorded, the old one's forgotten; stopped, the worker leaves no record."""
+    bot = queued_bot(claude, telegram, tmp_path, db)  # heartbeats every 0.5 s: it restarts
+    async with queued(bot):
+        await until_async(lambda: locks_in_order(db), (1, 1))
+        first = await sql(db, "SELECT worker_id FROM botkit_worker_locks")
+        await cut_off(db, postgres_dsn, allow=False)
+        await asyncio.sleep(3)
+        await cut_off(db, postgres_dsn, allow=True)
+        await until_async(lambda: locks_in_order(db), (1, 1), timeout=30)
+        telegram.send_text(31, "after the outage")
+        await telegram.wait_for_messages(31, 1, timeout=30)
+        assert await sql(db, "SELECT worker_id FROM botkit_worker_locks") != first
+    assert await workers_recorded(db) == 0
+
+
+async def locks_in_order(db: str) -> tuple[int, int]:
+    """(records, records whose lock is held by a worker procrastinate knows)."""
+    records = await workers_recorded(db)
+    query = (
+        "SELECT count(*) FROM botkit_worker_locks w JOIN procrastinate_workers p"
+        " ON p.id = w.worker_id JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted"
+        " AND l.objsubid = 2 AND l.classid = $1::bigint::oid"
+        " AND l.objid = w.worker_id::oid"
+    )
+    return records, int(await sql(db, query, LOCK_SPACE))
+
+
+# --- the sweep, in this process -------------------------------------------------------------
+
+
+async def test_a_worker_holding_no_lock_is_judged_by_its_heartbeats_alone(db: str) -> None:
+    """An older botkit's worker (a fresh heartbeat, a running job, no lock recorded) keeps its
+    job; a recorded worker whose lock is gone loses its job at the next sweep."""
+    queue = await open_queue(db)
+    try:
+        older = await fake_worker(db)
+        older_job = await running_job(queue, db, older, update_id=1)
+        dead = await fake_worker(db)
+        dead_job = await running_job(queue, db, dead, update_id=2)
+        await sql(
+            db, "INSERT INTO botkit_worker_locks VALUES ($1, pg_postmaster_start_time())", dead
+        )
+        assert await queue.retry_stalled() == 1
+        assert await job_status(db, older_job) == "doing"
+        assert await job_status(db, dead_job) == "todo"
+        assert await workers_recorded(db) == 0, "the dead worker's record is forgotten"
+        assert await queue.retry_stalled() == 0
+    finally:
+        await queue.close()
+
+
+async def test_a_registered_workers_lock_lives_with_its_connection(db: str) -> None:
+    """A registered worker's job stays while its lock is held; unregistered, its record and
+    lock are gone."""
+    queue = await open_queue(db)
+    try:
+        worker_id = await queue.app.job_manager.register_worker()
+        job = await running_job(queue, db, worker_id, update_id=3)
+        assert await lock_holder(db, worker_id) is not None
+        assert await queue.retry_stalled() == 0
+        assert await job_status(db, job) == "doing"
+        await sql(db, "UPDATE procrastinate_jobs SET status = 'succeeded' WHERE id = $1", job)
+        await queue.app.job_manager.unregister_worker(worker_id)
+        assert await lock_holder(db, worker_id) is None
+        assert await workers_recorded(db) == 0
+    finally:
+        await queue.close()
+
+
+async def test_a_lock_lost_while_its_process_lives_is_taken_again(db: str) -> None:
+    """The connection holding the lock ends (an operator, a reset): its jobs are put back (they
+    may run twice: at least once), one line is logged, and the lock is taken again."""
+    queue = await open_queue(db)
+    try:
+        worker_id = await queue.app.job_manager.register_worker()
+        job = await running_job(queue, db, worker_id, update_id=4)
+        with capture_logs() as logs:
+            await sql(db, "SELECT pg_terminate_backend($1)", await lock_holder(db, worker_id))
+            # Swept often: the lock is taken again a moment after its connection ended.
+            await until_async(lambda: queue.retry_stalled(), 1, every=0.01)
+            assert await job_status(db, job) == "todo"
+            await until_async(lambda: has_lock(db, worker_id), True)
+        assert [e["event"] for e in logs].count("queue.liveness_lock_lost") == 1
+        assert await workers_recorded(db) == 1
+    finally:
+        await queue.close()
+
+
+async def test_locks_lost_to_a_server_restart_are_no_deaths(db: str) -> None:
+    """A record made before the server (re)started is not judged by its lock: a restart
+    drops every lock at once, live workers' too."""
+    queue = await open_queue(db)
+    try:
+        older = await fake_worker(db)
+        job = await running_job(queue, db, older, update_id=5)
+        before = "pg_postmaster_start_time() - interval '1 minute'"
+        await sql(db, f"INSERT INTO botkit_worker_locks VALUES ($1, {before})", older)
+        assert await queue.retry_stalled() == 0
+        assert await job_status(db, job) == "doing"
+    finally:
+        await queue.close()
+
+
+async def open_queue(db: str) -> TurnQueue:
+    queue = TurnQueue(db, timings=QueueTimings(heartbeat=15, stalled_after=LONG_STALL))
+
+    async def turn(job_id: int, update: dict[str, Any], attempts: int) -> None:
+        raise AssertionError("no job runs here")
+
+    queue.register(turn)
+    await queue.open()
+    return queue
+
+
+async def fake_worker(db: str) -> int:
+    """A procrastinate worker row with a fresh heartbeat, as any worker registers."""
+    return int(await sql(db, "SELECT procrastinate_register_worker_v1()"))
+
+
+async def running_job(queue: TurnQueue, db: str, worker_id: int, *, update_id: int) -> int:
+    """A queued turn, taken by ``worker_id`` (status ``doing``)."""
+    update = {"update_id": update_id, "message": {"text": "x"}}
+    await queue.defer(1, update_id, update, f"user:{update_id}")
+    return int(
+        await sql(
+            db,
+            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = $1"
+            " WHERE queueing_lock = $2 RETURNING id",
+            worker_id,
+            f"update:1:{update_id}",
+        )
+    )
+
+
+async def job_status(db: str, job_id: int) -> str:
+    return str(await sql(db, "SELECT status FROM procrastinate_jobs WHERE id = $1", job_id))
+
+
+async def lock_holder(db: str, worker_id: int) -> int | None:
+    """The server process holding ``worker_id``'s liveness lock, if one does."""
+    query = (
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+        " AND classid = $1::bigint::oid AND objid = $2::bigint::oid"
+    )
+    return await sql(db, query, LOCK_SPACE, worker_id)  # type: ignore[no-any-return]
+
+
+async def has_lock(db: str, worker_id: int) -> bool:
+    return await lock_holder(db, worker_id) is not None
+
+
+async def sql(db: str, query: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(db)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+async def until_async(
+    value: Any,
+    expected: Any,
+    timeout: float = 20.0,  # noqa: ASYNC109
+    every: float = 0.1,
+) -> None:
+    """Wait until ``await value()`` equals ``expected`` (polled ``every`` s), or fail."""
+    deadline = time.monotonic() + timeout
+    while (got := await value()) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{got!r}, not {expected!r}, after {timeout}s")
+        await asyncio.sleep(every)
