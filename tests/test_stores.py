@@ -61,6 +61,7 @@ ALL = [
     "014_payments",
     "015_approval_leases",
     "016_schedule_trace",
+    "018_bursts",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
