@@ -8,9 +8,10 @@ is answered (a warm-up: every process has run turns, as a long-running one has).
 
 - ``workers=N``: wall time from the first injected update until every message was answered.
 - ``single``: ``python -m botkit run`` (no database: JSONL + SQLite, one process) with
-  BOTKIT_MAX_CONCURRENT_TURNS = 32 and = 96 (the total of one and of three workers). ``run``
-  answers the messages a user sent during their running turn together, in one turn (one LLM
-  call, one reply echoing each): it may make fewer calls than there are messages.
+  BOTKIT_MAX_CONCURRENT_TURNS = 32 and = 96 (the total of one and of three workers). ``run``,
+  and since #34 the workers too, answer the messages a user sent during their running turn
+  together, in one turn (one LLM call, one reply echoing each): either may make fewer calls
+  than there are messages.
 - ``kill``: 3 workers (started one at a time, so procrastinate's worker ids map to them);
   once a sixth of the messages were answered, the worker with the most jobs running is
   SIGKILLed; the time from the kill to the last reply, and that every message was answered,
@@ -22,10 +23,10 @@ Each round prints the CPU seconds used while it was timed: botkit's processes, P
 (the throwaway cluster's processes), this process (the fakes and the driver), and what the
 rest of the machine used meanwhile (from /proc/stat): on a shared machine that decides how much
 of the CPU the round could have. CPU per message is divided by the round's 600 messages in
-every round (``run`` answers some together in fewer turns, so this is the stricter comparison
-for the queued rounds). Targets, one ``RESULT`` line each: 3 workers >= 2.7x one; SIGKILL ->
-last reply <= 10 s; a queued message's botkit CPU (median of the worker rounds) <= 1.5x a
-``run`` message's (median of the ``run`` rounds); with PostgreSQL's <= 2.0x.
+every round (both runtimes answer some together in fewer turns: each is charged for the
+same messages, however many turns it took). Targets, one ``RESULT`` line each: 3 workers >=
+2.7x one; SIGKILL -> last reply <= 10 s; a queued message's botkit CPU (median of the worker
+rounds) <= 1.5x a ``run`` message's (median of the ``run`` rounds); with PostgreSQL's <= 2.0x.
 
 Settings are ``python -m botkit`` defaults except: BOTKIT_ACCESS=open (any user);
 BOTKIT_GLOBAL_RATE=1000 with BOTKIT_PAID_BROADCAST=true (Telegram's paid broadcast rate: the
@@ -331,7 +332,7 @@ async def inject_and_time(
 
 def answered_in(texts: list[str]) -> list[str]:
     """The messages a user's replies answer, in order: the fake LLM echoes what it read, and
-    ``run`` answers messages sent during a turn together (one reply echoing each line)."""
+    messages sent during a turn are answered together (one reply echoing each line)."""
     lines: list[str] = []
     for text in texts:
         lines += [line for line in text.removeprefix("echo: ").splitlines() if line]
@@ -388,8 +389,8 @@ class Round:
 
     def per_message_ms(self, total: int, part: str) -> float:
         """CPU (ms) of ``part`` (botkit or postgres) per message of the round: the same
-        messages in every round, so ``run``, which answers a user's messages sent during a
-        turn together (fewer turns), is not charged more for doing less."""
+        messages in every round, so a runtime that answers a user's messages sent during a
+        turn together (fewer turns) is not charged more for doing less."""
         return 1000 * (self.cpu[part] or 0.0) / total
 
     def describe(self, total: int) -> str:

@@ -172,18 +172,40 @@ async def test_each_users_turns_stay_in_order_across_three_workers(
             for user in users:
                 telegram.send_text(user, f"u{user} m{n}")
         for user in users:
-            await telegram.wait_for_messages(user, per_user, timeout=60)
+            await until(lambda user=user: len(answered(telegram, user)) >= per_user, timeout=60)
+    # Messages sent during their user's running turn are answered together, in one turn (one
+    # reply echoing each, as with ``run``): every message answered once, in order.
     for user in users:
-        texts = [m.text for m in telegram.sent_messages(user)]
-        assert texts == [f"echo: u{user} m{n}" for n in range(per_user)]
+        assert answered(telegram, user) == [f"u{user} m{n}" for n in range(per_user)]
     # Each turn saw every earlier message of its user, whichever worker wrote them.
-    last_calls = [r for r in claude.requests if r.last_user_text().endswith(f"m{per_user - 1}")]
-    assert len(last_calls) == len(users)
-    for request in last_calls:
-        said = [m["content"] for m in request.body["messages"] if m["role"] == "user"]
-        assert len(said) == per_user, said
+    for user in users:
+        last = f"u{user} m{per_user - 1}"
+        [request] = [r for r in claude.requests if r.last_user_text().endswith(last)]
+        said = [line for text in user_texts(request) for line in text.split("\n\n")]
+        assert said == [f"u{user} m{n}" for n in range(per_user)], said
     served = {w: w.turns.usage_by_model for w in workers}
     assert sum(1 for usage in served.values() if usage) >= 2, "the turns were spread"
+
+
+def answered(telegram: FakeTelegramServer, user: int) -> list[str]:
+    """The messages ``user``'s replies answer, in order: the fake LLM echoes what it read, and
+    messages gathered into one turn get one reply echoing each."""
+    replies = [m.text.removeprefix("echo: ") for m in telegram.sent_messages(user)]
+    return [line for text in replies for line in text.split("\n\n")]
+
+
+def user_texts(request: FakeRequest) -> list[str]:
+    """The user's words in each user message of ``request`` (botkit's notes left out)."""
+    texts = []
+    for message in request.body["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        words = [b["text"] for b in content if b.get("type") == "text" and not is_note(b["text"])]
+        texts.append("\n".join(words))
+    return texts
 
 
 async def test_an_update_delivered_twice_runs_once(

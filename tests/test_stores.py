@@ -62,6 +62,7 @@ ALL = [
     "015_approval_leases",
     "016_schedule_trace",
     "017_worker_locks",
+    "018_bursts",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

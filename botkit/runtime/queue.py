@@ -40,6 +40,7 @@ from botkit.runtime.liveness import WorkerLocks, dead_workers_jobs
 __all__ = [
     "QUEUE",
     "TURN_TASK",
+    "Behind",
     "Claim",
     "Outage",
     "PatientJobManager",
@@ -97,6 +98,21 @@ _ALBUM_PARTS = """
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND lock = %(lock)s
       AND status = 'todo' AND args->'update'->'message'->>'media_group_id' = %(group)s
     ORDER BY id"""
+# The jobs behind a running one on its lock, in order, with who claimed each one's update. An
+# update's claim is read by its number, so a job without one (a scheduled task's) has none.
+_BEHIND = """
+    SELECT jobs.task_name, jobs.args, claims.job_id AS claimed_by
+    FROM procrastinate_jobs jobs
+    LEFT JOIN botkit_updates claims ON claims.bot_id = %(bot_id)s
+      AND claims.update_id = (jobs.args->'update'->>'update_id')::bigint
+    WHERE jobs.lock = %(lock)s AND jobs.status = 'todo' AND jobs.id > %(job_id)s
+    ORDER BY jobs.id LIMIT %(limit)s"""
+# Updates gathered into another job's turn: claimed for it, their own starts left uncounted.
+_CLAIM_FOR = """
+    INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
+    SELECT %(bot_id)s, update_id, %(job_id)s, 0 FROM unnest(%(update_ids)s::bigint[]) update_id
+    ON CONFLICT (bot_id, update_id) DO UPDATE SET job_id = botkit_updates.job_id
+    RETURNING update_id, job_id"""
 _WAITING = """
     SELECT count(*) AS waiting FROM procrastinate_jobs
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
@@ -134,6 +150,18 @@ class Claim:
     """The session key of the job's conversation (from its lock), if it has one."""
     head: int = 0
     """The last entry number of ``conversation`` when the update was claimed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Behind:
+    """A job queued behind a running one on its lock."""
+
+    update: dict[str, Any] | None
+    """The Telegram update it runs (``None``: not an update's turn, a scheduled task's)."""
+    during_turn: bool
+    """Whether it was queued while a job of its lock ran (migration 018 marks it)."""
+    claimed_by: int | None
+    """The job that claimed its update, if one did."""
 
 
 def lock_for(message: Incoming, group_context: str) -> str:
@@ -203,13 +231,16 @@ class TurnQueue:
         )
         return int(row["waiting"])
 
-    def register(self, run: Callable[[int, dict[str, Any], int], Awaitable[None]]) -> None:
-        """Make ``run(job_id, update, attempts)`` the task that runs a turn in this process
-        (``attempts``: how often the job was put back in the queue before this run)."""
+    def register(self, run: Callable[[int, dict[str, Any], int, bool], Awaitable[None]]) -> None:
+        """Make ``run(job_id, update, attempts, during_turn)`` the task that runs a turn in this
+        process (``attempts``: how often the job was put back in the queue before this run;
+        ``during_turn``: whether it was queued while a job of its lock ran)."""
 
-        async def turn(context: Any, update: dict[str, Any], trace: Any = None) -> None:
+        async def turn(
+            context: Any, update: dict[str, Any], trace: Any = None, during_turn: bool = False
+        ) -> None:
             with tracing.tracer.resumed(trace):  # the turn joins its receiver's trace
-                await run(int(context.job.id), update, int(context.job.attempts))
+                await run(int(context.job.id), update, int(context.job.attempts), during_turn)
 
         # A job cut short by a shutdown is retried (procrastinate retries aborts only then).
         retry = RetryStrategy(max_attempts=100, wait=1)
@@ -255,6 +286,30 @@ class TurnQueue:
             _ALBUM_PARTS, queue=QUEUE, task=TURN_TASK, lock=lock, group=media_group_id
         )
         return [row["args"]["update"] for row in rows]
+
+    async def behind(self, bot_id: int, lock: str, job_id: int, limit: int) -> list[Behind]:
+        """The first ``limit`` jobs queued behind job ``job_id`` on ``lock``, oldest first."""
+        rows = await self.app.connector.execute_query_all_async(
+            _BEHIND, bot_id=bot_id, lock=lock, job_id=job_id, limit=limit
+        )
+        return [
+            Behind(
+                update=row["args"].get("update") if row["task_name"] == TURN_TASK else None,
+                during_turn=bool(row["args"].get("during_turn")),
+                claimed_by=row["claimed_by"],
+            )
+            for row in rows
+        ]
+
+    async def claim_for(self, bot_id: int, update_ids: list[int], job_id: int) -> set[int]:
+        """Claim ``update_ids`` for job ``job_id`` (gathered into its turn, their own jobs then
+        find them claimed); the ones it holds, without those another job claimed first."""
+        if not update_ids:
+            return set()
+        rows = await self.app.connector.execute_query_all_async(
+            _CLAIM_FOR, bot_id=bot_id, update_ids=update_ids, job_id=job_id
+        )
+        return {int(row["update_id"]) for row in rows if int(row["job_id"]) == job_id}
 
     async def claim(self, bot_id: int, update_id: int, job_id: int) -> Claim | None:
         """Job ``job_id``'s hold on ``update_id``, this start counted; ``None`` when another

@@ -28,7 +28,7 @@ import structlog
 
 from botkit.messengers.base import Incoming
 
-__all__ = ["TurnDispatcher", "gather"]
+__all__ = ["TurnDispatcher", "gather", "joinable"]
 
 MAX_BURST = 20
 """Most queued messages gathered into one turn."""
@@ -177,10 +177,7 @@ class TurnDispatcher:
         )
         return (
             (same_album or message.update_id in self._during_turn)
-            and message.command is None
-            and message.kind in GATHERED_KINDS
-            and message.user_id == first.user_id  # in a shared group, one speaker per turn
-            and (message.chat_id, message.thread_id) == (first.chat_id, first.thread_id)
+            and joinable(message, first)
             and message.update_id not in self._awaited
             and first.update_id not in self._awaited
         )
@@ -215,6 +212,18 @@ class TurnDispatcher:
         for worker in list(self._workers):
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+
+
+def joinable(message: Incoming, first: Incoming) -> bool:
+    """Whether ``message`` may be answered in ``first``'s turn, both having come while a turn
+    ran: plain (no command; text, a photo, a file), from the same sender in the same chat and
+    topic. The one rule of both runtimes (``run``'s dispatcher, the queue's worker)."""
+    return (
+        message.command is None
+        and message.kind in GATHERED_KINDS
+        and message.user_id == first.user_id  # in a shared group, one speaker per turn
+        and (message.chat_id, message.thread_id) == (first.chat_id, first.thread_id)
+    )
 
 
 def gather(messages: Sequence[Incoming]) -> Incoming:

@@ -15,9 +15,10 @@ kills its worker at every start is given up after ``BOTKIT_MAX_JOB_ATTEMPTS`` su
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from procrastinate.exceptions import ConnectorException
@@ -29,7 +30,7 @@ from botkit.runtime.base import ServedBot
 from botkit.runtime.poison import SuspectLane, tell_given_up
 from botkit.runtime.queue import Claim, Outage, TurnQueue, lock_for
 from botkit.runtime.scheduled import QueuedSchedules
-from botkit.runtime.scheduler import ALBUM_WAIT, gather
+from botkit.runtime.scheduler import ALBUM_WAIT, MAX_BURST, gather, joinable
 from botkit.runtime.setup import check_llm
 from botkit.runtime.telegram import tell_admins
 
@@ -45,6 +46,8 @@ POLL_EVERY = 0.25
 miss a wake-up that arrives while it fetches, and a conversation's next turn must not wait."""
 PRUNE_EVERY = 3600.0
 """Seconds between two prunings of old update claims."""
+
+T = TypeVar("T")
 
 
 class Worker:
@@ -62,9 +65,13 @@ class Worker:
         """Whether the sessions are in the queue's database: a claim then reads the
         conversation's last entry number too, and the turn's context need not read it."""
 
-    async def run(self, job_id: int, update: dict[str, Any], attempts: int = 0) -> None:
-        """The task of one job: claim the update (counting this start), read it, run its turn;
-        or give it up when its turn killed a worker ``BOTKIT_MAX_JOB_ATTEMPTS`` times.
+    async def run(
+        self, job_id: int, update: dict[str, Any], attempts: int = 0, during_turn: bool = False
+    ) -> None:
+        """The task of one job: claim the update (counting this start), read it, run its turn
+        (with the messages its sender sent behind it, when it came ``during_turn`` of its
+        conversation); or give it up when its turn killed a worker ``BOTKIT_MAX_JOB_ATTEMPTS``
+        times.
 
         A job put back in the queue ``suspect_from`` times (``attempts``: by dead workers or
         shutdowns; twice by default) may be the one that killed its workers: it waits for the
@@ -79,17 +86,22 @@ class Worker:
             if claim.given_up or claim.starts > self.bot.settings.max_job_attempts:
                 await self._give_up(update, job_id, claim)
                 return
+            rerun = attempts > 0 or claim.starts > 1
             try:
-                await self._run_turn(update, job_id)
+                await self._run_turn(update, job_id, during_turn=during_turn, rerun=rerun)
             except BaseException:  # the worker saw this start end: it is not a death
                 await asyncio.shield(self._unstart(update_id, job_id))
                 raise
 
-    async def _run_turn(self, update: dict[str, Any], job_id: int) -> None:
+    async def _run_turn(
+        self, update: dict[str, Any], job_id: int, *, during_turn: bool = False, rerun: bool = False
+    ) -> None:
         message = await self.messenger.read_update(update)
         if isinstance(message, Incoming):
             if message.media_group_id is not None:
                 message = await self._whole_album(message, job_id)
+            elif during_turn and joinable(message, message):
+                message = await self._burst(message, job_id, rerun=rerun)
             self.running += 1
             try:
                 await self.bot.turns.handle_safely(message, self.messenger)
@@ -131,6 +143,45 @@ class Worker:
                 part = await self.messenger.read_update(update)
                 parts += [part] if isinstance(part, Incoming) else []
         return gather(parts)
+
+    async def _burst(self, first: Incoming, job_id: int, *, rerun: bool) -> Incoming:
+        """``first`` with the plain messages its sender sent while a turn of the conversation
+        ran, queued right behind it, claimed for this job (their own jobs then find them
+        claimed): one turn, as ``run`` gathers them.
+
+        A job run again (its worker died, or stopped it) gathers the ones it claimed before
+        and no others: its turn may be recorded already, with just those."""
+        assert self.messenger.me is not None
+        bot_id, lock = self.messenger.me.id, lock_for(first, self.bot.settings.group_context)
+        queued = await self._patiently(self.queue.behind, bot_id, lock, job_id, MAX_BURST - 1)
+        burst: list[Incoming] = []
+        for job in queued:
+            if job.claimed_by is not None and job.claimed_by != job_id:
+                continue  # a copy of an update another job ran: its own job skips it too
+            if rerun and job.claimed_by != job_id:
+                break
+            message = await self.messenger.read_update(job.update) if job.update else None
+            if not isinstance(message, Incoming) or not (
+                rerun or (job.during_turn and joinable(message, first))
+            ):
+                break
+            burst.append(message)
+        ids = [message.update_id for message in burst]
+        claimed = await self._patiently(self.queue.claim_for, bot_id, ids, job_id)
+        if burst:
+            log.info("worker.burst", update_id=first.update_id, gathered=len(claimed))
+        return gather([first, *(m for m in burst if m.update_id in claimed)])
+
+    async def _patiently(self, query: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``query(*args)``, retried while PostgreSQL is away."""
+        while True:
+            try:
+                result = await query(*args)
+            except (ConnectorException, OSError) as e:
+                await asyncio.sleep(self.outage.failed(e))
+                continue
+            self.outage.ok()
+            return result
 
     async def _claim(self, update_id: int, job_id: int) -> Claim | None:
         """This job's hold on the update (``None``: another job's); retried while PostgreSQL

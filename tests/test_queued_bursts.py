@@ -1,0 +1,155 @@
+"""Bursts in the queued runtime (#34): the plain messages a user sends while a turn of their
+conversation runs are answered in one turn, as ``python -m botkit run`` gathers them, and no
+more eagerly; a worker killed mid-turn loses none of them. Real receiver and workers on
+PostgreSQL (``receive``/``work``), the real aiogram and anthropic clients against the fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from test_fair_slots import GROUP, taken
+from test_scaleout import db, killed_at_end, queued, queued_bot, until, worker_process
+
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
+from botkit.testing.anthropic import FakeRequest
+
+__all__ = ["db"]  # the fixture: a migrated database
+
+USER = 1401
+ALICE, BOB = 1402, 1403
+
+
+def slow_first(release: asyncio.Event) -> Callable[[FakeRequest], Awaitable[FakeReply]]:
+    """A responder whose turns on a message ending in "slow" wait for ``release``."""
+
+    async def model(request: FakeRequest) -> FakeReply:
+        if request.last_user_text().endswith("slow"):
+            await release.wait()
+        return FakeReply.text(f"echo: {request.last_user_text()}")
+
+    return model
+
+
+def asked(claude: FakeAnthropicServer) -> list[str]:
+    """What each LLM call answered: the last user text of each request, in order."""
+    return [request.last_user_text() for request in claude.requests]
+
+
+async def test_messages_sent_during_a_queued_turn_are_answered_in_one_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    async with queued(bot):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1)
+        sent = [telegram.send_text(USER, f"more {n}") for n in (1, 2, 3)]
+        await taken(telegram, sent[-1])  # queued while the first turn runs
+        release.set()
+        replies = await telegram.wait_for_messages(USER, 2, timeout=20)
+        await asyncio.sleep(1.0)  # the gathered messages' own jobs run, and answer nothing
+    assert asked(claude) == ["slow", "more 1\n\nmore 2\n\nmore 3"], "one LLM call for the three"
+    assert [m.text for m in telegram.sent_messages(USER)] == [m.text for m in replies]
+    assert [m.text for m in replies] == ["echo: slow", "echo: more 1\n\nmore 2\n\nmore 3"]
+
+
+async def test_messages_queued_while_no_turn_runs_are_answered_one_by_one(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """As with ``run``: messages that arrived together before any of them started each get
+    their turn (only those sent during a running turn are gathered)."""
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    worker = queued_bot(claude, telegram, tmp_path / "w", db)
+    async with queued(receiver, work=False):
+        sent = [telegram.send_text(USER, f"early {n}") for n in (1, 2, 3)]
+        await taken(telegram, sent[-1])  # all queued, no worker yet: no turn ran meanwhile
+        async with queued(worker, receive=False):
+            await telegram.wait_for_messages(USER, 3, timeout=20)
+    assert asked(claude) == ["early 1", "early 2", "early 3"]
+
+
+async def test_a_command_ends_a_queued_burst(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    async with queued(bot):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1)
+        sent = [telegram.send_text(USER, text) for text in ("a1", "a2", "/help", "a3")]
+        await taken(telegram, sent[-1])
+        release.set()
+        await telegram.wait_for_messages(USER, 4, timeout=20)  # /help answers without the LLM
+        await asyncio.sleep(0.5)
+    assert asked(claude) == ["slow", "a1\n\na2", "a3"], "the command is a turn of its own"
+
+
+async def test_in_a_shared_group_only_one_members_queued_burst_is_gathered(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    bot = queued_bot(claude, telegram, tmp_path, db, answer_groups="all")
+    async with queued(bot):
+        telegram.send_text(ALICE, "slow", chat_id=GROUP, chat_type="supergroup")
+        await until(lambda: len(claude.requests) == 1)
+        sent = [
+            telegram.send_text(sender, text, chat_id=GROUP, chat_type="supergroup")
+            for sender, text in ((BOB, "b1"), (ALICE, "a1"), (ALICE, "a2"), (BOB, "b2"))
+        ]
+        await taken(telegram, sent[-1])
+        release.set()
+        await telegram.wait_for_messages(GROUP, 4, timeout=20)
+        await asyncio.sleep(0.5)
+    assert asked(claude)[1:] == [  # as test_fair_slots shows ``run`` does
+        f"[User (id {BOB}) wrote:]\nb1",
+        f"[User (id {ALICE}) wrote:]\na1\n\na2",  # Alice's two, sent during her turn, as one
+        f"[User (id {BOB}) wrote:]\nb2",
+    ]
+
+
+async def test_a_gathered_turn_whose_worker_was_killed_answers_every_message_after(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """The job run again gathers the messages its first run claimed, and only those: its
+    turn was recorded with them; one sent after the kill is a turn of its own."""
+    slow_done, killed = asyncio.Event(), asyncio.Event()
+
+    async def model(request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if text == "slow":
+            await slow_done.wait()
+        elif text.startswith("b1") and not killed.is_set():
+            await killed.wait()  # the first worker's gathered turn hangs until it is dead
+        return FakeReply.text(f"echo: {text}")
+
+    claude.responder = model
+    receiver = queued_bot(claude, telegram, tmp_path, db)
+    doomed = worker_process(telegram, claude, tmp_path, db)
+    async with queued(receiver, work=False), killed_at_end(doomed):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1, timeout=60)
+        sent = [telegram.send_text(USER, f"b{n}") for n in (1, 2, 3)]
+        await taken(telegram, sent[-1])
+        slow_done.set()
+        await until(lambda: len(claude.requests) == 2, timeout=30)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        await taken(telegram, telegram.send_text(USER, "after the kill"))
+        killed.set()
+        survivor = queued_bot(claude, telegram, tmp_path / "survivor", db)
+        async with queued(survivor, receive=False):
+            await telegram.wait_for_messages(USER, 3, timeout=30)
+            await asyncio.sleep(1.0)
+    gathered = "b1\n\nb2\n\nb3"
+    assert asked(claude) == ["slow", gathered, gathered, "after the kill"]
+    assert [m.text for m in telegram.sent_messages(USER)] == [
+        "echo: slow",
+        f"echo: {gathered}",
+        "echo: after the kill",
+    ]
