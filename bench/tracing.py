@@ -22,7 +22,8 @@ the others (the span exporter's, in "on").
 
 Printed: each process's start-up (CPU and wall time from its start to its first poll), every
 round, the median bot CPU per turn of each side (divided by the messages sent, one turn each),
-the spans received per turn, and
+the spans received per turn, the "on" bot's Bot API requests a turn by method (polls, drafts
+and "typing…" are not spans: ``botkit.tracing.otel.UNTRACED_METHODS``), and
 ``RESULT tracing ... PASS|FAIL``: PASS when the median ratio is <= 1.10 (target: CPU per turn
 with tracing on <= 1.10x off). ``--control`` runs two "off" bots instead (no PASS or FAIL): the
 ratio it prints is the noise floor of the method on this machine.
@@ -39,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,8 @@ from _common import (
     user_ids,
 )
 from aiohttp import web
+
+from botkit.testing.telegram import RecordedRequest
 
 TARGET = 1.10
 """CPU per turn with tracing on, at most this times the CPU with it off."""
@@ -202,6 +206,12 @@ def threads_line(bot: BotUnderTest) -> str:
     return ", ".join(f"{s:.2f}" for _, s in thread_cpu(bot) if s > 0)
 
 
+def requests_line(requests: list[RecordedRequest], turns: int) -> str:
+    """How many requests of each Bot API method the rounds made, per turn."""
+    counts = Counter(request.method for request in requests)
+    return ", ".join(f"{method} {count / turns:.1f}" for method, count in counts.most_common())
+
+
 def pair_order(bots: list[BotUnderTest], number: int) -> list[BotUnderTest]:
     """The bots in the order pair ``number`` runs them: "off" first, then "on" first."""
     return bots if number % 2 == 0 else bots[::-1]
@@ -253,6 +263,7 @@ async def main(args: argparse.Namespace) -> int:
                 )
             for bot in bots:
                 await measured(bot, greetings(1, WARMUP_USERS), args)
+            first_request = len(bots[1].telegram.requests)
             for number in range(args.pairs):
                 first = FIRST_USER + number * args.users
                 pair: dict[str, float] = {}
@@ -275,6 +286,8 @@ async def main(args: argparse.Namespace) -> int:
                 print(f"  pair {number + 1} ratio {on}/{off} {ratios[-1]:.2f}x")
             for bot in bots:
                 print(f"  {bot.name:<4} CPU by thread (s, start-up included): {threads_line(bot)}")
+            sent = bots[1].telegram.requests[first_request:]
+            print(f"  {on} Bot API requests a turn: {requests_line(sent, args.pairs * args.users)}")
         finally:
             await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
             await receiver.stop()
