@@ -390,25 +390,6 @@ async def test_user_ids_are_traced_as_they_are_with_the_setting(
     assert turn["gen_ai.conversation.id"] == f"user_{USER}"
 
 
-async def test_a_streamed_answers_drafts_are_client_spans_of_its_chat_and_polls_are_not(
-    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, spans: Spans
-) -> None:
-    bot = traced_bot(claude, tmp_path, spans, stream_replies=True)
-    async with running(bot, telegram):
-        await ask(telegram, USER, "streamed?")
-    assert telegram.requests_for("sendMessageDraft") and telegram.requests_for("getUpdates")
-    turn, chat = spans.one("invoke_agent"), spans.one("chat")
-    drafts = spans.named("sendMessageDraft")
-    assert len(drafts) == len(telegram.requests_for("sendMessageDraft"))
-    assert turn.context is not None and chat.context is not None
-    parents = {d.parent.span_id for d in drafts if d.parent}
-    assert parents <= {turn.context.span_id, chat.context.span_id}
-    assert chat.context.span_id in parents  # the answer's, as it streams
-    assert attributes(drafts[0]).keys() == {"rpc.system", "rpc.method", "server.address"}
-    assert attributes(drafts[0])["rpc.method"] == "sendMessageDraft"
-    assert not spans.named("getUpdates")
-
-
 async def test_a_sampled_out_turn_says_it_records_nothing(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
 ) -> None:

@@ -56,9 +56,8 @@ PROVIDER = "anthropic"
 FAILING_OUTCOMES = frozenset({"error", "overloaded"})
 """Turn outcomes that mark the ``invoke_agent`` span failed."""
 
-UNTRACED_METHODS = frozenset({"getUpdates"})
-"""Bot API methods left out of traces: a poll belongs to no turn (and, long, would be a trace of
-its own every 30 s of quiet). Every other request is a span, drafts and "typing…" included."""
+UNTRACED_METHODS = frozenset({"getUpdates", "sendMessageDraft", "sendChatAction"})
+"""Bot API methods sent many times a turn (or between turns), left out of traces."""
 _NOTHING: AbstractContextManager[Span] = nullcontext(NO_SPAN)
 
 _KINDS = {
@@ -156,8 +155,6 @@ class OtelTracer(Tracer):
         self._key = _hash_key(settings)
         self._hashes: OrderedDict[int, str] = OrderedDict()
         self._api_host = _host(settings.telegram_api_base) or "api.telegram.org"
-        self._requests: dict[str, Mapping[str, AttributeValue]] = {}
-        """The attributes of each Bot API method's spans (the SDK copies them, never changes)."""
 
     # ---- spans -----------------------------------------------------------------------------
 
@@ -310,17 +307,15 @@ class OtelTracer(Tracer):
 
     def telegram(self, method: str) -> AbstractContextManager[Span]:
         """A Bot API request, named by its method (the URL is never recorded: it holds the
-        token); polls are not traced (``UNTRACED_METHODS``)."""
+        token); polls, drafts and "typing…" are too many to be worth their spans."""
         if method in UNTRACED_METHODS:
             return _NOTHING
-        attributes = self._requests.get(method)
-        if attributes is None:  # built once a method: a streamed answer sends many drafts
-            attributes = self._requests[method] = {
-                "rpc.system": "telegram_bot_api",
-                "rpc.method": method,
-                "server.address": self._api_host,
-            }
-        return self._started(method, "client", attributes)
+        attributes: dict[str, AttributeValue] = {
+            "rpc.system": "telegram_bot_api",
+            "rpc.method": method,
+            "server.address": self._api_host,
+        }
+        return self.span(method, "client", attributes)
 
     # ---- across processes, and logs --------------------------------------------------------
 
