@@ -301,7 +301,7 @@ async def main(args: argparse.Namespace) -> int:
             f"start-up {startup[name]:.2f} s CPU"
         )
     print(
-        f"ratios {on}/{off} by pair: {', '.join(f'{r:.2f}' for r in ratios)}; median {ratio:.2f}x "
+        f"ratios {on}/{off} by pair: {', '.join(f'{r:.3f}' for r in ratios)}; median {ratio:.3f}x "
         f"(the medians' ratio: {cpu[on] / cpu[off]:.2f}x)"
     )
     print(f"spans received: {spans_per_turn:.1f} per turn ({receiver.requests} exports)")
@@ -311,7 +311,7 @@ async def main(args: argparse.Namespace) -> int:
     else:
         verdict = "PASS" if ratio <= TARGET and spans_per_turn > 0 else "FAIL"
     print(
-        f"RESULT tracing cpu_{on}/{off}={ratio:.2f}x (median of {len(ratios)} pairs' ratios; "
+        f"RESULT tracing cpu_{on}/{off}={ratio:.3f}x (median of {len(ratios)} pairs' ratios; "
         f"medians {on} {cpu[on]:.2f} / {off} {cpu[off]:.2f} ms per turn; start-up CPU "
         f"{on} {startup[on]:.2f} s / {off} {startup[off]:.2f} s; {spans_per_turn:.1f} spans per "
         f"turn) target<={TARGET:.2f}x {verdict}"
