@@ -1,6 +1,6 @@
 """What does tracing cost? The default assistant with tracing off, and on (#32).
 
-Two botkit processes, each with its own fakes, run the same rounds, alternating: ``--users``
+Two botkit processes, each with its own fakes, run the same rounds in pairs: ``--users``
 users (200) each send one message at once; the fake Messages API streams its answers as in
 ``turn_cost.py``. ``off``: no ``OTEL_*`` variable (botkit loads nothing of OpenTelemetry);
 ``on``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` points at an OTLP/HTTP receiver in this process, so
@@ -11,12 +11,25 @@ at 512 spans, so each round is followed by ``--settle`` seconds (6) for both bot
 of a round is counted from its first message to the end of that wait: the export of its last
 spans included.
 
-Printed: each process's start-up (CPU and wall time from its start to its first poll), the
-bot CPU per turn (median of the rounds; divided by the messages sent, one turn each), the
-spans received per turn, and
-``RESULT tracing ... PASS|FAIL`` (target: CPU per turn with tracing on <= 1.10x off).
+This machine's load drifts by as much as tracing costs, so one "off" round against one "on"
+round measures the drift. Instead ``--pairs`` pairs (8) of rounds run back to back, "off" first
+in odd pairs and "on" first in even ones (with "off" always first, as before, a bias of a few
+per cent against "on" is not ruled out: in a control run the second bot of a pair cost 1.03x
+the first on average), and each pair gives a ratio;
+the verdict is the **median of the pairs' ratios**, which a burst of load in one pair cannot
+move much. Every round is printed, with its bot CPU split between the event loop's thread and
+the others (the span exporter's, in "on").
 
-    python bench/tracing.py [--users 200] [--rounds 3] [--chunk-delay 0.02] [--settle 6]
+Printed: each process's start-up (CPU and wall time from its start to its first poll), every
+round, the median bot CPU per turn of each side (divided by the messages sent, one turn each),
+the spans received per turn, the "on" bot's Bot API requests a turn by method (polls, drafts
+and "typing…" are not spans: ``botkit.tracing.otel.UNTRACED_METHODS``), and
+``RESULT tracing ... PASS|FAIL``: PASS when the median ratio is <= 1.10 (target: CPU per turn
+with tracing on <= 1.10x off). ``--control`` runs two "off" bots instead (no PASS or FAIL): the
+ratio it prints is the noise floor of the method on this machine.
+
+    python bench/tracing.py [--users 200] [--pairs 8] [--chunk-delay 0.02] [--settle 6]
+                            [--control]
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import _common
@@ -42,6 +57,8 @@ from _common import (
     user_ids,
 )
 from aiohttp import web
+
+from botkit.testing.telegram import RecordedRequest
 
 TARGET = 1.10
 """CPU per turn with tracing on, at most this times the CPU with it off."""
@@ -92,7 +109,13 @@ class OtlpReceiver:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=200, help="users (one message each) a round")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per bot")
+    parser.add_argument(
+        "--pairs",
+        "--rounds",
+        type=int,
+        default=8,
+        help="pairs of rounds (one off, one on) to take ratios of",
+    )
     parser.add_argument(
         "--chunk-delay", type=float, default=0.02, help="seconds between streamed deltas"
     )
@@ -105,6 +128,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--startup-timeout", type=float, default=300.0, help="give up a start-up after (s)"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="both bots with tracing off: the ratio is the method's noise floor (no verdict)",
     )
     return parser.parse_args()
 
@@ -123,26 +151,70 @@ async def started(bot: BotUnderTest) -> tuple[float, float]:
     return time.monotonic() - began, bot.cpu_seconds()
 
 
+@dataclass
+class Measured:
+    """One bot's round: its replies, and its CPU per turn (ms) in all and in its event loop's
+    thread, from its first message to ``--settle`` seconds after its last reply."""
+
+    result: Round
+    cpu_ms: float
+    loop_ms: float
+
+    @property
+    def others_ms(self) -> float:
+        """CPU per turn of the process's other threads (the span exporter's, when tracing)."""
+        return self.cpu_ms - self.loop_ms
+
+
 async def measured(
     bot: BotUnderTest, messages: list[tuple[int, str]], args: argparse.Namespace
-) -> tuple[Round, float]:
-    """One round, and the bot's CPU per turn (ms) from its first message to ``--settle``
-    seconds after its last reply (the spans' export included)."""
-    before = bot.cpu_seconds()
+) -> Measured:
+    """One round of ``bot``, its last spans' export included."""
+    before, loop_before = bot.cpu_seconds(), main_thread_cpu(bot)
     result = await bot.run_round(messages, timeout=args.timeout)
     await asyncio.sleep(args.settle)
-    return result, (bot.cpu_seconds() - before) / len(messages) * 1000
+    per_turn = 1000 / len(messages)
+    return Measured(
+        result,
+        (bot.cpu_seconds() - before) * per_turn,
+        (main_thread_cpu(bot) - loop_before) * per_turn,
+    )
 
 
-def threads_cpu(bot: BotUnderTest) -> str:
-    """User + system CPU seconds of each thread of the bot process (main thread first)."""
+def thread_cpu(bot: BotUnderTest) -> list[tuple[int, float]]:
+    """User + system CPU seconds of each thread of the bot process, by thread id."""
     assert bot.process is not None
     tick = os.sysconf("SC_CLK_TCK")
     seconds = []
-    for task in sorted(Path(f"/proc/{bot.process.pid}/task").iterdir(), key=lambda p: int(p.name)):
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        seconds.append((int(fields[11]) + int(fields[12])) / tick)
-    return ", ".join(f"{s:.2f}" for s in seconds if s > 0)
+    for task in Path(f"/proc/{bot.process.pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        seconds.append((int(task.name), (int(fields[11]) + int(fields[12])) / tick))
+    return sorted(seconds)
+
+
+def main_thread_cpu(bot: BotUnderTest) -> float:
+    """CPU seconds of the bot's main thread (its event loop) so far."""
+    assert bot.process is not None
+    return dict(thread_cpu(bot)).get(bot.process.pid, 0.0)
+
+
+def threads_line(bot: BotUnderTest) -> str:
+    """User + system CPU seconds of each busy thread (main thread first), start-up included."""
+    return ", ".join(f"{s:.2f}" for _, s in thread_cpu(bot) if s > 0)
+
+
+def requests_line(requests: list[RecordedRequest], turns: int) -> str:
+    """How many requests of each Bot API method the rounds made, per turn."""
+    counts = Counter(request.method for request in requests)
+    return ", ".join(f"{method} {count / turns:.1f}" for method, count in counts.most_common())
+
+
+def pair_order(bots: list[BotUnderTest], number: int) -> list[BotUnderTest]:
+    """The bots in the order pair ``number`` runs them: "off" first, then "on" first."""
+    return bots if number % 2 == 0 else bots[::-1]
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -152,7 +224,7 @@ async def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
         work = Path(tmp)
         allowed = tuple(user_ids(1, WARMUP_USERS)) + tuple(
-            user_ids(FIRST_USER, args.rounds * args.users)
+            user_ids(FIRST_USER, args.pairs * args.users)
         )
         spec = BotSpec(BOTKIT, allowed_users=allowed, stream_replies=True, assistant=True)
         traced = BotSpec(
@@ -162,19 +234,24 @@ async def main(args: argparse.Namespace) -> int:
             assistant=True,
             env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "bench"},
         )
+        second = ("off2", spec) if args.control else ("on", traced)
         bots = [
             BotUnderTest(
                 name, s, work / name, chunk_delay=args.chunk_delay, responder=paragraph_responder
             )
-            for name, s in (("off", spec), ("on", traced))
+            for name, s in (("off", spec), second)
         ]
+        off, on = (bot.name for bot in bots)
+        against = "off (control)" if args.control else "on"
         print(
             f"bench/tracing.py: {args.users} users send one message each at once; the default "
-            "assistant (streamed drafts), tracing off vs on (OTLP/HTTP to a local receiver)"
+            f"assistant (streamed drafts), tracing off vs {against}"
+            f" (OTLP/HTTP to a local receiver); {args.pairs} pairs of rounds, alternating"
         )
         print(machine_line())
         results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
         per_turn: dict[str, list[float]] = {bot.name: [] for bot in bots}
+        ratios: list[float] = []
         startup: dict[str, float] = {}
         startup_wall: dict[str, float] = {}
         try:
@@ -186,42 +263,58 @@ async def main(args: argparse.Namespace) -> int:
                 )
             for bot in bots:
                 await measured(bot, greetings(1, WARMUP_USERS), args)
-            for number in range(args.rounds):
-                for bot in bots:
-                    first = FIRST_USER + number * args.users
-                    result, cpu_ms = await measured(bot, greetings(first, args.users), args)
-                    results[bot.name].append(result)
-                    per_turn[bot.name].append(cpu_ms)
+            first_request = len(bots[1].telegram.requests)
+            for number in range(args.pairs):
+                first = FIRST_USER + number * args.users
+                pair: dict[str, float] = {}
+                for bot in pair_order(bots, number):
+                    m = await measured(bot, greetings(first, args.users), args)
+                    results[bot.name].append(m.result)
+                    per_turn[bot.name].append(m.cpu_ms)
+                    pair[bot.name] = m.cpu_ms
                     print(
-                        f"  round {number + 1} {bot.name:<4} {result.replies}/{result.expected} "
-                        f"in {result.seconds:.2f} s, bot CPU {cpu_ms:.2f} ms/turn "
-                        f"({result.cpu_ms_per_turn:.2f} until the last reply)"
+                        f"  pair {number + 1} {bot.name:<4} {m.result.replies}/{m.result.expected} "
+                        f"in {m.result.seconds:.2f} s, bot CPU {m.cpu_ms:.2f} ms/turn (event loop "
+                        f"{m.loop_ms:.2f}, other threads {m.others_ms:.2f}; "
+                        f"{m.result.cpu_ms_per_turn:.2f} until the last reply)"
                     )
-                    if not result.complete:
-                        print(f"  {bot.name} missed replies: {result.missing[:5]}")
+                    if not m.result.complete:
+                        print(f"  {bot.name} missed replies: {m.result.missing[:5]}")
                         print(bot.log_tail())
                         return 1
+                ratios.append(pair[on] / pair[off])
+                print(f"  pair {number + 1} ratio {on}/{off} {ratios[-1]:.2f}x")
             for bot in bots:
-                print(f"  {bot.name:<4} CPU by thread (s): {threads_cpu(bot)}")
+                print(f"  {bot.name:<4} CPU by thread (s, start-up included): {threads_line(bot)}")
+            sent = bots[1].telegram.requests[first_request:]
+            print(f"  {on} Bot API requests a turn: {requests_line(sent, args.pairs * args.users)}")
         finally:
             await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
             await receiver.stop()
     cpu = {name: median(values) for name, values in per_turn.items()}
-    turns = WARMUP_USERS + sum(r.expected for r in results["on"])
+    turns = WARMUP_USERS + sum(r.expected for r in results[on])
     spans_per_turn = receiver.spans / turns  # all flushed: the bot stopped before the receiver
-    ratio = cpu["on"] / cpu["off"]
+    ratio = median(ratios)
     for name in results:
         print(
             f"{name:<4} bot CPU {cpu[name]:.2f} ms per turn (median), "
             f"start-up {startup[name]:.2f} s CPU"
         )
+    print(
+        f"ratios {on}/{off} by pair: {', '.join(f'{r:.3f}' for r in ratios)}; median {ratio:.3f}x "
+        f"(the medians' ratio: {cpu[on] / cpu[off]:.2f}x)"
+    )
     print(f"spans received: {spans_per_turn:.1f} per turn ({receiver.requests} exports)")
     print(load_line())
-    verdict = "PASS" if ratio <= TARGET and spans_per_turn > 0 else "FAIL"
+    if args.control:
+        verdict = "CONTROL (both off: the noise floor, no verdict)"
+    else:
+        verdict = "PASS" if ratio <= TARGET and spans_per_turn > 0 else "FAIL"
     print(
-        f"RESULT tracing cpu_on/off={ratio:.2f}x (on {cpu['on']:.2f} / off {cpu['off']:.2f} ms "
-        f"per turn; start-up CPU on {startup['on']:.2f} s / off {startup['off']:.2f} s; "
-        f"{spans_per_turn:.1f} spans per turn) target<={TARGET:.2f}x {verdict}"
+        f"RESULT tracing cpu_{on}/{off}={ratio:.3f}x (median of {len(ratios)} pairs' ratios; "
+        f"medians {on} {cpu[on]:.2f} / {off} {cpu[off]:.2f} ms per turn; start-up CPU "
+        f"{on} {startup[on]:.2f} s / {off} {startup[off]:.2f} s; {spans_per_turn:.1f} spans per "
+        f"turn) target<={TARGET:.2f}x {verdict}"
     )
     return 0
 

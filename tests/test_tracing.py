@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from aiohttp import web
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 from test_handoff import (
     ANN,
@@ -38,6 +40,7 @@ from botkit.llm import internals
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.llm.base import LLMRequest
 from botkit.log import configure_logging
+from botkit.messengers.base import Incoming
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeError, FakeRequest
 from botkit.testing.harness import running
@@ -385,6 +388,29 @@ async def test_user_ids_are_traced_as_they_are_with_the_setting(
     turn = attributes(spans.one("invoke_agent"))
     assert turn["user.id"] == str(USER)
     assert turn["gen_ai.conversation.id"] == f"user_{USER}"
+
+
+async def test_a_sampled_out_turn_says_it_records_nothing(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)  # a ratio sampler leaves most turns out
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    bot = make_bot(claude, tmp_path, tracer_provider=provider, access="open", trace_content=True)
+    try:
+        async with running(bot, telegram):
+            reply = await ask(telegram, USER, "hi")
+        assert reply.text
+        now = datetime.now(UTC)
+        message = Incoming(update_id=1, user_id=USER, chat_id=USER, text="hi", date=now)
+        with tracing.tracer.turn(message, None, "shared") as turn:
+            request = LLMRequest(system="s", messages=[Message.user_text("hi")])
+            with tracing.tracer.chat(request, "m") as chat:
+                pass
+    finally:
+        tracing.reset()
+    assert not turn.recording and not chat.recording  # so the content is not even encoded
+    assert exporter.get_finished_spans() == ()
 
 
 async def test_log_lines_carry_the_trace_and_span_ids(

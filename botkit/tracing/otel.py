@@ -75,11 +75,12 @@ _HASHES_KEPT = 1024
 class _OtelSpan:
     """A botkit ``Span`` on an OpenTelemetry span."""
 
-    __slots__ = ("failed", "gates", "span")
-    recording = True
+    __slots__ = ("failed", "gates", "recording", "span")
 
     def __init__(self, span: trace.Span) -> None:
         self.span = span
+        self.recording = span.is_recording()
+        """``False`` when the sampler left this span out: nothing set on it is kept."""
         self.failed = False
         self.gates: list[str] | None = None
         """The gates a turn passed, set on its span when it ends."""
@@ -164,6 +165,11 @@ class OtelTracer(Tracer):
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> AbstractContextManager[Span]:
         """A span current while the block runs; an exception escaping it marks it failed."""
+        return self._started(name, kind, attributes)
+
+    def _started(
+        self, name: str, kind: SpanKind, attributes: Mapping[str, AttributeValue] | None
+    ) -> _Active:
         otel_span = self.otel.start_span(
             name, kind=_KINDS[kind], attributes=attributes, record_exception=False
         )
@@ -194,7 +200,7 @@ class OtelTracer(Tracer):
 
     def turn_ended(self, span: Span, outcome: str) -> None:
         """``botkit.turn.outcome`` and the gates passed; an error or overload marks it failed."""
-        if not isinstance(span, _OtelSpan):
+        if not isinstance(span, _OtelSpan) or not span.recording:
             return
         attributes: dict[str, AttributeValue] = {"botkit.turn.outcome": outcome}
         if span.gates:
@@ -207,7 +213,7 @@ class OtelTracer(Tracer):
         """A passed gate joins ``botkit.gates.passed`` of the turn's span; the gate that stops
         the turn is an event, ``botkit.gate.<name>`` (``botkit.gate.passed`` false)."""
         span = _current()
-        if span is None:
+        if span is None or not span.recording:
             return
         if passed:
             if span.gates is None:
@@ -232,15 +238,20 @@ class OtelTracer(Tracer):
         }
         if request.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = request.max_tokens
-        if self.content:
-            attributes["gen_ai.input.messages"] = _json([_message(m) for m in request.messages])
-            attributes["gen_ai.system_instructions"] = _json(_system(request.system))
-        return self.span(f"chat {requested}", "client", attributes)
+        active = self._started(f"chat {requested}", "client", attributes)
+        if self.content and active.span.recording:  # a sampled-out call's prompt is not encoded
+            active.span.set_all(
+                {
+                    "gen_ai.input.messages": _json([_message(m) for m in request.messages]),
+                    "gen_ai.system_instructions": _json(_system(request.system)),
+                }
+            )
+        return active
 
     def chat_answered(self, span: Span, response: LLMResponse) -> None:
         """The answer's model, finish reason and tokens (and, traced, its content)."""
-        if not isinstance(span, _OtelSpan):
-            return
+        if not isinstance(span, _OtelSpan) or not span.recording:
+            return  # sampled out: the answer is not even serialised
         usage = response.usage
         cache_read, cache_written = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
         attributes: dict[str, AttributeValue] = {
@@ -276,15 +287,16 @@ class OtelTracer(Tracer):
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",
         }
-        if self.content:
-            attributes["gen_ai.tool.call.arguments"] = _json(call.input)
-        return self.span(f"execute_tool {call.name}", "internal", attributes)
+        active = self._started(f"execute_tool {call.name}", "internal", attributes)
+        if self.content and active.span.recording:
+            active.span.set("gen_ai.tool.call.arguments", _json(call.input))
+        return active
 
     def tool_done(self, span: Span, result: ToolResultBlock) -> None:
         """An error result marks the span failed (``tool_error`` unless the cause is known)."""
         if result.is_error and isinstance(span, _OtelSpan) and not span.failed:
             span.fail("tool_error")
-        if self.content:
+        if self.content and span.recording:
             span.set("gen_ai.tool.call.result", result.content)
 
     def failed(self, error: BaseException) -> None:
