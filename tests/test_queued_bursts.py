@@ -10,8 +10,19 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from test_fair_slots import GROUP, taken
-from test_scaleout import db, killed_at_end, queued, queued_bot, until, worker_process
+from test_poison import GIVEN_UP, Supervised, environment, supervised, texts
+from test_scaleout import (
+    STALLED,
+    db,
+    fetchval,
+    killed_at_end,
+    queued,
+    queued_bot,
+    until,
+    worker_process,
+)
 
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
 from botkit.testing.anthropic import FakeRequest
@@ -153,3 +164,54 @@ async def test_a_gathered_turn_whose_worker_was_killed_answers_every_message_aft
         f"echo: {gathered}",
         "echo: after the kill",
     ]
+
+
+BURST_POISON_BOT = """
+import os
+
+from botkit import Bot
+
+
+async def build_prompt(message):
+    if message.text.startswith("poison"):
+        os._exit(137)  # as an out-of-memory kill or a native crash would end the process
+    return "You are a test bot."
+
+
+bot = Bot(build_prompt=build_prompt)
+"""
+
+
+@pytest.mark.timeout(300)
+async def test_a_given_up_burst_gives_up_every_gathered_message_and_tells_once(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """As ``run`` gives up a whole burst: the messages the given-up job gathered are given up
+    with it (their own jobs skip them as claimed), and the sender is told once, in reply to
+    the last of them."""
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    receiver = queued_bot(claude, telegram, tmp_path / "receiver", db)
+    home = tmp_path / "w"
+    home.mkdir()
+    (home / "poison_bot.py").write_text(BURST_POISON_BOT)
+    env = environment(
+        telegram, claude, home, BOTKIT_DATABASE_URL=db, BOTKIT_STALLED_TIMEOUT=str(STALLED)
+    )
+    worker = Supervised(home, ["work", "--concurrency", "4"], env)
+    async with queued(receiver, work=False), supervised([worker]):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1, timeout=90)
+        poison, gathered = telegram.send_text(USER, "poison"), telegram.send_text(USER, "m2")
+        await taken(telegram, gathered)  # both queued during the slow turn: one burst
+        release.set()
+        await telegram.wait_for_messages(USER, 2, timeout=200)
+        await asyncio.sleep(1.0)  # anything sent twice would be sent by now
+    assert worker.deaths == 3, f"the burst killed {worker.deaths} workers"
+    assert texts(telegram, USER) == ["echo: slow", GIVEN_UP], "told once"
+    notice = telegram.sent_messages(USER)[1]
+    last_message_id = telegram.injected[gathered]["message"]["message_id"]
+    assert notice.params["reply_parameters"]["message_id"] == last_message_id
+    query = "SELECT given_up_at IS NOT NULL FROM botkit_updates WHERE update_id = $1"
+    assert await fetchval(db, query, poison), "the job's own message is given up"
+    assert await fetchval(db, query, gathered), "and so is the one it gathered"

@@ -85,10 +85,11 @@ _UNSTART = """
     UPDATE botkit_updates SET starts = starts - 1
     WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
       AND starts > 0"""
+# The job's update and those it gathered into its turn (claimed for it): a burst is given up
+# whole, as ``run`` gives it up.
 _GIVE_UP = """
     UPDATE botkit_updates SET given_up_at = now()
-    WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
-      AND given_up_at IS NULL
+    WHERE bot_id = %(bot_id)s AND job_id = %(job_id)s AND given_up_at IS NULL
     RETURNING update_id"""
 _REJECT = """
     INSERT INTO botkit_unparseable_updates (bot_id, update_id, payload, error)
@@ -107,6 +108,15 @@ _BEHIND = """
       AND claims.update_id = (jobs.args->'update'->>'update_id')::bigint
     WHERE jobs.lock = %(lock)s AND jobs.status = 'todo' AND jobs.id > %(job_id)s
     ORDER BY jobs.id LIMIT %(limit)s"""
+# The updates queued behind a running job on its lock that it claimed (gathered), in order.
+_CLAIMED_BEHIND = """
+    SELECT jobs.args->'update' AS update
+    FROM procrastinate_jobs jobs
+    JOIN botkit_updates claims ON claims.bot_id = %(bot_id)s
+      AND claims.update_id = (jobs.args->'update'->>'update_id')::bigint
+    WHERE jobs.lock = %(lock)s AND jobs.status = 'todo' AND jobs.id > %(job_id)s
+      AND jobs.task_name = %(task)s AND claims.job_id = %(job_id)s
+    ORDER BY jobs.id"""
 # Updates gathered into another job's turn: claimed for it, their own starts left uncounted.
 _CLAIM_FOR = """
     INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
@@ -301,6 +311,14 @@ class TurnQueue:
             for row in rows
         ]
 
+    async def claimed_behind(self, bot_id: int, lock: str, job_id: int) -> list[dict[str, Any]]:
+        """The updates queued behind job ``job_id`` on ``lock`` that it claimed, oldest first
+        (a copy of one as often as it is queued)."""
+        rows = await self.app.connector.execute_query_all_async(
+            _CLAIMED_BEHIND, bot_id=bot_id, lock=lock, job_id=job_id, task=TURN_TASK
+        )
+        return [row["update"] for row in rows]
+
     async def claim_for(self, bot_id: int, update_ids: list[int], job_id: int) -> set[int]:
         """Claim ``update_ids`` for job ``job_id`` (gathered into its turn, their own jobs then
         find them claimed); the ones it holds, without those another job claimed first."""
@@ -334,11 +352,12 @@ class TurnQueue:
         )
 
     async def give_up(self, bot_id: int, update_id: int, job_id: int) -> bool:
-        """Mark ``update_id`` given up; ``True`` for the one call that did (it tells the user)."""
+        """Mark ``update_id`` given up, with the updates job ``job_id`` gathered into its turn;
+        ``True`` for the one call that did (it tells the user)."""
         rows = await self.app.connector.execute_query_all_async(
-            _GIVE_UP, bot_id=bot_id, update_id=update_id, job_id=job_id
+            _GIVE_UP, bot_id=bot_id, job_id=job_id
         )
-        return bool(rows)
+        return any(int(row["update_id"]) == update_id for row in rows)
 
     async def reject(self, bot_id: int, update_id: int, update: dict[str, Any], error: str) -> None:
         """Journal an update that could not be read, for an operator (raises ``StoreError``)."""

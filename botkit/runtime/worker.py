@@ -113,7 +113,8 @@ class Worker:
             await self.bot.payments.answer_checkout(message, self.messenger)
 
     async def _give_up(self, update: dict[str, Any], job_id: int, claim: Claim) -> None:
-        """Mark the update given up, then (the one start that marked it) tell its sender."""
+        """Mark the update given up with the messages the job gathered, then (the one start
+        that marked them) tell its sender once, replying to the last, as ``run`` does."""
         assert self.messenger.me is not None
         update_id = int(update["update_id"])
         if claim.given_up or not await self.queue.give_up(self.messenger.me.id, update_id, job_id):
@@ -121,7 +122,23 @@ class Worker:
             return
         message = await self.messenger.read_update(update)
         incoming = message if isinstance(message, Incoming) else None
+        if incoming is not None:
+            incoming = gather([incoming, *await self._gathered_before(incoming, job_id)])
         await tell_given_up(self.bot, self.messenger, incoming, update_id, claim.starts - 1)
+
+    async def _gathered_before(self, first: Incoming, job_id: int) -> list[Incoming]:
+        """The messages queued behind ``first`` that its job ``job_id`` claimed (gathered into
+        its turn) in an earlier start, in order, each once."""
+        assert self.messenger.me is not None
+        bot_id, lock = self.messenger.me.id, lock_for(first, self.bot.settings.group_context)
+        updates = await self._patiently(self.queue.claimed_behind, bot_id, lock, job_id)
+        seen, gathered = {first.update_id}, []
+        for update in updates:
+            message = await self.messenger.read_update(update)
+            if isinstance(message, Incoming) and message.update_id not in seen:
+                seen.add(message.update_id)
+                gathered.append(message)
+        return gathered
 
     async def _unstart(self, update_id: int, job_id: int) -> None:
         assert self.messenger.me is not None
