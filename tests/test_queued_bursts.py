@@ -6,6 +6,7 @@ PostgreSQL (``receive``/``work``), the real aiogram and anthropic clients agains
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -164,6 +165,72 @@ async def test_a_gathered_turn_whose_worker_was_killed_answers_every_message_aft
         f"echo: {gathered}",
         "echo: after the kill",
     ]
+
+
+async def test_a_rerun_gathers_what_it_claimed_past_a_job_that_committed_late(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With webhook receivers job ids can commit out of order: a job not claimed by the
+    gathering one can sit between two it claimed. Its re-run still gathers both (in a group,
+    where the answer replies to the last message gathered: the re-run finds the turn recorded
+    with all three, so its reply shows which ones it gathered)."""
+    slow_done, killed = asyncio.Event(), asyncio.Event()
+
+    async def model(request: FakeRequest) -> FakeReply:
+        text = request.last_user_text()
+        if text.endswith("slow"):
+            await slow_done.wait()
+        elif "b1" in text and not killed.is_set():
+            await killed.wait()
+        return FakeReply.text(f"echo: {text}")
+
+    claude.responder = model
+    in_group = {"chat_id": GROUP, "chat_type": "supergroup"}
+    receiver = queued_bot(claude, telegram, tmp_path, db, answer_groups="all")
+    monkeypatch.setenv("BOTKIT_ANSWER_GROUPS", "all")  # for the worker process
+    doomed = worker_process(telegram, claude, tmp_path, db)
+    async with queued(receiver, work=False), killed_at_end(doomed):
+        telegram.send_text(ALICE, "slow", **in_group)
+        await until(lambda: len(claude.requests) == 1, timeout=60)
+        await taken(telegram, telegram.send_text(ALICE, "b1", **in_group))
+        await taken(telegram, telegram.send_text(ALICE, "b2", **in_group))
+        late_id = await fetchval(db, "SELECT nextval('procrastinate_jobs_id_seq')")
+        b3 = telegram.send_text(ALICE, "b3", **in_group)  # its job's id is after late_id's
+        await taken(telegram, b3)
+        slow_done.set()
+        await until(lambda: len(claude.requests) == 2, timeout=30)  # b1..b3 gathered
+        late = json.loads(json.dumps(telegram.injected[b3]))
+        late["update_id"] = b3 + 1000
+        late["message"].update(message_id=late["message"]["message_id"] + 1000, text="late")
+        await fetchval(  # the job that took late_id commits only now
+            db,
+            "INSERT INTO procrastinate_jobs (id, queue_name, task_name, lock, args)"
+            " SELECT $1, queue_name, task_name, lock, jsonb_build_object('update', $2::jsonb)"
+            " FROM procrastinate_jobs WHERE (args->'update'->>'update_id')::bigint = $3",
+            late_id,
+            json.dumps(late),
+            b3,
+        )
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        killed.set()
+        survivor = queued_bot(claude, telegram, tmp_path / "survivor", db, answer_groups="all")
+        async with queued(survivor, receive=False):
+            await telegram.wait_for_messages(GROUP, 3, timeout=30)
+            await asyncio.sleep(1.0)
+    said = f"[User (id {ALICE}) wrote:]\n"
+    assert [m.text for m in telegram.sent_messages(GROUP)] == [
+        f"echo: {said}slow",
+        f"echo: {said}b1\n\nb2\n\nb3",
+        f"echo: {said}late",
+    ]
+    answer = telegram.sent_messages(GROUP)[1]
+    b3_message_id = telegram.injected[b3]["message"]["message_id"]
+    assert answer.params["reply_parameters"]["message_id"] == b3_message_id, "b3 was gathered"
 
 
 BURST_POISON_BOT = """

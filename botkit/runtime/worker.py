@@ -167,7 +167,10 @@ class Worker:
         claimed): one turn, as ``run`` gathers them.
 
         A job run again (its worker died, or stopped it) gathers the ones it claimed before
-        and no others: its turn may be recorded already, with just those."""
+        and no others, wherever they sit in the queue (job ids can commit out of order): its
+        turn may be recorded already, with just those."""
+        if rerun:
+            return gather([first, *await self._gathered_before(first, job_id)])
         assert self.messenger.me is not None
         bot_id, lock = self.messenger.me.id, lock_for(first, self.bot.settings.group_context)
         queued = await self._patiently(self.queue.behind, bot_id, lock, job_id, MAX_BURST - 1)
@@ -175,11 +178,9 @@ class Worker:
         for job in queued:
             if job.claimed_by is not None and job.claimed_by != job_id:
                 continue  # a copy of an update another job ran: its own job skips it too
-            if rerun and job.claimed_by != job_id:
-                break
             message = await self.messenger.read_update(job.update) if job.update else None
             if not isinstance(message, Incoming) or not (
-                rerun or (job.during_turn and joinable(message, first))
+                job.during_turn and joinable(message, first)
             ):
                 break
             burst.append(message)
