@@ -167,6 +167,33 @@ async def test_a_gathered_turn_whose_worker_was_killed_answers_every_message_aft
     ]
 
 
+async def test_a_copy_of_a_bursts_first_message_is_not_gathered_into_its_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """A copy of an update queued behind its job (a redelivery once the job ran) finds the
+    update claimed by that job: the burst skips it, it is not the message twice."""
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    async with queued(bot):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1)
+        first = telegram.send_text(USER, "m1")
+        await taken(telegram, first)
+        await fetchval(  # its copy, queued behind it (no queueing lock: as once m1's job ran)
+            db,
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args)"
+            " SELECT queue_name, task_name, lock, args FROM procrastinate_jobs"
+            " WHERE (args->'update'->>'update_id')::bigint = $1",
+            first,
+        )
+        release.set()
+        await telegram.wait_for_messages(USER, 2, timeout=20)
+        await asyncio.sleep(1.0)  # the copy's own job runs, and answers nothing
+    assert asked(claude) == ["slow", "m1"]
+    assert [m.text for m in telegram.sent_messages(USER)] == ["echo: slow", "echo: m1"]
+
+
 async def test_a_rerun_gathers_what_it_claimed_past_a_job_that_committed_late(
     claude: FakeAnthropicServer,
     telegram: FakeTelegramServer,

@@ -175,14 +175,18 @@ class Worker:
         bot_id, lock = self.messenger.me.id, lock_for(first, self.bot.settings.group_context)
         queued = await self._patiently(self.queue.behind, bot_id, lock, job_id, MAX_BURST - 1)
         burst: list[Incoming] = []
+        seen = {first.update_id}
         for job in queued:
             if job.claimed_by is not None and job.claimed_by != job_id:
                 continue  # a copy of an update another job ran: its own job skips it too
+            if job.update is not None and int(job.update["update_id"]) in seen:
+                continue  # a copy of one in this burst (claimed by this job)
             message = await self.messenger.read_update(job.update) if job.update else None
             if not isinstance(message, Incoming) or not (
                 job.during_turn and joinable(message, first)
             ):
                 break
+            seen.add(message.update_id)
             burst.append(message)
         ids = [message.update_id for message in burst]
         claimed = await self._patiently(self.queue.claim_for, bot_id, ids, job_id)
