@@ -194,6 +194,28 @@ async def test_a_copy_of_a_bursts_first_message_is_not_gathered_into_its_turn(
     assert [m.text for m in telegram.sent_messages(USER)] == ["echo: slow", "echo: m1"]
 
 
+async def test_a_message_queued_during_a_scheduled_tasks_turn_is_marked(db: str) -> None:
+    """A scheduled task's job (no update in its arguments) running on the conversation's lock
+    is a turn: a message queued meanwhile is marked ``during_turn`` (migration 018)."""
+    lock = f"user:{USER}"
+    await fetchval(
+        db,
+        "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, status)"
+        " VALUES ('botkit', 'botkit.scheduled_task', $1, $2::jsonb, 'doing')",
+        lock,
+        json.dumps({"schedule_id": 1, "fired": 1}),
+    )
+    update = {"update_id": 9, "message": {"message_id": 9, "text": "hi"}}
+    marked = await fetchval(
+        db,
+        "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args)"
+        " VALUES ('botkit', 'botkit.turn', $1, $2::jsonb) RETURNING args ? 'during_turn'",
+        lock,
+        json.dumps({"update": update}),
+    )
+    assert marked, "queued during the scheduled task's turn"
+
+
 async def test_a_rerun_gathers_what_it_claimed_past_a_job_that_committed_late(
     claude: FakeAnthropicServer,
     telegram: FakeTelegramServer,

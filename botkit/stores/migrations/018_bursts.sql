@@ -10,7 +10,9 @@ CREATE OR REPLACE FUNCTION botkit_mark_during_turn() RETURNS trigger
 BEGIN
     IF EXISTS (
         SELECT FROM procrastinate_jobs
-        WHERE lock = NEW.lock AND status = 'doing' AND NOT (args->'update' ? 'callback_query')
+        WHERE lock = NEW.lock AND status = 'doing'
+          -- a scheduled task's job has no update: it is a turn too
+          AND NOT coalesce(args->'update' ? 'callback_query', false)
     ) THEN
         NEW.args := NEW.args || '{"during_turn": true}'::jsonb;
     END IF;
