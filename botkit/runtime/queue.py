@@ -35,7 +35,7 @@ from botkit import tracing
 from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
-from botkit.runtime.liveness import WorkerLocks, dead_workers_jobs
+from botkit.runtime.liveness import SETTLE, WorkerLocks, dead_workers_jobs
 
 __all__ = [
     "QUEUE",
@@ -135,6 +135,9 @@ class QueueTimings:
     """Seconds without a heartbeat after which a worker counts as dead."""
     lock_check: float = 0.5
     """Seconds between looks for workers whose liveness lock is gone (one cheap query)."""
+    lock_settle: float = SETTLE
+    """Seconds this process's own liveness-lock connection must have lasted before it judges
+    others' locks (after a crash-restart every live process takes its locks again first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +380,10 @@ class TurnQueue:
         """Put back in the queue the jobs of workers whose liveness lock is gone and, with
         ``by_heartbeat``, of workers silent for ``stalled_after`` seconds; how many."""
         manager = self.app.job_manager
-        dead = [Job.from_row(row) for row in await dead_workers_jobs(self.app.connector, QUEUE)]
+        rows = await dead_workers_jobs(
+            self.app.connector, QUEUE, self.locks.witness, self.timings.lock_settle
+        )
+        dead = [Job.from_row(row) for row in rows]
         retried = await self._retry(dead, "queue.dead_worker_job_retried")
         if by_heartbeat:
             stalled = await manager.get_stalled_jobs(
