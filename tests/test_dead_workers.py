@@ -277,6 +277,22 @@ async def test_a_sweep_judges_locks_once_its_own_lock_connection_settled(db: str
         await queue.close()
 
 
+async def test_a_held_lock_whose_record_was_deleted_is_recorded_again(db: str) -> None:
+    """A sweep that read pg_locks just before a reconnecting keeper took its lock again may
+    delete the record that keeper just wrote: the keeper notices and records it again, so
+    its worker is still watched by its lock."""
+    queue = await open_queue(db)
+    try:
+        worker_id = await queue.app.job_manager.register_worker()
+        with capture_logs() as logs:
+            await sql(db, "DELETE FROM botkit_worker_locks WHERE worker_id = $1", worker_id)
+            await until_async(lambda: workers_recorded(db), 1, timeout=5)
+        assert await has_lock(db, worker_id)
+        assert [e["event"] for e in logs] == ["queue.liveness_record_restored"]
+    finally:
+        await queue.close()
+
+
 async def test_a_registered_workers_lock_lives_with_its_connection(db: str) -> None:
     """A registered worker's job stays while its lock is held; unregistered, its record and
     lock are gone."""

@@ -45,6 +45,8 @@ crash-restart every live process must hold its locks again within ``SETTLE``).""
 SETTLE = 4.0
 """Seconds a process's own lock connection must have lasted before its sweeps judge other
 workers' locks (the heartbeats are judged regardless)."""
+RECHECK = 1.0
+"""Seconds between two checks that this process's held ids are still recorded."""
 SYNC_PATIENCE = 5.0
 """Seconds registering or unregistering a worker waits for its lock to be taken or let go."""
 
@@ -54,6 +56,14 @@ _TAKE = f"""
     INSERT INTO botkit_worker_locks (worker_id, server_started)
     SELECT %(worker_id)s, pg_postmaster_start_time() FROM locked WHERE ok
     ON CONFLICT (worker_id) DO UPDATE SET server_started = EXCLUDED.server_started
+    RETURNING worker_id"""
+# A sweep that read pg_locks before a reconnecting keeper's _TAKE may delete the row that
+# _TAKE just upserted (its DELETE re-checks the updated row, not pg_locks): record it again.
+_RESTORE = """
+    INSERT INTO botkit_worker_locks (worker_id, server_started)
+    SELECT t.id, pg_postmaster_start_time() FROM unnest(%(ids)s::bigint[]) AS t(id)
+    WHERE EXISTS (SELECT FROM procrastinate_workers p WHERE p.id = t.id)
+    ON CONFLICT (worker_id) DO NOTHING
     RETURNING worker_id"""
 _FORGET = "DELETE FROM botkit_worker_locks WHERE worker_id = %(worker_id)s"
 _LET_GO = f"SELECT pg_advisory_unlock(%(space)s, {_KEY})"
@@ -187,9 +197,17 @@ class WorkerLocks:
                 self.taken.discard(worker_id)
             async with self._synced:
                 self._synced.notify_all()
-            # A lock still held by this process's previous, half-closed session: try again.
-            wait = 1.0 if self.wanted - self.taken else None
-            await _until_changed_or_lost(conn, self._changed, wait)
+            # Also tries again a lock still held by this process's previous, half-closed session.
+            await _until_changed_or_lost(conn, self._changed, RECHECK)
+            await self._restore(conn)
+
+    async def _restore(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Record again the held ids whose record a sweep deleted (see ``_RESTORE``)."""
+        if not self.taken:
+            return
+        cursor = await conn.execute(_RESTORE, {"ids": sorted(self.taken)})
+        if restored := [row[0] for row in await cursor.fetchall()]:
+            log.warning("queue.liveness_record_restored", workers=restored)
 
     async def _take_on(self, conn: psycopg.AsyncConnection[Any], worker_id: int) -> None:
         cursor = await conn.execute(_TAKE, {"space": LOCK_SPACE, "worker_id": worker_id})
