@@ -293,6 +293,29 @@ async def test_a_held_lock_whose_record_was_deleted_is_recorded_again(db: str) -
         await queue.close()
 
 
+async def test_a_dead_workers_job_taken_again_meanwhile_is_not_put_back_twice(db: str) -> None:
+    """Two sweeps (by lock, by heartbeat; two processes) may list the same job: once the
+    first put it back and a live worker took it, the second leaves it with that worker."""
+    queue = await open_queue(db)
+    try:
+        dead, live = await fake_worker(db), await fake_worker(db)
+        job = await running_job(queue, db, dead, update_id=7)
+        stalled = await queue.app.job_manager.get_stalled_jobs(seconds_since_heartbeat=0)
+        listed = [j for j in stalled if j.id == job]  # as both sweeps list it
+        assert [j.worker_id for j in listed] == [dead]
+        assert await queue.put_back(listed, "first") == 1
+        await sql(
+            db,
+            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = $1 WHERE id = $2",
+            live,
+            job,
+        )
+        assert await queue.put_back(listed, "second") == 0
+        assert await job_status(db, job) == "doing"
+    finally:
+        await queue.close()
+
+
 async def test_a_registered_workers_lock_lives_with_its_connection(db: str) -> None:
     """A registered worker's job stays while its lock is held; unregistered, its record and
     lock are gone."""

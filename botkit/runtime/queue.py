@@ -116,6 +116,18 @@ _CLAIM_FOR = """
 _WAITING = """
     SELECT count(*) AS waiting FROM procrastinate_jobs
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
+# procrastinate's retry_job checks only status = 'doing': a job listed by two sweeps, put
+# back by the first and already taken by a live worker, would be put back again by the second.
+_RETRY_UNLESS_TAKEN = """
+    WITH still AS (
+        SELECT id FROM procrastinate_jobs
+        WHERE id = %(job_id)s AND status = 'doing'
+          AND (worker_id = %(worker_id)s OR worker_id IS NULL)
+        FOR UPDATE
+    ), retried AS (
+        SELECT procrastinate_retry_job_v2(id, now(), NULL, NULL, NULL) FROM still
+    )
+    SELECT count(*) > 0 AS retried FROM retried"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
 _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND EXISTS (
@@ -384,21 +396,27 @@ class TurnQueue:
             self.app.connector, QUEUE, self.locks.witness, self.timings.lock_settle
         )
         dead = [Job.from_row(row) for row in rows]
-        retried = await self._retry(dead, "queue.dead_worker_job_retried")
+        retried = await self.put_back(dead, "queue.dead_worker_job_retried")
         if by_heartbeat:
             stalled = await manager.get_stalled_jobs(
                 queue=QUEUE, seconds_since_heartbeat=self.timings.stalled_after
             )
-            retried += await self._retry(list(stalled), "queue.stalled_job_retried")
+            retried += await self.put_back(list(stalled), "queue.stalled_job_retried")
         return retried
 
-    async def _retry(self, jobs: list[Job], event: str) -> int:
+    async def put_back(self, jobs: list[Job], event: str) -> int:
+        """Put back in the queue the listed running jobs of dead workers, logging ``event``,
+        but not one that a live worker took meanwhile (another sweep put it back first); how
+        many."""
         retried = 0
         for job in jobs:
-            with _suppressed():  # another worker may have retried it first
-                await self.app.job_manager.retry_job(job)
-                retried += 1
-                log.warning(event, job_id=job.id, lock=job.lock, worker_id=job.worker_id)
+            with _suppressed():
+                row = await self.app.connector.execute_query_one_async(
+                    _RETRY_UNLESS_TAKEN, job_id=job.id, worker_id=job.worker_id
+                )
+                if row["retried"]:
+                    retried += 1
+                    log.warning(event, job_id=job.id, lock=job.lock, worker_id=job.worker_id)
         return retried
 
     async def prune(self) -> None:
