@@ -6,17 +6,21 @@ Real ``python -m botkit work`` processes SIGKILLed or SIGSTOPped, real PostgreSQ
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from conftest import _find_binaries, _Server, with_database
 from structlog.testing import capture_logs
 from test_scaleout import cut_off, killed_at_end, queued, queued_bot, until, worker_process
 
-from botkit.runtime.liveness import LOCK_SPACE
+from botkit.runtime.liveness import LOCK_SPACE, LONGEST_RETRY, SETTLE
 from botkit.runtime.queue import QueueTimings, TurnQueue
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
@@ -134,6 +138,86 @@ async def test_after_an_outage_a_worker_holds_its_lock_again(
     assert await workers_recorded(db) == 0
 
 
+@pytest.fixture
+async def crashable_db() -> AsyncIterator[tuple[str, str]]:
+    """A database with botkit's migrations on a server of this test's own (it is crashed),
+    and that server's admin URL."""
+    binaries = _find_binaries()
+    if binaries is None:
+        pytest.skip("PostgreSQL not found (initdb/pg_ctl)")
+    server = _Server(binaries)
+    try:
+        await asyncio.to_thread(server.start)
+        admin = await asyncpg.connect(server.dsn)
+        try:
+            await admin.execute('CREATE DATABASE "crashed"')
+        finally:
+            await admin.close()
+        db = with_database(server.dsn, "crashed")
+        await migrate(db)
+        yield db, server.dsn
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def crash_restart(db: str, admin_dsn: str, recovery: float) -> None:
+    """SIGKILL one server process (not the postmaster): PostgreSQL resets shared memory,
+    dropping every session and every advisory lock, and starts again without a restart
+    (``pg_postmaster_start_time()`` unchanged). Connections to ``db`` are refused for
+    ``recovery`` seconds, as while a crashed server replays its WAL (here there is none)."""
+    name = urlsplit(db).path.lstrip("/")
+    victim = await asyncpg.connect(admin_dsn)
+    started = await victim.fetchval("SELECT pg_postmaster_start_time()")
+    await victim.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+    os.kill(await victim.fetchval("SELECT pg_backend_pid()"), signal.SIGKILL)
+    victim.terminate()
+    await until_async(lambda: server_started(admin_dsn), started, timeout=30, every=0.2)
+    await asyncio.sleep(recovery)
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    finally:
+        await admin.close()
+
+
+async def server_started(db: str) -> Any:
+    try:
+        return await sql(db, "SELECT pg_postmaster_start_time()")
+    except (OSError, asyncpg.PostgresError):
+        return None
+
+
+async def test_a_crash_restart_of_postgres_runs_no_turn_twice(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    crashable_db: tuple[str, str],
+) -> None:
+    """Every lock is dropped at once, the server's start time stays: live workers re-take
+    their locks before any sweep judges them, so the turns in flight are not run again."""
+    db, admin_dsn = crashable_db
+    release = held_until_released(claude)
+    users = [241, 242, 243, 244]
+    receiver = queued_bot(claude, telegram, tmp_path, db, stalled_timeout=LONG_STALL)
+    workers = [worker_process(telegram, claude, tmp_path, db, stalled=LONG_STALL) for _ in "12"]
+    async with queued(receiver, work=False), killed_at_end(workers[0]), killed_at_end(workers[1]):
+        await until_async(lambda: workers_recorded(db), 2, timeout=60)
+        for user in users:
+            telegram.send_text(user, f"question of {user}")
+        await until(lambda: len(claude.requests) == len(users), timeout=60)
+        await asyncio.sleep(SETTLE + 1)  # every sweep judges locks: the steady state
+        await crash_restart(db, admin_dsn, recovery=5)
+        await asyncio.sleep(SETTLE + LONGEST_RETRY + 3)  # sweeps judge locks again
+        assert len(claude.requests) == len(users), "a turn in flight was run again"
+        release.set()
+        for user in users:
+            await telegram.wait_for_messages(user, 1, timeout=LONG_STALL / 2)
+        await asyncio.sleep(1)
+    for user in users:
+        assert [m.text for m in telegram.sent_messages(user)] == [f"echo: question of {user}"]
+    assert len(claude.requests) == len(users)
+
+
 async def locks_in_order(db: str) -> tuple[int, int]:
     """(records, records whose lock is held by a worker procrastinate knows)."""
     records = await workers_recorded(db)
@@ -154,6 +238,7 @@ async def test_a_worker_holding_no_lock_is_judged_by_its_heartbeats_alone(db: st
     job; a recorded worker whose lock is gone loses its job at the next sweep."""
     queue = await open_queue(db)
     try:
+        await settled_witness(queue)
         older = await fake_worker(db)
         older_job = await running_job(queue, db, older, update_id=1)
         dead = await fake_worker(db)
@@ -164,8 +249,69 @@ async def test_a_worker_holding_no_lock_is_judged_by_its_heartbeats_alone(db: st
         assert await queue.retry_stalled() == 1
         assert await job_status(db, older_job) == "doing"
         assert await job_status(db, dead_job) == "todo"
-        assert await workers_recorded(db) == 0, "the dead worker's record is forgotten"
+        assert await workers_recorded(db) == 1, "the dead worker's record is forgotten"
         assert await queue.retry_stalled() == 0
+    finally:
+        await queue.close()
+
+
+async def test_a_sweep_judges_locks_once_its_own_lock_connection_settled(db: str) -> None:
+    """Without a lock connection of its own, or with one younger than ``lock_settle`` (as
+    after a crash-restart, which every live keeper needs a moment to catch up with), a sweep
+    leaves recorded workers' jobs alone; then it judges them."""
+    queue = await open_queue(db)
+    try:
+        dead = await fake_worker(db)
+        job = await running_job(queue, db, dead, update_id=6)
+        await sql(
+            db, "INSERT INTO botkit_worker_locks VALUES ($1, pg_postmaster_start_time())", dead
+        )
+        assert await queue.retry_stalled() == 0, "no witness"
+        await queue.app.job_manager.register_worker()
+        assert await queue.retry_stalled() == 0, "a witness not settled yet"
+        assert await job_status(db, job) == "doing"
+        await asyncio.sleep(QUICK_SETTLE + 0.1)
+        assert await queue.retry_stalled() == 1
+        assert await job_status(db, job) == "todo"
+    finally:
+        await queue.close()
+
+
+async def test_a_held_lock_whose_record_was_deleted_is_recorded_again(db: str) -> None:
+    """A sweep that read pg_locks just before a reconnecting keeper took its lock again may
+    delete the record that keeper just wrote: the keeper notices and records it again, so
+    its worker is still watched by its lock."""
+    queue = await open_queue(db)
+    try:
+        worker_id = await queue.app.job_manager.register_worker()
+        with capture_logs() as logs:
+            await sql(db, "DELETE FROM botkit_worker_locks WHERE worker_id = $1", worker_id)
+            await until_async(lambda: workers_recorded(db), 1, timeout=5)
+        assert await has_lock(db, worker_id)
+        assert [e["event"] for e in logs] == ["queue.liveness_record_restored"]
+    finally:
+        await queue.close()
+
+
+async def test_a_dead_workers_job_taken_again_meanwhile_is_not_put_back_twice(db: str) -> None:
+    """Two sweeps (by lock, by heartbeat; two processes) may list the same job: once the
+    first put it back and a live worker took it, the second leaves it with that worker."""
+    queue = await open_queue(db)
+    try:
+        dead, live = await fake_worker(db), await fake_worker(db)
+        job = await running_job(queue, db, dead, update_id=7)
+        stalled = await queue.app.job_manager.get_stalled_jobs(seconds_since_heartbeat=0)
+        listed = [j for j in stalled if j.id == job]  # as both sweeps list it
+        assert [j.worker_id for j in listed] == [dead]
+        assert await queue.put_back(listed, "first") == 1
+        await sql(
+            db,
+            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = $1 WHERE id = $2",
+            live,
+            job,
+        )
+        assert await queue.put_back(listed, "second") == 0
+        assert await job_status(db, job) == "doing"
     finally:
         await queue.close()
 
@@ -190,21 +336,24 @@ async def test_a_registered_workers_lock_lives_with_its_connection(db: str) -> N
 
 async def test_a_lock_lost_while_its_process_lives_is_taken_again(db: str) -> None:
     """The connection holding the lock ends (an operator, a reset): its jobs are put back (they
-    may run twice: at least once), one line is logged, and the lock is taken again."""
-    queue = await open_queue(db)
+    may run twice: at least once), one line is logged, and the lock is taken again. Another
+    process's sweep finds it: this one's waits for its own new connection to settle."""
+    queue, judge = await open_queue(db), await open_queue(db)
     try:
+        await settled_witness(judge)
         worker_id = await queue.app.job_manager.register_worker()
         job = await running_job(queue, db, worker_id, update_id=4)
         with capture_logs() as logs:
             await sql(db, "SELECT pg_terminate_backend($1)", await lock_holder(db, worker_id))
             # Swept often: the lock is taken again a moment after its connection ended.
-            await until_async(lambda: queue.retry_stalled(), 1, every=0.01)
+            await until_async(lambda: judge.retry_stalled(), 1, every=0.01)
             assert await job_status(db, job) == "todo"
             await until_async(lambda: has_lock(db, worker_id), True)
         assert [e["event"] for e in logs].count("queue.liveness_lock_lost") == 1
-        assert await workers_recorded(db) == 1
+        assert await workers_recorded(db) == 2
     finally:
         await queue.close()
+        await judge.close()
 
 
 async def test_locks_lost_to_a_server_restart_are_no_deaths(db: str) -> None:
@@ -212,6 +361,7 @@ async def test_locks_lost_to_a_server_restart_are_no_deaths(db: str) -> None:
     drops every lock at once, live workers' too."""
     queue = await open_queue(db)
     try:
+        await settled_witness(queue)
         older = await fake_worker(db)
         job = await running_job(queue, db, older, update_id=5)
         before = "pg_postmaster_start_time() - interval '1 minute'"
@@ -222,8 +372,13 @@ async def test_locks_lost_to_a_server_restart_are_no_deaths(db: str) -> None:
         await queue.close()
 
 
+QUICK_SETTLE = 0.5
+"""``lock_settle`` of the sweeps in this process."""
+
+
 async def open_queue(db: str) -> TurnQueue:
-    queue = TurnQueue(db, timings=QueueTimings(heartbeat=15, stalled_after=LONG_STALL))
+    timings = QueueTimings(heartbeat=15, stalled_after=LONG_STALL, lock_settle=QUICK_SETTLE)
+    queue = TurnQueue(db, timings=timings)
 
     async def turn(job_id: int, update: dict[str, Any], attempts: int) -> None:
         raise AssertionError("no job runs here")
@@ -231,6 +386,14 @@ async def open_queue(db: str) -> TurnQueue:
     queue.register(turn)
     await queue.open()
     return queue
+
+
+async def settled_witness(queue: TurnQueue) -> int:
+    """A worker of ``queue``'s process, registered (its lock held) ``QUICK_SETTLE`` s ago:
+    the process's sweeps judge other workers' locks from then on."""
+    worker_id = await queue.app.job_manager.register_worker()
+    await asyncio.sleep(QUICK_SETTLE + 0.1)
+    return worker_id
 
 
 async def fake_worker(db: str) -> int:

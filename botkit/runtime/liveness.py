@@ -13,7 +13,11 @@ A lock lost while its process lives (the connection reset, an operator's
 ``pg_terminate_backend``) looks like a death: the jobs it was running may run again elsewhere
 (at least once, as after any retry); the process logs it and takes the lock again. A server
 restart drops every lock at once: a recorded id counts only on the server that recorded it
-(``pg_postmaster_start_time()``), until its process takes it again there.
+(``pg_postmaster_start_time()``), until its process takes it again there. A crash-restart
+(a backend killed, the postmaster resetting shared memory) drops every lock too but keeps
+that start time: so a sweep judges others' locks only once its own process's lock connection
+(the witness) has lasted ``SETTLE`` seconds, longer than any live keeper waits between two
+attempts to take its locks again (``LONGEST_RETRY``).
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ worker's id): two-key locks never collide with botkit's one-key ones."""
 FIRST_RETRY = 0.5
 """Seconds before the locks' connection is tried again when it could not be opened (doubling
 while PostgreSQL cannot be reached, up to ``LONGEST_RETRY``)."""
-LONGEST_RETRY = 15.0
-"""The longest wait between two attempts to open the locks' connection."""
+LONGEST_RETRY = 2.0
+"""The longest wait between two attempts to open the locks' connection (short: after a
+crash-restart every live process must hold its locks again within ``SETTLE``)."""
+SETTLE = 4.0
+"""Seconds a process's own lock connection must have lasted before its sweeps judge other
+workers' locks (the heartbeats are judged regardless)."""
+RECHECK = 1.0
+"""Seconds between two checks that this process's held ids are still recorded."""
 SYNC_PATIENCE = 5.0
 """Seconds registering or unregistering a worker waits for its lock to be taken or let go."""
 
@@ -47,6 +57,14 @@ _TAKE = f"""
     SELECT %(worker_id)s, pg_postmaster_start_time() FROM locked WHERE ok
     ON CONFLICT (worker_id) DO UPDATE SET server_started = EXCLUDED.server_started
     RETURNING worker_id"""
+# A sweep that read pg_locks before a reconnecting keeper's _TAKE may delete the row that
+# _TAKE just upserted (its DELETE re-checks the updated row, not pg_locks): record it again.
+_RESTORE = """
+    INSERT INTO botkit_worker_locks (worker_id, server_started)
+    SELECT t.id, pg_postmaster_start_time() FROM unnest(%(ids)s::bigint[]) AS t(id)
+    WHERE EXISTS (SELECT FROM procrastinate_workers p WHERE p.id = t.id)
+    ON CONFLICT (worker_id) DO NOTHING
+    RETURNING worker_id"""
 _FORGET = "DELETE FROM botkit_worker_locks WHERE worker_id = %(worker_id)s"
 _LET_GO = f"SELECT pg_advisory_unlock(%(space)s, {_KEY})"
 _NO_IDLE_TIMEOUT = """
@@ -56,9 +74,16 @@ _DEAD_JOBS = """
         SELECT objid::bigint AS key FROM pg_locks
         WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(space)s::oid
           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ), settled AS (
+        SELECT EXISTS (
+            SELECT FROM pg_stat_activity
+            WHERE pid = %(witness)s
+              AND backend_start <= clock_timestamp() - make_interval(secs => %(settle)s)
+        ) AS ok
     ), dead AS (
         DELETE FROM botkit_worker_locks w
-        WHERE (w.server_started = pg_postmaster_start_time()
+        WHERE ((SELECT ok FROM settled)
+               AND w.server_started = pg_postmaster_start_time()
                AND mod(w.worker_id, 2147483648) NOT IN (SELECT key FROM held))
            OR NOT EXISTS (SELECT FROM procrastinate_workers p WHERE p.id = w.worker_id)
         RETURNING w.worker_id
@@ -69,10 +94,16 @@ _DEAD_JOBS = """
     WHERE job.status = 'doing' AND job.queue_name = %(queue)s"""
 
 
-async def dead_workers_jobs(connector: Any, queue: str) -> list[dict[str, Any]]:
+async def dead_workers_jobs(
+    connector: Any, queue: str, witness: int | None, settle: float = SETTLE
+) -> list[dict[str, Any]]:
     """The running jobs in ``queue`` of workers whose liveness lock is gone (their records
-    forgotten in the same query, so one sweep alone sees them)."""
-    rows = await connector.execute_query_all_async(_DEAD_JOBS, space=LOCK_SPACE, queue=queue)
+    forgotten in the same query, so one sweep alone sees them), judged only if the server
+    process ``witness`` (this process's lock connection) started ``settle`` s ago or more:
+    a younger one may follow a crash-restart that live keepers have not caught up with."""
+    rows = await connector.execute_query_all_async(
+        _DEAD_JOBS, space=LOCK_SPACE, queue=queue, witness=witness, settle=settle
+    )
     return list(rows)
 
 
@@ -89,6 +120,9 @@ class WorkerLocks:
         self._changed = asyncio.Event()
         self._synced = asyncio.Condition()
         self._keeper: asyncio.Task[None] | None = None
+        self.witness: int | None = None
+        """The server process of the locks' current connection (``None`` while there is
+        none): the sweep judges others' locks only once it has lasted ``SETTLE`` s."""
 
     async def take(self, worker_id: int) -> None:
         """Hold worker ``worker_id``'s lock (waiting ``SYNC_PATIENCE`` s at most: without it,
@@ -135,6 +169,7 @@ class WorkerLocks:
             delay, told = FIRST_RETRY, False
             try:
                 async with conn:
+                    self.witness = conn.info.backend_pid
                     await conn.execute(_NO_IDLE_TIMEOUT)  # an idle lock is the point
                     await self._hold(conn)
             except Exception as e:  # whatever broke it, the locks are kept on
@@ -147,7 +182,7 @@ class WorkerLocks:
                     )
                     told = True
             finally:
-                self.taken = set()
+                self.taken, self.witness = set(), None
             await asyncio.sleep(0.1)  # soon: until then this process's workers look dead
 
     async def _hold(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -162,9 +197,17 @@ class WorkerLocks:
                 self.taken.discard(worker_id)
             async with self._synced:
                 self._synced.notify_all()
-            # A lock still held by this process's previous, half-closed session: try again.
-            wait = 1.0 if self.wanted - self.taken else None
-            await _until_changed_or_lost(conn, self._changed, wait)
+            # Also tries again a lock still held by this process's previous, half-closed session.
+            await _until_changed_or_lost(conn, self._changed, RECHECK)
+            await self._restore(conn)
+
+    async def _restore(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Record again the held ids whose record a sweep deleted (see ``_RESTORE``)."""
+        if not self.taken:
+            return
+        cursor = await conn.execute(_RESTORE, {"ids": sorted(self.taken)})
+        if restored := [row[0] for row in await cursor.fetchall()]:
+            log.warning("queue.liveness_record_restored", workers=restored)
 
     async def _take_on(self, conn: psycopg.AsyncConnection[Any], worker_id: int) -> None:
         cursor = await conn.execute(_TAKE, {"space": LOCK_SPACE, "worker_id": worker_id})

@@ -35,7 +35,7 @@ from botkit import tracing
 from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
-from botkit.runtime.liveness import WorkerLocks, dead_workers_jobs
+from botkit.runtime.liveness import SETTLE, WorkerLocks, dead_workers_jobs
 
 __all__ = [
     "QUEUE",
@@ -126,6 +126,18 @@ _CLAIM_FOR = """
 _WAITING = """
     SELECT count(*) AS waiting FROM procrastinate_jobs
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
+# procrastinate's retry_job checks only status = 'doing': a job listed by two sweeps, put
+# back by the first and already taken by a live worker, would be put back again by the second.
+_RETRY_UNLESS_TAKEN = """
+    WITH still AS (
+        SELECT id FROM procrastinate_jobs
+        WHERE id = %(job_id)s AND status = 'doing'
+          AND (worker_id = %(worker_id)s OR worker_id IS NULL)
+        FOR UPDATE
+    ), retried AS (
+        SELECT procrastinate_retry_job_v2(id, now(), NULL, NULL, NULL) FROM still
+    )
+    SELECT count(*) > 0 AS retried FROM retried"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
 _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND EXISTS (
@@ -145,6 +157,9 @@ class QueueTimings:
     """Seconds without a heartbeat after which a worker counts as dead."""
     lock_check: float = 0.5
     """Seconds between looks for workers whose liveness lock is gone (one cheap query)."""
+    lock_settle: float = SETTLE
+    """Seconds this process's own liveness-lock connection must have lasted before it judges
+    others' locks (after a crash-restart every live process takes its locks again first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,22 +411,31 @@ class TurnQueue:
         """Put back in the queue the jobs of workers whose liveness lock is gone and, with
         ``by_heartbeat``, of workers silent for ``stalled_after`` seconds; how many."""
         manager = self.app.job_manager
-        dead = [Job.from_row(row) for row in await dead_workers_jobs(self.app.connector, QUEUE)]
-        retried = await self._retry(dead, "queue.dead_worker_job_retried")
+        rows = await dead_workers_jobs(
+            self.app.connector, QUEUE, self.locks.witness, self.timings.lock_settle
+        )
+        dead = [Job.from_row(row) for row in rows]
+        retried = await self.put_back(dead, "queue.dead_worker_job_retried")
         if by_heartbeat:
             stalled = await manager.get_stalled_jobs(
                 queue=QUEUE, seconds_since_heartbeat=self.timings.stalled_after
             )
-            retried += await self._retry(list(stalled), "queue.stalled_job_retried")
+            retried += await self.put_back(list(stalled), "queue.stalled_job_retried")
         return retried
 
-    async def _retry(self, jobs: list[Job], event: str) -> int:
+    async def put_back(self, jobs: list[Job], event: str) -> int:
+        """Put back in the queue the listed running jobs of dead workers, logging ``event``,
+        but not one that a live worker took meanwhile (another sweep put it back first); how
+        many."""
         retried = 0
         for job in jobs:
-            with _suppressed():  # another worker may have retried it first
-                await self.app.job_manager.retry_job(job)
-                retried += 1
-                log.warning(event, job_id=job.id, lock=job.lock, worker_id=job.worker_id)
+            with _suppressed():
+                row = await self.app.connector.execute_query_one_async(
+                    _RETRY_UNLESS_TAKEN, job_id=job.id, worker_id=job.worker_id
+                )
+                if row["retried"]:
+                    retried += 1
+                    log.warning(event, job_id=job.id, lock=job.lock, worker_id=job.worker_id)
         return retried
 
     async def prune(self) -> None:
