@@ -335,6 +335,30 @@ async def test_a_dead_workers_job_taken_again_meanwhile_is_not_put_back_twice(db
         await queue.close()
 
 
+async def test_a_dead_workers_job_goes_back_even_with_a_copy_of_its_update_queued(
+    db: str,
+) -> None:
+    """Telegram delivered the update again while its job ran (the receiver restarted before
+    confirming it): the copy waits behind the job's lock. Its worker dead, the job goes back
+    in the queue (procrastinate's one-queued-copy index refused it before, so the job stayed
+    'doing' under a dead worker and held the conversation for ever); the copy, which would
+    only find the update claimed by the job, is dropped."""
+    queue = await open_queue(db)
+    try:
+        dead = await fake_worker(db)
+        job = await running_job(queue, db, dead, update_id=8)
+        update = {"update_id": 8, "message": {"text": "x"}}
+        await queue.defer(1, 8, update, "user:8")  # the copy, queued behind the running job
+        copies = "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = $1"
+        assert await sql(db, copies, "update:1:8") == 2
+        stalled = await queue.app.job_manager.get_stalled_jobs(seconds_since_heartbeat=0)
+        assert await queue.put_back([j for j in stalled if j.id == job], "put back") == 1
+        assert await job_status(db, job) == "todo"
+        assert await sql(db, copies, "update:1:8") == 1
+    finally:
+        await queue.close()
+
+
 async def test_a_registered_workers_lock_lives_with_its_connection(db: str) -> None:
     """A registered worker's job stays while its lock is held; unregistered, its record and
     lock are gone."""

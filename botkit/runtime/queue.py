@@ -128,14 +128,24 @@ _WAITING = """
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
 # procrastinate's retry_job checks only status = 'doing': a job listed by two sweeps, put
 # back by the first and already taken by a live worker, would be put back again by the second.
+# A copy of the job's update queued meanwhile (Telegram delivered it again while the job ran)
+# would make procrastinate's one-queued-copy index refuse the retry, leaving the job 'doing'
+# under a dead worker, its conversation held for ever; the copy would only find the update
+# claimed by this job, so it is dropped first (``retried`` reads ``copies``: it runs after).
 _RETRY_UNLESS_TAKEN = """
     WITH still AS (
-        SELECT id FROM procrastinate_jobs
+        SELECT id, queueing_lock FROM procrastinate_jobs
         WHERE id = %(job_id)s AND status = 'doing'
           AND (worker_id = %(worker_id)s OR worker_id IS NULL)
         FOR UPDATE
+    ), copies AS (
+        DELETE FROM procrastinate_jobs copy USING still
+        WHERE copy.queueing_lock = still.queueing_lock AND copy.status = 'todo'
+          AND copy.id <> still.id
+        RETURNING copy.id
     ), retried AS (
         SELECT procrastinate_retry_job_v2(id, now(), NULL, NULL, NULL) FROM still
+        WHERE (SELECT count(*) FROM copies) >= 0
     )
     SELECT count(*) > 0 AS retried FROM retried"""
 _PRUNE = "DELETE FROM botkit_updates WHERE received_at < now() - make_interval(days => %(days)s)"
