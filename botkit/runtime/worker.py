@@ -209,16 +209,10 @@ class Worker:
         """This job's hold on the update (``None``: another job's); retried while PostgreSQL
         is away."""
         assert self.messenger.me is not None
-        while True:
-            try:
-                claimed = await self.queue.claim(self.messenger.me.id, update_id, job_id)
-            except (ConnectorException, OSError) as e:
-                await asyncio.sleep(self.outage.failed(e))
-                continue
-            self.outage.ok()
-            if claimed is not None and claimed.conversation and self.heads_with_claims:
-                known_head(claimed.conversation, claimed.head)
-            return claimed
+        claimed = await self._patiently(self.queue.claim, self.messenger.me.id, update_id, job_id)
+        if claimed is not None and claimed.conversation and self.heads_with_claims:
+            known_head(claimed.conversation, claimed.head)
+        return claimed
 
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         """Take jobs until ``stop`` is set; a worker broken by a lost database starts again."""
