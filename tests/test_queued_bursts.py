@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,20 @@ def slow_first(release: asyncio.Event) -> Callable[[FakeRequest], Awaitable[Fake
     return model
 
 
+@asynccontextmanager
+async def slow_turn_running(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> AsyncIterator[asyncio.Event]:
+    """A queued bot (receiver and worker) whose turn on USER's "slow" is running, held until
+    the yielded event is set."""
+    release = asyncio.Event()
+    claude.responder = slow_first(release)
+    async with queued(queued_bot(claude, telegram, tmp_path, db)):
+        telegram.send_text(USER, "slow")
+        await until(lambda: len(claude.requests) == 1)
+        yield release
+
+
 def asked(claude: FakeAnthropicServer) -> list[str]:
     """What each LLM call answered: the last user text of each request, in order."""
     return [request.last_user_text() for request in claude.requests]
@@ -53,12 +68,7 @@ def asked(claude: FakeAnthropicServer) -> list[str]:
 async def test_messages_sent_during_a_queued_turn_are_answered_in_one_turn(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
 ) -> None:
-    release = asyncio.Event()
-    claude.responder = slow_first(release)
-    bot = queued_bot(claude, telegram, tmp_path, db)
-    async with queued(bot):
-        telegram.send_text(USER, "slow")
-        await until(lambda: len(claude.requests) == 1)
+    async with slow_turn_running(claude, telegram, tmp_path, db) as release:
         sent = [telegram.send_text(USER, f"more {n}") for n in (1, 2, 3)]
         await taken(telegram, sent[-1])  # queued while the first turn runs
         release.set()
@@ -87,12 +97,7 @@ async def test_messages_queued_while_no_turn_runs_are_answered_one_by_one(
 async def test_a_command_ends_a_queued_burst(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
 ) -> None:
-    release = asyncio.Event()
-    claude.responder = slow_first(release)
-    bot = queued_bot(claude, telegram, tmp_path, db)
-    async with queued(bot):
-        telegram.send_text(USER, "slow")
-        await until(lambda: len(claude.requests) == 1)
+    async with slow_turn_running(claude, telegram, tmp_path, db) as release:
         sent = [telegram.send_text(USER, text) for text in ("a1", "a2", "/help", "a3")]
         await taken(telegram, sent[-1])
         release.set()
@@ -172,12 +177,7 @@ async def test_a_copy_of_a_bursts_first_message_is_not_gathered_into_its_turn(
 ) -> None:
     """A copy of an update queued behind its job (a redelivery once the job ran) finds the
     update claimed by that job: the burst skips it, it is not the message twice."""
-    release = asyncio.Event()
-    claude.responder = slow_first(release)
-    bot = queued_bot(claude, telegram, tmp_path, db)
-    async with queued(bot):
-        telegram.send_text(USER, "slow")
-        await until(lambda: len(claude.requests) == 1)
+    async with slow_turn_running(claude, telegram, tmp_path, db) as release:
         first = telegram.send_text(USER, "m1")
         await taken(telegram, first)
         await fetchval(  # its copy, queued behind it (no queueing lock: as once m1's job ran)
