@@ -24,9 +24,26 @@ Each round prints the CPU seconds used while it was timed: botkit's processes, P
 rest of the machine used meanwhile (from /proc/stat): on a shared machine that decides how much
 of the CPU the round could have. CPU per message is divided by the round's 600 messages in
 every round (both runtimes answer some together in fewer turns: each is charged for the
-same messages, however many turns it took). Targets, one ``RESULT`` line each: 3 workers >=
-2.7x one; SIGKILL -> last reply <= 10 s; a queued message's botkit CPU (median of the worker
-rounds) <= 1.5x a ``run`` message's (median of the ``run`` rounds); with PostgreSQL's <= 2.0x.
+same messages, however many turns it took).
+
+- ``cpu``: CPU per message of a queued turn against a ``run`` turn. This machine's CPU seconds
+  drift by up to half from one minute to the next (neighbours on the host), so one round of
+  each compares the drift, not the code. Instead two contenders are started once and kept up,
+  as services run, each with its own fakes and warmed up as above, start-up outside every
+  measured window: ``run`` (BOTKIT_MAX_CONCURRENT_TURNS = ``--concurrency``, 32) and
+  ``queued`` (a receiver and one ``work --concurrency 32`` worker on a fresh database). Then
+  ``--cpu-pairs`` pairs (6) of rounds run back to back, ``run`` first in odd pairs and
+  ``queued`` first in even ones; both rounds of a pair get the same messages from the same new
+  users. A round's CPU is counted from its first message until 1 s after its last reply (the
+  last turns' bookkeeping; an idle queued side's polls are charged to it), every botkit process
+  summed (receiver + worker), PostgreSQL's apart, each divided by the 600 messages. Every round
+  and each pair's ratios are printed; the verdicts are the **medians of the pairs' ratios**.
+  ``--control`` (``run``, or ``--control queued``) pairs two identical contenders instead:
+  its ratios are the method's noise floor on this machine (no verdict).
+
+Targets, one ``RESULT`` line each: 3 workers >= 2.7x one; SIGKILL -> last reply <= 10 s; a
+queued message's botkit CPU <= 1.5x a ``run`` message's; with PostgreSQL's <= 2.0x (the last
+two the medians of the ``cpu`` pairs' ratios).
 
 Settings are ``python -m botkit`` defaults except: BOTKIT_ACCESS=open (any user);
 BOTKIT_GLOBAL_RATE=1000 with BOTKIT_PAID_BROADCAST=true (Telegram's paid broadcast rate: the
@@ -34,7 +51,8 @@ free 30 messages/s would measure Telegram's limit, 20 s for 600 replies, not bot
 BOTKIT_LOG_LEVEL=WARNING. PostgreSQL is a throwaway cluster (fsync off) started here, or
 ``--dsn`` (a URL whose user may create databases).
 
-    python bench/scaleout.py            # about 5 minutes
+    python bench/scaleout.py            # about 11 minutes (the 6 CPU pairs about 4.5)
+    python bench/scaleout.py --workers '' --parts cpu [--cpu-pairs 8] [--control]  # pairs only
     python bench/scaleout.py --workers 3 --parts '' --timeline   # one round, per second
 """
 
@@ -42,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import pwd
 import re
@@ -305,13 +324,14 @@ async def inject_and_time(
     """Send ``per_user`` messages from each user at once; the wall time until every message
     was answered, and (with ``kill``) the seconds from the kill to the last reply."""
     total = len(users) * per_user
+    since = len(telegram.sent_messages())  # a bot kept up across rounds answered earlier ones
     with fakes_without_gc_pauses():
         started = time.monotonic()
         for n in range(per_user):
             for user in users:
                 telegram.send_text(user, f"m{n} from {user}")
         killed_at: float | None = None
-        while (got := answered(telegram)) < total:
+        while (got := answered(telegram, since)) < total:
             if kill is not None and killed_at is None and got >= total // 6:
                 await kill()
                 killed_at = time.monotonic()
@@ -339,10 +359,11 @@ def answered_in(texts: list[str]) -> list[str]:
     return lines
 
 
-def answered(telegram: FakeTelegramServer) -> int:
-    """How many distinct messages of the round have been answered so far (over all users):
-    an answer re-sent after a kill counts once, so the round ends with the last new answer."""
-    texts = [m.plain_text or m.text for m in telegram.sent_messages()]
+def answered(telegram: FakeTelegramServer, since: int = 0) -> int:
+    """How many distinct messages of the round (its replies are those sent from the
+    ``since``-th on) have been answered so far, over all users: an answer re-sent after a kill
+    counts once, so the round ends with the last new answer."""
+    texts = [m.plain_text or m.text for m in telegram.sent_messages()[since:]]
     return len({line for line in answered_in(texts) if ROUND_MESSAGE.fullmatch(line)})
 
 
@@ -535,6 +556,210 @@ def keep(work: Path, name: str, args: argparse.Namespace) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+# ---------------------------------------------------------------------------- CPU pairs
+
+SETTLE = 1.0
+"""Seconds after a CPU round's last reply still counted in its CPU (the last turns' session
+appends and job finishes; an idle queued side's polls and sweeps are charged to it too)."""
+FIRST_PAIR_USER = 1_000
+
+
+@dataclass
+class Contender:
+    """A runtime kept up across the CPU pairs, as a service runs: its own fakes and processes."""
+
+    name: str
+    telegram: FakeTelegramServer
+    claude: FakeAnthropicServer
+    procs: list[subprocess.Popen[bytes]]
+    meter: CpuMeter
+
+
+@asynccontextmanager
+async def kept_up(
+    kind: str, name: str, admin: str, cluster: Cluster | None, args: argparse.Namespace
+) -> AsyncIterator[Contender]:
+    """``run`` (``--concurrency`` turns at once, no database) or ``queued`` (a receiver and one
+    ``work --concurrency`` worker on a fresh database), up and warmed up; stopped on exit."""
+    work = Path(tempfile.mkdtemp(prefix="botkit-bench-"))
+    async with (
+        FakeTelegramServer() as telegram,
+        FakeAnthropicServer(latency=args.latency) as claude,
+    ):
+        env = environment(telegram, claude, work)
+        if kind == "run":
+            env["BOTKIT_MAX_CONCURRENT_TURNS"] = str(args.concurrency)
+            procs = [start(["run"], env, work, name)]
+            meter = CpuMeter(None)
+        else:
+            dsn = env["BOTKIT_DATABASE_URL"] = await fresh_database(admin)
+            worker = ["work", "--concurrency", str(args.concurrency)]
+            procs = [
+                start(["receive"], env, work, f"{name}-receiver"),
+                start(worker, env, work, f"{name}-worker"),
+            ]
+            meter = CpuMeter(cluster)
+        async with processes(procs):
+            if kind != "run":
+
+                async def registered() -> bool:
+                    return await workers_alive(dsn) == 1
+
+                await wait_until(registered, UP_WITHIN, f"{name}'s worker up")
+
+            async def polled() -> bool:
+                return bool(telegram.requests_for("getUpdates"))
+
+            await wait_until(polled, UP_WITHIN, f"{name} up")
+            await warm_up(telegram, args.concurrency)
+            yield Contender(name, telegram, claude, procs, meter)
+    keep(work, f"cpu-{name}", args)
+
+
+async def cpu_round(side: Contender, users: range, args: argparse.Namespace) -> Round:
+    """One round of ``side``: its CPU from the first message to ``SETTLE`` s after the last
+    reply, every botkit process of it summed (receiver and worker), PostgreSQL's apart."""
+    calls_before, sent_before = len(side.claude.requests), len(side.telegram.sent_messages())
+    side.meter.start(side.procs)
+    wall, _ = await inject_and_time(side.telegram, side.claude, users, args.per_user)
+    await asyncio.sleep(SETTLE)
+    cpu = side.meter.stop(side.procs)
+    if check_replies(side.telegram, users, args.per_user):
+        raise SystemExit(f"bench: {side.name} sent a reply twice")
+    calls = len(side.claude.requests) - calls_before
+    return Round(wall, calls, len(side.telegram.sent_messages()) - sent_before, cpu)
+
+
+@dataclass
+class Pair:
+    """A pair's CPU per message (ms), the yardstick first: botkit's, and with PostgreSQL's
+    (None where not measured: ``run``, or ``--dsn``)."""
+
+    botkit: tuple[float, float]
+    postgres: tuple[float | None, float | None]
+
+    @property
+    def botkit_ratio(self) -> float:
+        """The measured side's botkit CPU per message over the yardstick's."""
+        return self.botkit[1] / self.botkit[0]
+
+    @property
+    def total_ratio(self) -> float | None:
+        """The measured side's botkit + PostgreSQL CPU per message over the yardstick's
+        (None when the measured side's PostgreSQL was not measured)."""
+        if self.postgres[1] is None:
+            return None
+        return (self.botkit[1] + self.postgres[1]) / (self.botkit[0] + (self.postgres[0] or 0.0))
+
+
+def round_line(number: int, side: Contender, r: Round, total: int) -> str:
+    """One CPU round, as printed."""
+    receiver = (
+        f" (receiver {r.per_message_ms(total, 'receiver'):.2f})"
+        if r.cpu.get("receiver") is not None
+        else ""
+    )
+    pg = (
+        f", PostgreSQL {r.per_message_ms(total, 'postgres'):.2f} ms/msg"
+        if r.cpu["postgres"] is not None
+        else ""
+    )
+    return (
+        f"  pair {number + 1} {side.name:<7} {r.wall:6.2f} s, {r.llm_calls} LLM calls, "
+        f"{r.replies} replies; botkit {r.per_message_ms(total, 'botkit'):.2f} ms/msg{receiver}"
+        f"{pg}; fakes+driver {r.cpu['fakes']:.1f} CPU s, others {r.cpu['others']:.1f} CPU s"
+    )
+
+
+def cpu_sides(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(kind, name) of the yardstick and the measured side: ``run`` and ``queued``, or under
+    ``--control`` two of the same kind."""
+    if args.control is None:
+        return [("run", "run"), ("queued", "queued")]
+    return [(args.control, args.control), (args.control, f"{args.control}2")]
+
+
+async def cpu_pairs(
+    admin: str, cluster: Cluster | None, args: argparse.Namespace
+) -> tuple[list[str], list[Pair]]:
+    """``--cpu-pairs`` pairs of rounds back to back, the yardstick first in odd pairs and the
+    measured side first in even ones; the sides' names and each pair's CPU per message."""
+    total = args.users * args.per_user
+    pairs: list[Pair] = []
+    async with contextlib.AsyncExitStack() as stack:
+        sides = [
+            await stack.enter_async_context(kept_up(kind, name, admin, cluster, args))
+            for kind, name in cpu_sides(args)
+        ]
+        for number in range(args.cpu_pairs):
+            first = FIRST_PAIR_USER + number * args.users
+            users = range(first, first + args.users)  # the same messages for both sides
+            rounds: dict[str, Round] = {}
+            for side in sides if number % 2 == 0 else sides[::-1]:
+                rounds[side.name] = r = await cpu_round(side, users, args)
+                print(round_line(number, side, r, total), flush=True)
+            a, b = (rounds[side.name] for side in sides)
+            pair = Pair(
+                (a.per_message_ms(total, "botkit"), b.per_message_ms(total, "botkit")),
+                (postgres_ms(a, total), postgres_ms(b, total)),
+            )
+            pairs.append(pair)
+            print(f"  pair {number + 1} {ratios_text(pair, sides[1].name, sides[0].name)}")
+    return [side.name for side in sides], pairs
+
+
+def postgres_ms(r: Round, total: int) -> float | None:
+    """PostgreSQL's CPU per message of a round (ms); None where it was not measured."""
+    return None if r.cpu["postgres"] is None else r.per_message_ms(total, "postgres")
+
+
+def ratios_text(pair: Pair, measured: str, yardstick: str) -> str:
+    """A pair's ratios, as printed."""
+    both = "" if pair.total_ratio is None else f", with PostgreSQL {pair.total_ratio:.2f}x"
+    return f"{measured}/{yardstick}: botkit {pair.botkit_ratio:.2f}x{both}"
+
+
+def print_cpu_results(names: list[str], pairs: list[Pair], control: str | None) -> None:
+    """The medians of the sides' CPU per message, every pair's ratios, and the RESULT lines:
+    the verdicts are on the medians of the pairs' ratios."""
+    yardstick, measured = names
+    botkit = [median([p.botkit[i] for p in pairs]) for i in (0, 1)]
+    sides = []
+    for i, name in ((1, measured), (0, yardstick)):
+        pg = [p.postgres[i] for p in pairs]
+        with_pg = "" if None in pg else f" + PostgreSQL {median([v or 0.0 for v in pg]):.2f} ms"
+        sides.append(f"{name} botkit {botkit[i]:.2f} ms{with_pg}")
+    print(f"  CPU per message (medians of {len(pairs)} pairs): {'; '.join(sides)}")
+    ratio = median([p.botkit_ratio for p in pairs])
+    print(f"  botkit ratios by pair: {', '.join(f'{p.botkit_ratio:.3f}' for p in pairs)}")
+    totals = [p.total_ratio for p in pairs]
+    both = None if None in totals else median([t or 0.0 for t in totals])
+    if both is not None:
+        print(f"  with PostgreSQL, by pair: {', '.join(f'{t or 0.0:.3f}' for t in totals)}")
+    how = f"median of {len(pairs)} pairs' ratios"
+    if control is not None:
+        kind = "run processes" if control == "run" else "receivers with a worker each"
+        word = f"CONTROL (two identical {kind}: the method's noise floor, no verdict)"
+        print(f"RESULT scaleout cpu {measured}/{yardstick} botkit={ratio:.2f}x ({how}) {word}")
+        if both is not None:
+            print(
+                f"RESULT scaleout cpu {measured}+postgres/{yardstick}+postgres={both:.2f}x "
+                f"({how}) {word}"
+            )
+        return
+    print(
+        f"RESULT scaleout cpu queued/run botkit={ratio:.2f}x ({how}; medians {botkit[1]:.2f} / "
+        f"{botkit[0]:.2f} ms) (target<=1.5) {verdict(ratio <= 1.5)}"
+    )
+    if both is None:
+        print("RESULT scaleout cpu queued+postgres/run=n/a (--dsn: PostgreSQL's CPU not measured)")
+    else:
+        print(
+            f"RESULT scaleout cpu queued+postgres/run={both:.2f}x ({how}) (target<=2.0) "
+            f"{verdict(both <= 2.0)}"
+        )
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -563,19 +788,15 @@ async def measure(admin: str, cluster: Cluster | None, args: argparse.Namespace)
         flush=True,
     )
     walls: dict[int, float] = {}
-    queued: list[Round] = []
     for workers in args.workers:
         r = await scaled(admin, cluster, workers, args, kill=False)
         walls[workers] = r.wall
-        queued.append(r)
         print(f"  workers={workers}: {r.describe(total)}", flush=True)
     singles: dict[int, float] = {}
-    ran: list[Round] = []
     if "single" in args.parts:
-        for slots in sorted({args.concurrency, max(args.workers) * args.concurrency}):
+        for slots in sorted({args.concurrency, max(args.workers, default=1) * args.concurrency}):
             r = await single(cluster, slots, args)
             singles[slots] = r.wall
-            ran.append(r)
             print(f"  single run, {slots} turns at once: {r.describe(total)}", flush=True)
     after_kill = None
     if "kill" in args.parts:
@@ -588,9 +809,19 @@ async def measure(admin: str, cluster: Cluster | None, args: argparse.Namespace)
             f"{r.resent} replies re-sent; {r.describe(total)}",
             flush=True,
         )
+    cpu: tuple[list[str], list[Pair]] | None = None
+    if "cpu" in args.parts and args.cpu_pairs > 0:
+        yardstick, measured = (name for _, name in cpu_sides(args))
+        print(
+            f"  CPU pairs: {measured} against {yardstick}, {args.concurrency} turns at once each, "
+            f"kept up across the pairs; {yardstick} first in odd pairs, {measured} in even ones; "
+            f"CPU per message from the first message to {SETTLE:.0f} s after the last reply",
+            flush=True,
+        )
+        cpu = await cpu_pairs(admin, cluster, args)
     print(f"  load after: {os.getloadavg()[0]:.1f}")
-    if queued and ran:
-        print_cpu_results(queued, ran, total)
+    if cpu is not None:
+        print_cpu_results(*cpu, args.control)
     if 1 in walls and 3 in walls:
         speedup = walls[1] / walls[3]
         most = 3 * args.concurrency
@@ -612,27 +843,6 @@ async def measure(admin: str, cluster: Cluster | None, args: argparse.Namespace)
     return 0
 
 
-def print_cpu_results(queued: list[Round], ran: list[Round], total: int) -> None:
-    """CPU per message of a queued turn (median of the worker rounds) against ``run``'s
-    (median of its rounds), botkit's processes and PostgreSQL apart."""
-    botkit = median([r.per_message_ms(total, "botkit") for r in queued])
-    postgres = median([r.per_message_ms(total, "postgres") for r in queued])
-    single_ms = median([r.per_message_ms(total, "botkit") for r in ran])
-    print(
-        f"  CPU per message (median of rounds): queued botkit {botkit:.2f} ms + PostgreSQL "
-        f"{postgres:.2f} ms; run {single_ms:.2f} ms"
-    )
-    print(
-        f"RESULT scaleout cpu queued/run botkit={botkit / single_ms:.2f}x ({botkit:.2f} / "
-        f"{single_ms:.2f} ms) (target<=1.5) {verdict(botkit <= 1.5 * single_ms)}"
-    )
-    both = botkit + postgres
-    print(
-        f"RESULT scaleout cpu queued+postgres/run={both / single_ms:.2f}x ({both:.2f} / "
-        f"{single_ms:.2f} ms) (target<=2.0) {verdict(both <= 2.0 * single_ms)}"
-    )
-
-
 def median(values: list[float]) -> float:
     """The middle value (the mean of the two middle ones for an even count)."""
     ordered = sorted(values)
@@ -652,13 +862,30 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument(
-        "--workers", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 3]
+        "--workers",
+        type=lambda s: [int(n) for n in s.split(",") if n],
+        default=[1, 2, 3],
+        help="the worker rounds of the speedup (default 1,2,3; '' for none)",
     )
     parser.add_argument(
         "--parts",
         type=lambda s: set(s.split(",")),
-        default={"single", "kill"},
-        help="besides the worker rounds: single,kill (default both; '' for none)",
+        default={"single", "kill", "cpu"},
+        help="besides the worker rounds: single,kill,cpu (default all; '' for none)",
+    )
+    parser.add_argument(
+        "--cpu-pairs",
+        type=int,
+        default=6,
+        help="pairs of rounds (run, queued with one worker) the CPU verdicts are the medians of",
+    )
+    parser.add_argument(
+        "--control",
+        nargs="?",
+        const="run",
+        choices=["run", "queued"],
+        help="the CPU pairs with two identical sides (run, the default, or queued): the "
+        "method's noise floor, no verdict",
     )
     parser.add_argument("--dsn", help="a PostgreSQL URL that may create databases")
     parser.add_argument("--keep", help="copy each round's process logs into this folder")
