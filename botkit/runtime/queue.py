@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 import orjson
@@ -26,8 +27,10 @@ import psycopg
 import structlog
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
+from procrastinate.job_context import JobContext, JobResult
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+from procrastinate.worker import Worker
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
@@ -46,6 +49,7 @@ __all__ = [
     "Outage",
     "PatientJobManager",
     "QueueTimings",
+    "QuietWorker",
     "TurnQueue",
     "describe",
     "lock_for",
@@ -319,6 +323,12 @@ class TurnQueue:
         # A job cut short by a shutdown is retried (procrastinate retries aborts only then).
         retry = RetryStrategy(max_attempts=100, wait=1)
         self.app.task(name=TURN_TASK, queue=QUEUE, pass_context=True, retry=retry)(turn)
+
+    async def work(self, **options: Any) -> None:
+        """Run a procrastinate worker on botkit's queue (``options``: those of
+        ``App.run_worker_async``) until it stops or is cancelled."""
+        worker = QuietWorker(app=self.app, queues=[QUEUE], **options)
+        await worker.run()  # type: ignore[no-untyped-call]
 
     async def defer(self, bot_id: int, update_id: int, update: dict[str, Any], lock: str) -> None:
         """Queue ``update`` behind its conversation's earlier jobs (a copy already queued is
@@ -594,6 +604,31 @@ class PatientJobManager(JobManager):
             await super().unregister_worker(worker_id)
         finally:
             await self.locks.release(worker_id)
+
+
+class QuietWorker(Worker):
+    """procrastinate's worker, without a copy of each job in log records nobody reads.
+
+    Each of a job's four log records (loaded, started, ended, acknowledged) carries the job
+    with its whole update (``Job.log_context``, a deep copy: 15 µs), built before the logger
+    looks at its level; botkit turns procrastinate's loggers down to WARNING (it logs turns
+    itself), so they were thrown away. They are procrastinate's own while its worker logs at
+    INFO, and for a job that failed for good.
+    """
+
+    def _log_extra(
+        self, action: str, context: JobContext | None, job_result: JobResult | None, **more: Any
+    ) -> dict[str, Any]:
+        if context is None or action in _LOUD_ACTIONS or _WORKER_LOG.isEnabledFor(logging.INFO):
+            return super()._log_extra(action, context, job_result, **more)
+        extra = super()._log_extra(action, None, job_result, **more)
+        worker = cast(dict[str, Any], extra["worker"])
+        return {**extra, "worker": {**worker, "job_id": context.job.id}}
+
+
+_WORKER_LOG = logging.getLogger("procrastinate.worker")
+_LOUD_ACTIONS = frozenset({"job_error", "task_not_found"})
+"""The actions procrastinate's worker logs above INFO (ERROR)."""
 
 
 def _fetched_claim(row: dict[str, Any]) -> Claim | None:

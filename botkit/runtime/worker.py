@@ -251,7 +251,7 @@ class Worker:
     async def _one_run(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         timings = self.queue.timings
         running = asyncio.create_task(
-            self.queue.app.run_worker_async(
+            self.queue.work(
                 concurrency=concurrency,
                 install_signal_handlers=False,
                 update_heartbeat_interval=timings.heartbeat,
