@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import random
 import signal
@@ -768,6 +769,46 @@ async def test_a_jobs_end_written_while_postgres_is_away_is_written_once_it_is_b
     finally:
         await queue.close()
     assert left == [], "the job ended (and was deleted, as a successful job is)"
+
+
+async def test_a_workers_log_records_copy_each_job_only_when_procrastinate_logs_at_info(
+    db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each copy is the job with its whole update, four a job: botkit turns procrastinate's
+    logs down to WARNING (it logs turns itself), and then makes none."""
+    from procrastinate.jobs import Job
+
+    copies = 0
+    log_context = Job.log_context
+
+    def counted(job: Job) -> Any:
+        nonlocal copies
+        copies += 1
+        return log_context(job)
+
+    monkeypatch.setattr(Job, "log_context", counted)
+    queue = TurnQueue(db)
+    ran: list[int] = []
+
+    async def turn(job_id: int, update: dict[str, Any], attempts: int, during: bool) -> None:
+        ran.append(job_id)
+
+    queue.register(turn)
+    await queue.open()
+    try:
+        for level, update_id in ((logging.WARNING, 1), (logging.INFO, 2)):
+            caplog.set_level(level, logger="procrastinate")
+            await queue.defer(1, update_id, {"update_id": update_id}, f"user:{update_id}")
+            await queue.work(wait=False, install_signal_handlers=False, listen_notify=False)
+            if level == logging.WARNING:
+                quiet_copies, copies = copies, 0
+    finally:
+        await queue.close()
+    assert len(ran) == 2
+    assert quiet_copies == 0
+    assert copies == 4, "at INFO, each of the job's records carries it, as procrastinate's do"
+    started = [r for r in caplog.records if getattr(r, "action", None) == "start_job"]
+    assert [r.job["task_kwargs"]["update"]["update_id"] for r in started] == [2]
 
 
 async def test_receivers_and_workers_serve_metrics_and_readiness(

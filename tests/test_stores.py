@@ -63,6 +63,7 @@ ALL = [
     "016_schedule_trace",
     "017_worker_locks",
     "018_bursts",
+    "019_updates_by_job",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 import orjson
@@ -26,8 +27,10 @@ import psycopg
 import structlog
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued, ConnectorException
+from procrastinate.job_context import JobContext, JobResult
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+from procrastinate.worker import Worker
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
@@ -42,9 +45,11 @@ __all__ = [
     "TURN_TASK",
     "Behind",
     "Claim",
+    "Fetched",
     "Outage",
     "PatientJobManager",
     "QueueTimings",
+    "QuietWorker",
     "TurnQueue",
     "describe",
     "lock_for",
@@ -81,6 +86,34 @@ _CLAIM = """
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation"""
+# procrastinate's fetch_job (``procrastinate_fetch_job_v2``, its columns as in its
+# queries.sql) and ``_CLAIM`` of the fetched turn's update in one statement: one round trip a
+# job less. A suspect (put back ``suspect_from`` times) is not claimed here: it claims its
+# update only once it entered the suspects' lane, so a death while it waits is not its start.
+_FETCH_AND_CLAIM = """
+    WITH job AS MATERIALIZED (
+        SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at,
+               queue_name, attempts, worker_id
+        FROM procrastinate_fetch_job_v2(%(queues)s::varchar[], %(worker_id)s)
+    ), claim AS (
+        INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
+        SELECT %(bot_id)s, (args->'update'->>'update_id')::bigint, id, 1 FROM job
+        WHERE task_name = %(task)s AND attempts < %(suspect_from)s
+          AND args->'update' ? 'update_id'
+        ON CONFLICT (bot_id, update_id) DO UPDATE
+        SET starts = botkit_updates.starts + (botkit_updates.job_id = EXCLUDED.job_id)::int
+        RETURNING update_id, job_id, starts, given_up_at IS NOT NULL AS given_up
+    )
+    SELECT job.*, claim.update_id AS claimed_update, claim.job_id AS claimed_by,
+           claim.starts AS claim_starts, claim.given_up AS claim_given_up,
+           conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head
+    FROM job
+    LEFT JOIN claim ON true
+    LEFT JOIN LATERAL (
+        SELECT substr(job.lock, strpos(job.lock, ':') + 1) AS key
+        WHERE job.lock ~ '^(user|chat):'
+    ) conversation ON claim.job_id = job.id
+    LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key"""
 _UNSTART = """
     UPDATE botkit_updates SET starts = starts - 1
     WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
@@ -188,6 +221,16 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Fetched:
+    """A job's update as its fetch claimed it (in the statement that took the job)."""
+
+    update_id: int
+    """The update the job runs."""
+    claim: Claim | None
+    """The job's hold on it, this start counted; ``None``: another job claimed it first."""
+
+
+@dataclass(frozen=True, slots=True)
 class Behind:
     """A job queued behind a running one on its lock."""
 
@@ -281,6 +324,12 @@ class TurnQueue:
         retry = RetryStrategy(max_attempts=100, wait=1)
         self.app.task(name=TURN_TASK, queue=QUEUE, pass_context=True, retry=retry)(turn)
 
+    async def work(self, **options: Any) -> None:
+        """Run a procrastinate worker on botkit's queue (``options``: those of
+        ``App.run_worker_async``) until it stops or is cancelled."""
+        worker = QuietWorker(app=self.app, queues=[QUEUE], **options)
+        await worker.run()  # type: ignore[no-untyped-call]
+
     async def defer(self, bot_id: int, update_id: int, update: dict[str, Any], lock: str) -> None:
         """Queue ``update`` behind its conversation's earlier jobs (a copy already queued is
         not queued again); raises ``StoreError`` when PostgreSQL cannot take it."""
@@ -353,6 +402,20 @@ class TurnQueue:
             _CLAIM_FOR, bot_id=bot_id, update_ids=update_ids, job_id=job_id
         )
         return {int(row["update_id"]) for row in rows if int(row["job_id"]) == job_id}
+
+    def claim_at_fetch(self, bot_id: int, suspect_from: int) -> None:
+        """From now on, fetching a turn's job claims its update in the same statement (as
+        :meth:`claim` would) unless the job was put back ``suspect_from`` times; the task takes
+        the claim with :meth:`fetched`."""
+        manager = self.app.job_manager
+        assert isinstance(manager, PatientJobManager)
+        manager.claiming = (bot_id, suspect_from)
+
+    def fetched(self, job_id: int) -> Fetched | None:
+        """The claim job ``job_id``'s fetch made, once (``None``: it made none)."""
+        manager = self.app.job_manager
+        assert isinstance(manager, PatientJobManager)
+        return manager.fetched.pop(job_id, None)
 
     async def claim(self, bot_id: int, update_id: int, job_id: int) -> Claim | None:
         """Job ``job_id``'s hold on ``update_id``, this start counted; ``None`` when another
@@ -468,6 +531,65 @@ class PatientJobManager(JobManager):
     def __init__(self, connector: Any, locks: WorkerLocks) -> None:
         super().__init__(connector)
         self.locks = locks
+        self.claiming: tuple[int, int] | None = None
+        """``(bot_id, suspect_from)`` once fetches claim their turn's update too."""
+        self.fetched: dict[int, Fetched] = {}
+        """The claims fetches made, by job id, until the job's task takes its own."""
+
+    async def fetch_job(self, queues: Iterable[str] | None, worker_id: int) -> Job | None:
+        """Take the next job, as procrastinate does; claiming its update in the same statement
+        when the worker asked for it (:meth:`TurnQueue.claim_at_fetch`)."""
+        if self.claiming is None:
+            return await super().fetch_job(queues, worker_id)
+        bot_id, suspect_from = self.claiming
+        row = await self.connector.execute_query_one_async(
+            _FETCH_AND_CLAIM,
+            queues=list(queues) if queues is not None else None,
+            worker_id=worker_id,
+            bot_id=bot_id,
+            task=TURN_TASK,
+            suspect_from=suspect_from,
+        )
+        if row["id"] is None:
+            return None
+        job = Job.from_row(row)
+        if row["claimed_by"] is not None:
+            assert job.id is not None
+            self.fetched[job.id] = Fetched(int(row["claimed_update"]), _fetched_claim(row))
+        return job
+
+    async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
+        """Set a job to its final state, retrying while the database cannot be reached."""
+        await self._unclaim_untaken(job)
+        outage = Outage(f"worker (ending job {job.id})")
+        deadline = asyncio.get_running_loop().time() + JOB_END_PATIENCE
+        while True:
+            try:
+                await super().finish_job(job, status, delete_job)
+            except ConnectorException as e:
+                lost = isinstance(e.__cause__, psycopg.OperationalError)
+                if not lost or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(outage.failed(e))
+                continue
+            outage.ok()
+            return
+
+    async def retry_job(self, job: Job, *args: Any, **kwargs: Any) -> None:
+        """Put a job back in the queue (cut short by a shutdown), as procrastinate does."""
+        await self._unclaim_untaken(job)
+        await super().retry_job(job, *args, **kwargs)
+
+    async def _unclaim_untaken(self, job: Job) -> None:
+        """Take back the start its fetch counted for a job whose task never took its claim
+        (cancelled before it began): the worker saw that start end, it is no death."""
+        fetched = self.fetched.pop(job.id, None) if job.id is not None else None
+        if fetched is None or fetched.claim is None or self.claiming is None:
+            return
+        with _suppressed():
+            await self.connector.execute_query_async(
+                _UNSTART, bot_id=self.claiming[0], update_id=fetched.update_id, job_id=job.id
+            )
 
     async def register_worker(self) -> int:
         """Register a starting worker, then take its liveness lock (before it fetches jobs)."""
@@ -483,21 +605,42 @@ class PatientJobManager(JobManager):
         finally:
             await self.locks.release(worker_id)
 
-    async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
-        """Set a job to its final state, retrying while the database cannot be reached."""
-        outage = Outage(f"worker (ending job {job.id})")
-        deadline = asyncio.get_running_loop().time() + JOB_END_PATIENCE
-        while True:
-            try:
-                await super().finish_job(job, status, delete_job)
-            except ConnectorException as e:
-                lost = isinstance(e.__cause__, psycopg.OperationalError)
-                if not lost or asyncio.get_running_loop().time() > deadline:
-                    raise
-                await asyncio.sleep(outage.failed(e))
-                continue
-            outage.ok()
-            return
+
+class QuietWorker(Worker):
+    """procrastinate's worker, without a copy of each job in log records nobody reads.
+
+    Each of a job's four log records (loaded, started, ended, acknowledged) carries the job
+    with its whole update (``Job.log_context``, a deep copy: 15 µs), built before the logger
+    looks at its level; botkit turns procrastinate's loggers down to WARNING (it logs turns
+    itself), so they were thrown away. They are procrastinate's own while its worker logs at
+    INFO, and for a job that failed for good.
+    """
+
+    def _log_extra(
+        self, action: str, context: JobContext | None, job_result: JobResult | None, **more: Any
+    ) -> dict[str, Any]:
+        if context is None or action in _LOUD_ACTIONS or _WORKER_LOG.isEnabledFor(logging.INFO):
+            return super()._log_extra(action, context, job_result, **more)
+        extra = super()._log_extra(action, None, job_result, **more)
+        worker = cast(dict[str, Any], extra["worker"])
+        return {**extra, "worker": {**worker, "job_id": context.job.id}}
+
+
+_WORKER_LOG = logging.getLogger("procrastinate.worker")
+_LOUD_ACTIONS = frozenset({"job_error", "task_not_found"})
+"""The actions procrastinate's worker logs above INFO (ERROR)."""
+
+
+def _fetched_claim(row: dict[str, Any]) -> Claim | None:
+    """The claim in a row of ``_FETCH_AND_CLAIM``; ``None`` when another job holds it."""
+    if int(row["claimed_by"]) != int(row["id"]):
+        return None
+    return Claim(
+        starts=int(row["claim_starts"]),
+        given_up=bool(row["claim_given_up"]),
+        conversation=row["claim_conversation"],
+        head=int(row["claim_head"]),
+    )
 
 
 def _pool(**options: Any) -> AsyncConnectionPool:

@@ -79,7 +79,7 @@ class Worker:
         once beside the others."""
         update_id = int(update["update_id"])
         async with self.lane.entered(attempts):
-            claim = await self._claim(update_id, job_id)
+            claim = await self._own_claim(update_id, job_id)
             if claim is None:
                 log.info("worker.duplicate_update", update_id=update_id, job_id=job_id)
                 return
@@ -205,11 +205,23 @@ class Worker:
             self.outage.ok()
             return result
 
+    async def _own_claim(self, update_id: int, job_id: int) -> Claim | None:
+        """The job's hold on its own update: the one its fetch took, else claimed now."""
+        fetched = self.queue.fetched(job_id)
+        if fetched is None or fetched.update_id != update_id:
+            return await self._claim(update_id, job_id)
+        self.outage.ok()  # the fetch reached the database: an outage the worker saw is over
+        return self._noted(fetched.claim)
+
     async def _claim(self, update_id: int, job_id: int) -> Claim | None:
         """This job's hold on the update (``None``: another job's); retried while PostgreSQL
         is away."""
         assert self.messenger.me is not None
         claimed = await self._patiently(self.queue.claim, self.messenger.me.id, update_id, job_id)
+        return self._noted(claimed)
+
+    def _noted(self, claimed: Claim | None) -> Claim | None:
+        """``claimed``, its conversation's last entry number noted for the turn's context."""
         if claimed is not None and claimed.conversation and self.heads_with_claims:
             known_head(claimed.conversation, claimed.head)
         return claimed
@@ -217,6 +229,8 @@ class Worker:
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         """Take jobs until ``stop`` is set; a worker broken by a lost database starts again."""
         self.queue.register(self.run)
+        assert self.messenger.me is not None
+        self.queue.claim_at_fetch(self.messenger.me.id, self.lane.suspect_from)
         schedules = QueuedSchedules(self.bot, self.messenger, self.queue, turns=self)
         schedules.register()
         chores = [
@@ -237,7 +251,7 @@ class Worker:
     async def _one_run(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
         timings = self.queue.timings
         running = asyncio.create_task(
-            self.queue.app.run_worker_async(
+            self.queue.work(
                 concurrency=concurrency,
                 install_signal_handlers=False,
                 update_heartbeat_interval=timings.heartbeat,
