@@ -3,7 +3,7 @@ cheaper encoder (imported only with tracing on).
 
 The SDK's ``encode_spans`` builds a protobuf object for every span, attribute and value, then
 serialises them: about 35 µs of the exporter thread's CPU per span of botkit's (about 0.1 ms a
-turn). :func:`encode` writes the same bytes straight from the spans in about 11 µs. Anything it
+turn). :func:`encode` writes the same bytes straight from the spans in about 10 µs. Anything it
 does not expect (a value of another type, an integer beyond 64 bits, a string that is not valid
 UTF-8) sends the whole batch through the SDK's encoder instead, which decides what becomes of it.
 Everything else (endpoint, headers, compression, retries, the exporter's own metrics) is the
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -31,8 +32,15 @@ _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64 = 2**64
+_TIMES = struct.Struct("<BQBQ").pack
+"""A span's start and end times, each with its field's tag."""
 _REMOTE_KNOWN, _REMOTE = 0x100, 0x200
 """``SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`` and ``SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK``."""
+_LOCAL_PARENT = b"\x85\x01" + _FIXED32(_REMOTE_KNOWN)
+_REMOTE_PARENT = b"\x85\x01" + _FIXED32(_REMOTE_KNOWN | _REMOTE)
+"""A span's ``flags`` field (16), as the SDK's encoder sets it: whether its parent is remote."""
+_KINDS = {kind.value: b"\x30" + _SMALL[kind.value + 1] for kind in SpanKind}
+"""A span's ``kind`` field: the SDK's ``SpanKind`` is the protocol's, less one."""
 _KEYS_KEPT = 1024
 _keys: dict[str, bytes] = {}
 """An attribute key's encoded start of a ``KeyValue`` (its field 1), for the keys seen most."""
@@ -93,6 +101,8 @@ class OtlpSpanExporter(OTLPSpanExporter):
 def _varint(n: int) -> bytes:
     if n < 0x80:
         return _SMALL[n]
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -151,10 +161,8 @@ def _span(span: ReadableSpan) -> bytes:
     """One ``Span`` message, its fields in the order the SDK's encoder writes them."""
     context = span.get_span_context()
     assert context is not None
-    parts = [
-        b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
-        b"\x12\x08" + context.span_id.to_bytes(8, "big"),
-    ]
+    parts = [b"\x0a\x10" + context.trace_id.to_bytes(16, "big") + b"\x12\x08"]
+    parts.append(context.span_id.to_bytes(8, "big"))
     trace_state = context.trace_state
     if trace_state:
         parts.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in trace_state.items()).encode()))
@@ -163,13 +171,18 @@ def _span(span: ReadableSpan) -> bytes:
         parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
     if span.name:
         parts.append(_field(b"\x2a", span.name.encode()))
-    parts.append(b"\x30" + _SMALL[span.kind.value + 1])
-    if span.start_time:
-        parts.append(b"\x39" + _FIXED64(span.start_time))
-    if span.end_time:
-        parts.append(b"\x41" + _FIXED64(span.end_time))
-    if span.attributes:
-        parts.append(_attributes(b"\x4a", span.attributes))
+    parts.append(_KINDS[span.kind.value])
+    start, end = span.start_time, span.end_time
+    if start and end:
+        parts.append(_TIMES(0x39, start, 0x41, end))
+    else:
+        if start:
+            parts.append(b"\x39" + _FIXED64(start))
+        if end:
+            parts.append(b"\x41" + _FIXED64(end))
+    attributes = span.attributes
+    if attributes:
+        parts.append(_attributes(b"\x4a", attributes))
     if span.dropped_attributes:
         parts.append(b"\x50" + _varint(span.dropped_attributes))
     for event in span.events:
@@ -180,10 +193,11 @@ def _span(span: ReadableSpan) -> bytes:
         parts.append(_field(b"\x6a", _link(link)))
     if span.dropped_links:
         parts.append(b"\x70" + _varint(span.dropped_links))
-    if span.status is not None:
-        parts.append(_field(b"\x7a", _status(span.status)))
-    flags = _REMOTE_KNOWN | (_REMOTE if parent is not None and parent.is_remote else 0)
-    parts.append(b"\x85\x01" + _FIXED32(flags))
+    status = span.status
+    if status is not None:
+        unset = status.status_code is StatusCode.UNSET and not status.description
+        parts.append(b"\x7a\x00" if unset else _field(b"\x7a", _status(status)))
+    parts.append(_REMOTE_PARENT if parent is not None and parent.is_remote else _LOCAL_PARENT)
     return b"".join(parts)
 
 
