@@ -43,7 +43,8 @@ _KINDS = {kind.value: b"\x30" + _SMALL[kind.value + 1] for kind in SpanKind}
 """A span's ``kind`` field: the SDK's ``SpanKind`` is the protocol's, less one."""
 _KEYS_KEPT = 1024
 _keys: dict[str, bytes] = {}
-"""An attribute key's encoded start of a ``KeyValue`` (its field 1), for the keys seen most."""
+"""An attribute key's encoded start of a ``KeyValue`` (its field 1), for the first 1,024 keys seen
+(botkit's spans use a few dozen)."""
 
 
 def encode(spans: Sequence[ReadableSpan]) -> bytes:
