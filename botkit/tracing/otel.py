@@ -386,9 +386,9 @@ def _exporters(names: str) -> list[SpanExporter]:
     exporters: list[SpanExporter] = []
     for name in (n.strip().lower() for n in names.split(",")):
         if name in ("otlp", "otlp_proto_http", ""):
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from botkit.tracing.otlp import OtlpSpanExporter
 
-            exporters.append(OTLPSpanExporter())
+            exporters.append(OtlpSpanExporter())
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
         elif name != "none":
