@@ -64,6 +64,7 @@ ALL = [
     "017_worker_locks",
     "018_bursts",
     "019_updates_by_job",
+    "020_fetch_plan",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
