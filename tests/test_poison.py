@@ -351,53 +351,6 @@ async def test_giving_up_finds_the_jobs_claims_by_an_index(db: str) -> None:
     assert "botkit_updates_job_id" in plan, plan
 
 
-@pytest.mark.parametrize(
-    ("conversation", "jobs", "fetches", "bound"),
-    [
-        # 100 conversations, their messages spread: each fetch finds a free one at once, and
-        # looking at each waiting job a few times is linear (the old plan read the queue for
-        # each job it looked at: 801,000 rows)
-        ("g % 100", 300, 20, 4 * 20 * 300),
-        # a conversation's six messages in a row, as a burst arrives: each fetch passes over
-        # the earlier conversations' waiting messages (8,081 rows; 348,497 with the plan 020
-        # left, 8 million with procrastinate's)
-        ("g / 6", 600, 40, 20_000),
-    ],
-    ids=["spread", "in-a-row"],
-)
-async def test_a_fetch_planned_while_the_queue_was_empty_reads_it_by_its_indexes(
-    db: str, conversation: str, jobs: int, fetches: int, bound: int
-) -> None:
-    """A worker polls the empty queue, and its connection keeps the fetch's plan: made for an
-    empty table, that plan read the whole queue for every waiting job once the queue filled
-    (20 ms a fetch with 600 jobs queued, instead of 0.4)."""
-    worker = await asyncpg.connect(db)
-    receiver = await asyncpg.connect(db)
-    try:
-        await receiver.execute("VACUUM ANALYZE procrastinate_jobs")  # as autovacuum does
-        for _ in range(10):  # a plan PL/pgSQL would keep for the connection
-            assert await worker.fetchval(_FETCH) is None
-        await receiver.execute(_JOBS.format(conversation=conversation, jobs=jobs))
-        async with worker.transaction():
-            for _ in range(fetches):  # later ones skip the conversations taken before them
-                assert await worker.fetchval(_FETCH) is not None
-            read = await worker.fetchval(
-                "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
-                " WHERE relname = 'procrastinate_jobs'"
-            )
-    finally:
-        await worker.close()
-        await receiver.close()
-    assert read < bound, f"{fetches} fetches read {read} rows"
-
-
-_FETCH = "SELECT (procrastinate_fetch_job_v2(ARRAY['botkit']::varchar[], NULL)).id"
-_JOBS = """
-    INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, status)
-    SELECT 'botkit', 'botkit.chore', 'user:' || ({conversation}), '{{}}', 'todo'
-    FROM generate_series(1, {jobs}) g"""
-
-
 async def test_a_start_the_worker_saw_end_is_taken_back(db: str) -> None:
     queue = TurnQueue(db)
     await queue.open()

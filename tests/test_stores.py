@@ -65,7 +65,7 @@ ALL = [
     "018_bursts",
     "019_updates_by_job",
     "020_fetch_plan",
-    "021_fetch_plan_each_call",
+    "021_fetch_by_lock_heads",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

@@ -77,24 +77,28 @@ _CLAIM = """
         VALUES (%(bot_id)s, %(update_id)s, %(job_id)s, 1)
         ON CONFLICT (bot_id, update_id) DO UPDATE
         SET starts = botkit_updates.starts + (botkit_updates.job_id = EXCLUDED.job_id)::int
-        RETURNING job_id, starts, given_up_at IS NOT NULL AS given_up
+        RETURNING job_id AS claimed_by, starts AS claim_starts,
+                  given_up_at IS NOT NULL AS claim_given_up
     ), job AS (
         SELECT substr(lock, strpos(lock, ':') + 1) AS conversation
         FROM procrastinate_jobs WHERE id = %(job_id)s AND lock ~ '^(user|chat):'
     )
-    SELECT claim.*, job.conversation, coalesce(head.last_seq, 0) AS head
+    SELECT claim.*, job.conversation AS claim_conversation,
+           coalesce(head.last_seq, 0) AS claim_head
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation"""
-# procrastinate's fetch_job (``procrastinate_fetch_job_v2``, its columns as in its
-# queries.sql) and ``_CLAIM`` of the fetched turn's update in one statement: one round trip a
+# procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
+# function, whose plan stays right at every queue size (migration 021).
+_FETCH = """
+    SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at,
+           queue_name, attempts, worker_id
+    FROM botkit_fetch_job(%(queues)s::varchar[], %(worker_id)s)"""
+# ``_FETCH`` and ``_CLAIM`` of the fetched turn's update in one statement: one round trip a
 # job less. A suspect (put back ``suspect_from`` times) is not claimed here: it claims its
 # update only once it entered the suspects' lane, so a death while it waits is not its start.
-_FETCH_AND_CLAIM = """
-    WITH job AS MATERIALIZED (
-        SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at,
-               queue_name, attempts, worker_id
-        FROM procrastinate_fetch_job_v2(%(queues)s::varchar[], %(worker_id)s)
+_FETCH_AND_CLAIM = f"""
+    WITH job AS MATERIALIZED ({_FETCH}
     ), claim AS (
         INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
         SELECT %(bot_id)s, (args->'update'->>'update_id')::bigint, id, 1 FROM job
@@ -423,14 +427,7 @@ class TurnQueue:
         row = await self.app.connector.execute_query_one_async(
             _CLAIM, bot_id=bot_id, update_id=update_id, job_id=job_id
         )
-        if int(row["job_id"]) != job_id:
-            return None
-        return Claim(
-            starts=int(row["starts"]),
-            given_up=bool(row["given_up"]),
-            conversation=row["conversation"],
-            head=int(row["head"]),
-        )
+        return _claim_in(row, job_id)
 
     async def unstart(self, bot_id: int, update_id: int, job_id: int) -> None:
         """Take back a start of job ``job_id`` that ended short of done in this worker's sight
@@ -537,14 +534,19 @@ class PatientJobManager(JobManager):
         """The claims fetches made, by job id, until the job's task takes its own."""
 
     async def fetch_job(self, queues: Iterable[str] | None, worker_id: int) -> Job | None:
-        """Take the next job, as procrastinate does; claiming its update in the same statement
-        when the worker asked for it (:meth:`TurnQueue.claim_at_fetch`)."""
+        """Take the next job, as procrastinate does (by ``botkit_fetch_job``); claiming its
+        update in the same statement when the worker asked for it
+        (:meth:`TurnQueue.claim_at_fetch`)."""
+        names = list(queues) if queues is not None else None
         if self.claiming is None:
-            return await super().fetch_job(queues, worker_id)
+            row = await self.connector.execute_query_one_async(
+                _FETCH, queues=names, worker_id=worker_id
+            )
+            return None if row["id"] is None else Job.from_row(row)
         bot_id, suspect_from = self.claiming
         row = await self.connector.execute_query_one_async(
             _FETCH_AND_CLAIM,
-            queues=list(queues) if queues is not None else None,
+            queues=names,
             worker_id=worker_id,
             bot_id=bot_id,
             task=TURN_TASK,
@@ -555,7 +557,7 @@ class PatientJobManager(JobManager):
         job = Job.from_row(row)
         if row["claimed_by"] is not None:
             assert job.id is not None
-            self.fetched[job.id] = Fetched(int(row["claimed_update"]), _fetched_claim(row))
+            self.fetched[job.id] = Fetched(int(row["claimed_update"]), _claim_in(row, job.id))
         return job
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
@@ -631,9 +633,10 @@ _LOUD_ACTIONS = frozenset({"job_error", "task_not_found"})
 """The actions procrastinate's worker logs above INFO (ERROR)."""
 
 
-def _fetched_claim(row: dict[str, Any]) -> Claim | None:
-    """The claim in a row of ``_FETCH_AND_CLAIM``; ``None`` when another job holds it."""
-    if int(row["claimed_by"]) != int(row["id"]):
+def _claim_in(row: dict[str, Any], job_id: int) -> Claim | None:
+    """Job ``job_id``'s claim in a row of ``_CLAIM`` or ``_FETCH_AND_CLAIM``; ``None`` when
+    another job holds the update."""
+    if int(row["claimed_by"]) != job_id:
         return None
     return Claim(
         starts=int(row["claim_starts"]),
