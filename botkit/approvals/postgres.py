@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from botkit.approvals.store import Decision, HeldMessage, PendingApproval
+from botkit.stores.postgres import own_queries
 
 __all__ = ["PostgresApprovals"]
 
@@ -48,12 +49,14 @@ class PostgresApprovals:
 
     async def _execute(self, sql: str, *params: Any) -> str:
         pool = await self._pool()
-        status: str = await pool.execute(sql, *params)
+        with own_queries():  # one statement each: nothing for the pool's reset to undo
+            status: str = await pool.execute(sql, *params)
         return status
 
     async def _fetch(self, sql: str, *params: Any) -> list[Any]:
         pool = await self._pool()
-        return list(await pool.fetch(sql, *params))
+        with own_queries():
+            return list(await pool.fetch(sql, *params))
 
     async def add(self, approval: PendingApproval) -> None:
         """Record a new request."""

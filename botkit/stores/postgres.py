@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, date, datetime
 from typing import Any
@@ -50,6 +50,18 @@ async def _reset_unless_own(conn: Any) -> None:
     query = conn.get_reset_query()
     if query:
         await conn.execute(query)
+
+
+@contextmanager
+def own_queries() -> Iterator[None]:
+    """Within: connections of the user store's pool are released without asyncpg's reset
+    query, for botkit's own queries over ``store.pool`` (the approvals'), which leave no
+    advisory lock, cursor, listener or setting behind: one round trip a turn less."""
+    own = _OWN_QUERIES.set(True)
+    try:
+        yield
+    finally:
+        _OWN_QUERIES.reset(own)
 
 
 _DRIVER_ERRORS = (
@@ -352,12 +364,9 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
         """A pooled connection, once the schema is known to be there, for ``doing``."""
         if not self._schema_ok:
             await self.check_schema()
-        own = _OWN_QUERIES.set(True)  # seen by the pool's reset when the connection returns
-        try:
+        with own_queries():  # seen by the pool's reset when the connection returns
             async with self._converted(doing), self.pool.acquire() as conn:
                 yield conn
-        finally:
-            _OWN_QUERIES.reset(own)
 
     @asynccontextmanager
     async def _converted(self, doing: str) -> AsyncIterator[None]:
