@@ -136,6 +136,21 @@ async def test_a_worker_on_an_unmigrated_database_says_to_migrate(
             pass
 
 
+async def test_a_worker_without_botkits_fetch_says_to_migrate(
+    postgres_db: str, claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """Every worker takes jobs with ``botkit_fetch_job`` (migration 021): a database without
+    it is refused at start, not met by a fetch loop that fails at every poll."""
+    from botkit.errors import ConfigError
+
+    await migrate(postgres_db)
+    await fetchval(postgres_db, "DROP FUNCTION botkit_fetch_job(character varying[], bigint)")
+    bot = queued_bot(claude, telegram, tmp_path, postgres_db)
+    with pytest.raises(ConfigError, match="its fetch: run `python -m botkit migrate`"):
+        async with queued(bot):
+            pass
+
+
 # --- receive and work -----------------------------------------------------------------------
 
 

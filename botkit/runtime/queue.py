@@ -190,7 +190,8 @@ _SCHEMA = """
     SELECT to_regclass('procrastinate_jobs') IS NOT NULL AND EXISTS (
         SELECT FROM pg_attribute
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
-    ) AND to_regclass('botkit_worker_locks') IS NOT NULL AS ok"""
+    ) AND to_regclass('botkit_worker_locks') IS NOT NULL
+      AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL AS ok"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +290,8 @@ class TurnQueue:
         if not row["ok"]:
             await self.close()
             raise ConfigError(
-                "the database lacks the job queue tables: run `python -m botkit migrate`"
+                "the database lacks the job queue's tables or its fetch: run `python -m botkit"
+                " migrate`"
             )
 
     async def close(self) -> None:
