@@ -191,7 +191,10 @@ async def processes(procs: list[subprocess.Popen[bytes]]) -> AsyncIterator[None]
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             try:
-                proc.wait(30)
+                # waited for in a thread: the fakes on this event loop keep answering the
+                # requests a stopping bot still makes (a blocking wait froze them, and `run`
+                # then sat out the 30 s and was killed, its cProfile output lost)
+                await asyncio.to_thread(proc.wait, 30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
