@@ -11,14 +11,17 @@ at 512 spans, so each round is followed by ``--settle`` seconds (6) for both bot
 of a round is counted from its first message to the end of that wait: the export of its last
 spans included.
 
-This machine's load drifts by as much as tracing costs, so one "off" round against one "on"
-round measures the drift. Instead ``--pairs`` pairs (8) of rounds run back to back, "off" first
-in odd pairs and "on" first in even ones (with "off" always first, as before, a bias of a few
-per cent against "on" is not ruled out: in a control run the second bot of a pair cost 1.03x
-the first on average), and each pair gives a ratio;
-the verdict is the **median of the pairs' ratios**, which a burst of load in one pair cannot
-move much. Every round is printed, with its bot CPU split between the event loop's thread and
-the others (the span exporter's, in "on").
+This machine's speed drifts by as much as tracing costs (the same bot's CPU per turn moves by
+a third from one minute to the next), so one "off" round after one "on" round measures the
+drift. Instead ``--pairs`` pairs (8) of rounds run, and in each pair **both bots get their 200
+messages at the same moment**: they share whatever state the machine is in, and each pair
+gives a ratio. The bot whose messages leave first is slower in wall time, so "off" goes first in
+odd pairs and "on" in even ones. The verdict is the **median of the pairs' ratios**, which a
+burst of load in one pair cannot move much. ``--one-at-a-time`` runs a pair's rounds one after
+the other instead (in alternating order), as this bench did before: with it, even two
+tracing-off bots gave pairs from 0.80 to 1.27; together, 0.87 to 1.07. Every round is printed,
+with its bot CPU split between the event loop's thread and the others (the span exporter's, in
+"on").
 
 Printed: each process's start-up (CPU and wall time from its start to its first poll), every
 round, the median bot CPU per turn of each side (divided by the messages sent, one turn each),
@@ -29,7 +32,7 @@ with tracing on <= 1.10x off). ``--control`` runs two "off" bots instead (no PAS
 ratio it prints is the noise floor of the method on this machine.
 
     python bench/tracing.py [--users 200] [--pairs 8] [--chunk-delay 0.02] [--settle 6]
-                            [--control]
+                            [--control] [--one-at-a-time]
 """
 
 from __future__ import annotations
@@ -134,6 +137,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="both bots with tracing off: the ratio is the method's noise floor (no verdict)",
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="run a pair's rounds one after the other (alternating order) instead of together",
+    )
     return parser.parse_args()
 
 
@@ -212,8 +220,19 @@ def requests_line(requests: list[RecordedRequest], turns: int) -> str:
     return ", ".join(f"{method} {count / turns:.1f}" for method, count in counts.most_common())
 
 
+async def pair_round(
+    bots: list[BotUnderTest], number: int, messages: list[tuple[int, str]], args: argparse.Namespace
+) -> list[tuple[BotUnderTest, Measured]]:
+    """Pair ``number``'s rounds: both bots at once, or one after the other."""
+    order = pair_order(bots, number)
+    if not args.one_at_a_time:
+        both = await asyncio.gather(*(measured(bot, messages, args) for bot in order))
+        return list(zip(order, both, strict=True))
+    return [(bot, await measured(bot, messages, args)) for bot in order]
+
+
 def pair_order(bots: list[BotUnderTest], number: int) -> list[BotUnderTest]:
-    """The bots in the order pair ``number`` runs them: "off" first, then "on" first."""
+    """The bots in the order pair ``number`` starts them: "off" first, then "on" first."""
     return bots if number % 2 == 0 else bots[::-1]
 
 
@@ -246,7 +265,8 @@ async def main(args: argparse.Namespace) -> int:
         print(
             f"bench/tracing.py: {args.users} users send one message each at once; the default "
             f"assistant (streamed drafts), tracing off vs {against}"
-            f" (OTLP/HTTP to a local receiver); {args.pairs} pairs of rounds, alternating"
+            f" (OTLP/HTTP to a local receiver); {args.pairs} pairs of rounds, "
+            + ("one after the other, alternating" if args.one_at_a_time else "both bots at once")
         )
         print(machine_line())
         results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
@@ -267,8 +287,7 @@ async def main(args: argparse.Namespace) -> int:
             for number in range(args.pairs):
                 first = FIRST_USER + number * args.users
                 pair: dict[str, float] = {}
-                for bot in pair_order(bots, number):
-                    m = await measured(bot, greetings(first, args.users), args)
+                for bot, m in await pair_round(bots, number, greetings(first, args.users), args):
                     results[bot.name].append(m.result)
                     per_turn[bot.name].append(m.cpu_ms)
                     pair[bot.name] = m.cpu_ms
