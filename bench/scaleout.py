@@ -32,12 +32,15 @@ same messages, however many turns it took).
   as services run, each with its own fakes and warmed up as above, start-up outside every
   measured window: ``run`` (BOTKIT_MAX_CONCURRENT_TURNS = ``--concurrency``, 32) and
   ``queued`` (a receiver and one ``work --concurrency 32`` worker on a fresh database). Then
-  ``--cpu-pairs`` pairs (6) of rounds run back to back, ``run`` first in odd pairs and
-  ``queued`` first in even ones; both rounds of a pair get the same messages from the same new
-  users. A round's CPU is counted from its first message until 1 s after its last reply (the
-  last turns' bookkeeping; an idle queued side's polls are charged to it), every botkit process
-  summed (receiver + worker), PostgreSQL's apart, each divided by the 600 messages. Every round
-  and each pair's ratios are printed; the verdicts are the **medians of the pairs' ratios**.
+  ``--cpu-pairs`` pairs (6) of rounds run, both rounds of a pair **at the same time**, so that
+  they share the machine's state (``--cpu-one-at-a-time``: back to back, as before), with the
+  same messages from the same new users; ``run``'s are sent first in odd pairs and
+  ``queued``'s in even ones. A round's CPU is counted from its first message until 1 s after
+  its last reply (the last turns' bookkeeping; an idle queued side's polls are charged to it),
+  every botkit process summed (receiver + worker), PostgreSQL's apart, each divided by the 600
+  messages (not under ``--control queued`` with its rounds together: one cluster serves both).
+  Every round and each pair's ratios are printed; the verdicts are the **medians of the pairs'
+  ratios**.
   ``--control`` (``run``, or ``--control queued``) pairs two identical contenders instead:
   its ratios are the method's noise floor on this machine (no verdict).
 
@@ -682,11 +685,22 @@ def cpu_sides(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(args.control, args.control), (args.control, f"{args.control}2")]
 
 
+async def pair_rounds(
+    order: list[Contender], users: range, args: argparse.Namespace
+) -> dict[str, Round]:
+    """A pair's two rounds, by side: both at once (each side's messages sent in ``order``), or
+    under ``--cpu-one-at-a-time`` one after the other."""
+    if args.cpu_one_at_a_time:
+        return {side.name: await cpu_round(side, users, args) for side in order}
+    both = await asyncio.gather(*(cpu_round(side, users, args) for side in order))
+    return {side.name: r for side, r in zip(order, both, strict=True)}
+
+
 async def cpu_pairs(
     admin: str, cluster: Cluster | None, args: argparse.Namespace
 ) -> tuple[list[str], list[Pair]]:
-    """``--cpu-pairs`` pairs of rounds back to back, the yardstick first in odd pairs and the
-    measured side first in even ones; the sides' names and each pair's CPU per message."""
+    """``--cpu-pairs`` pairs of rounds, the yardstick's messages sent first in odd pairs and the
+    measured side's in even ones; the sides' names and each pair's CPU per message."""
     total = args.users * args.per_user
     pairs: list[Pair] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -697,14 +711,16 @@ async def cpu_pairs(
         for number in range(args.cpu_pairs):
             first = FIRST_PAIR_USER + number * args.users
             users = range(first, first + args.users)  # the same messages for both sides
-            rounds: dict[str, Round] = {}
-            for side in sides if number % 2 == 0 else sides[::-1]:
-                rounds[side.name] = r = await cpu_round(side, users, args)
-                print(round_line(number, side, r, total), flush=True)
+            order = sides if number % 2 == 0 else sides[::-1]
+            rounds = await pair_rounds(order, users, args)
+            for side in order:
+                print(round_line(number, side, rounds[side.name], total), flush=True)
             a, b = (rounds[side.name] for side in sides)
+            postgres = (postgres_ms(a, total), postgres_ms(b, total))
+            if args.control == "queued" and not args.cpu_one_at_a_time:
+                postgres = (None, None)  # one cluster serves both sides at once: not apart
             pair = Pair(
-                (a.per_message_ms(total, "botkit"), b.per_message_ms(total, "botkit")),
-                (postgres_ms(a, total), postgres_ms(b, total)),
+                (a.per_message_ms(total, "botkit"), b.per_message_ms(total, "botkit")), postgres
             )
             pairs.append(pair)
             print(f"  pair {number + 1} {ratios_text(pair, sides[1].name, sides[0].name)}")
@@ -881,6 +897,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=6,
         help="pairs of rounds (run, queued with one worker) the CPU verdicts are the medians of",
+    )
+    parser.add_argument(
+        "--cpu-one-at-a-time",
+        action="store_true",
+        help="run a CPU pair's two rounds one after the other (alternating order), not together",
     )
     parser.add_argument(
         "--control",
