@@ -16,12 +16,15 @@ a third from one minute to the next), so one "off" round after one "on" round me
 drift. Instead ``--pairs`` pairs (8) of rounds run, and in each pair **both bots get their 200
 messages at the same moment**: they share whatever state the machine is in, and each pair
 gives a ratio. The bot whose messages leave first is slower in wall time, so "off" goes first in
-odd pairs and "on" in even ones. The verdict is the **median of the pairs' ratios**, which a
-burst of load in one pair cannot move much. ``--one-at-a-time`` runs a pair's rounds one after
-the other instead (in alternating order), as this bench did before: with it, even two
-tracing-off bots gave pairs from 0.80 to 1.27; together, 0.87 to 1.07. Every round is printed,
-with its bot CPU split between the event loop's thread and the others (the span exporter's, in
-"on").
+odd pairs and "on" in even ones. Both bots run on the machine's last CPU and this process (the
+fakes and the driver) on the others, so that neither bot shares a CPU with the fakes more than
+the other does: unpinned, a whole run could sit a few per cent to one side (two tracing-off bots
+gave pairs from 0.87 to 1.07 unpinned, 0.976 to 1.006 pinned). The verdict is the **median of
+the pairs' ratios**, which a burst of load in one pair cannot move much. ``--one-at-a-time``
+runs a pair's rounds one after the other instead (in alternating order, unpinned), as this
+bench did before: with it, two tracing-off bots gave pairs from 0.80 to 1.27. Every round is
+printed, with its bot CPU split between the event loop's thread and the others (the span
+exporter's, in "on").
 
 Printed: each process's start-up (CPU and wall time from its start to its first poll), every
 round, the median bot CPU per turn of each side (divided by the messages sent, one turn each),
@@ -231,6 +234,20 @@ async def pair_round(
     return [(bot, await measured(bot, messages, args)) for bot in order]
 
 
+def placement(bots: list[BotUnderTest], args: argparse.Namespace) -> str:
+    """Pin both bots to the last CPU and this process (the fakes) to the others, so that
+    neither bot shares a CPU with the fakes more than the other does (together only)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.one_at_a_time or len(cpus) < 2:
+        return "CPUs: as the system places them"
+    for bot in bots:
+        assert bot.process is not None
+        for task in Path(f"/proc/{bot.process.pid}/task").iterdir():  # threads started so far
+            os.sched_setaffinity(int(task.name), cpus[-1:])
+    os.sched_setaffinity(0, cpus[:-1])
+    return f"CPUs: both bots on CPU {cpus[-1]}, the fakes and the driver on {cpus[:-1]}"
+
+
 def pair_order(bots: list[BotUnderTest], number: int) -> list[BotUnderTest]:
     """The bots in the order pair ``number`` starts them: "off" first, then "on" first."""
     return bots if number % 2 == 0 else bots[::-1]
@@ -281,6 +298,7 @@ async def main(args: argparse.Namespace) -> int:
                     f"  start-up {bot.name:<4} {startup[bot.name]:.2f} s CPU "
                     f"({startup_wall[bot.name]:.2f} s wall) to the first poll"
                 )
+            print(f"  {placement(bots, args)}")
             for bot in bots:
                 await measured(bot, greetings(1, WARMUP_USERS), args)
             first_request = len(bots[1].telegram.requests)
