@@ -237,8 +237,10 @@ async def pair_round(
 def placement(bots: list[BotUnderTest], args: argparse.Namespace) -> str:
     """Pin both bots to the last CPU and this process (the fakes) to the others, so that
     neither bot shares a CPU with the fakes more than the other does (together only)."""
+    if args.one_at_a_time or not hasattr(os, "sched_setaffinity"):  # Linux only
+        return "CPUs: as the system places them"
     cpus = sorted(os.sched_getaffinity(0))
-    if args.one_at_a_time or len(cpus) < 2:
+    if len(cpus) < 2:
         return "CPUs: as the system places them"
     for bot in bots:
         assert bot.process is not None
