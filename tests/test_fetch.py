@@ -7,8 +7,9 @@ import random
 
 import asyncpg
 import pytest
+from test_scaleout import db
 
-from botkit.stores.migrate import migrate
+__all__ = ["db"]  # the fixture: a migrated database (the job queue included)
 
 _BOTKIT = "SELECT (botkit_fetch_job({queues}, NULL)).id"
 _PROCRASTINATE = "SELECT (procrastinate_fetch_job_v2({queues}, NULL)).id"
@@ -16,13 +17,6 @@ _JOBS = """
     INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, status)
     SELECT 'botkit', 'botkit.chore', 'user:' || ({conversation}), '{{}}', 'todo'
     FROM generate_series(1, {jobs}) g"""
-
-
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations (the job queue included) applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.mark.parametrize("seed", range(6))
