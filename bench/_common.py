@@ -30,11 +30,11 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer
 from botkit.testing.anthropic import Responder
@@ -429,6 +429,26 @@ async def contenders(bots: Sequence[BotUnderTest]) -> AsyncIterator[None]:
         yield
     finally:
         await asyncio.gather(*(bot.stop() for bot in bots), return_exceptions=True)
+
+
+Side = TypeVar("Side")
+Result = TypeVar("Result")
+
+
+async def pair_of_rounds(
+    sides: Sequence[Side],
+    number: int,
+    one_round: Callable[[Side], Awaitable[Result]],
+    one_at_a_time: bool,
+) -> list[tuple[Side, Result]]:
+    """Pair ``number``'s rounds, one a side, in the order they start (the first side first in
+    odd pairs, the other first in even ones): all at once, so that they share the machine's
+    state, or one after the other."""
+    order = list(sides) if number % 2 == 0 else list(sides)[::-1]
+    if one_at_a_time:
+        return [(side, await one_round(side)) for side in order]
+    results = await asyncio.gather(*(one_round(side) for side in order))
+    return list(zip(order, results, strict=True))
 
 
 def user_ids(first: int, count: int) -> list[int]:

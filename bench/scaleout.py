@@ -78,11 +78,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
-from _common import fakes_without_gc_pauses
+from _common import fakes_without_gc_pauses, pair_of_rounds
 
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
@@ -685,17 +686,6 @@ def cpu_sides(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(args.control, args.control), (args.control, f"{args.control}2")]
 
 
-async def pair_rounds(
-    order: list[Contender], users: range, args: argparse.Namespace
-) -> dict[str, Round]:
-    """A pair's two rounds, by side: both at once (each side's messages sent in ``order``), or
-    under ``--cpu-one-at-a-time`` one after the other."""
-    if args.cpu_one_at_a_time:
-        return {side.name: await cpu_round(side, users, args) for side in order}
-    both = await asyncio.gather(*(cpu_round(side, users, args) for side in order))
-    return {side.name: r for side, r in zip(order, both, strict=True)}
-
-
 async def cpu_pairs(
     admin: str, cluster: Cluster | None, args: argparse.Namespace
 ) -> tuple[list[str], list[Pair]]:
@@ -711,11 +701,13 @@ async def cpu_pairs(
         for number in range(args.cpu_pairs):
             first = FIRST_PAIR_USER + number * args.users
             users = range(first, first + args.users)  # the same messages for both sides
-            order = sides if number % 2 == 0 else sides[::-1]
-            rounds = await pair_rounds(order, users, args)
-            for side in order:
-                print(round_line(number, side, rounds[side.name], total), flush=True)
-            a, b = (rounds[side.name] for side in sides)
+            rounds = await pair_of_rounds(
+                sides, number, partial(cpu_round, users=users, args=args), args.cpu_one_at_a_time
+            )
+            for side, r in rounds:
+                print(round_line(number, side, r, total), flush=True)
+            by_name = {side.name: r for side, r in rounds}
+            a, b = (by_name[side.name] for side in sides)
             postgres = (postgres_ms(a, total), postgres_ms(b, total))
             if args.control == "queued" and not args.cpu_one_at_a_time:
                 postgres = (None, None)  # one cluster serves both sides at once: not apart

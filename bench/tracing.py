@@ -48,6 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import _common
@@ -59,6 +60,7 @@ from _common import (
     load_line,
     machine_line,
     median,
+    pair_of_rounds,
     paragraph_responder,
     user_ids,
 )
@@ -223,17 +225,6 @@ def requests_line(requests: list[RecordedRequest], turns: int) -> str:
     return ", ".join(f"{method} {count / turns:.1f}" for method, count in counts.most_common())
 
 
-async def pair_round(
-    bots: list[BotUnderTest], number: int, messages: list[tuple[int, str]], args: argparse.Namespace
-) -> list[tuple[BotUnderTest, Measured]]:
-    """Pair ``number``'s rounds: both bots at once, or one after the other."""
-    order = pair_order(bots, number)
-    if not args.one_at_a_time:
-        both = await asyncio.gather(*(measured(bot, messages, args) for bot in order))
-        return list(zip(order, both, strict=True))
-    return [(bot, await measured(bot, messages, args)) for bot in order]
-
-
 def placement(bots: list[BotUnderTest], args: argparse.Namespace) -> str:
     """Pin both bots to the last CPU and this process (the fakes) to the others, so that
     neither bot shares a CPU with the fakes more than the other does (together only)."""
@@ -248,11 +239,6 @@ def placement(bots: list[BotUnderTest], args: argparse.Namespace) -> str:
             os.sched_setaffinity(int(task.name), cpus[-1:])
     os.sched_setaffinity(0, cpus[:-1])
     return f"CPUs: both bots on CPU {cpus[-1]}, the fakes and the driver on {cpus[:-1]}"
-
-
-def pair_order(bots: list[BotUnderTest], number: int) -> list[BotUnderTest]:
-    """The bots in the order pair ``number`` starts them: "off" first, then "on" first."""
-    return bots if number % 2 == 0 else bots[::-1]
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -307,7 +293,9 @@ async def main(args: argparse.Namespace) -> int:
             for number in range(args.pairs):
                 first = FIRST_USER + number * args.users
                 pair: dict[str, float] = {}
-                for bot, m in await pair_round(bots, number, greetings(first, args.users), args):
+                one_round = partial(measured, messages=greetings(first, args.users), args=args)
+                rounds = await pair_of_rounds(bots, number, one_round, args.one_at_a_time)
+                for bot, m in rounds:
                     results[bot.name].append(m.result)
                     per_turn[bot.name].append(m.cpu_ms)
                     pair[bot.name] = m.cpu_ms
