@@ -116,3 +116,96 @@ async def test_a_fetch_planned_while_the_queue_was_empty_reads_it_by_its_indexes
         await worker.close()
         await receiver.close()
     assert read < bound, f"{fetches} fetches read {read} rows"
+
+
+# --- a job's end and the next fetch on one round trip (migration 022) ------------------------
+
+_TURNS = """
+    INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, status)
+    SELECT 'botkit', 'botkit.turn', 'user:1', jsonb_build_object('update', jsonb_build_object(
+        'update_id', 100 + g)), 'todo'
+    FROM generate_series(1, $1) g"""
+
+
+async def _jobs(conn: asyncpg.Connection) -> list[tuple[int, str, int | None, int]]:
+    rows = await conn.fetch(
+        "SELECT id, status::text, worker_id, attempts FROM procrastinate_jobs ORDER BY id"
+    )
+    return [tuple(row) for row in rows]
+
+
+async def test_a_busy_worker_takes_its_conversations_next_turn_as_the_last_one_ends(
+    db: str,
+) -> None:
+    """The next fetch rides on a job's end: the end comes first (the conversation's next turn,
+    held while the job ran, is the one taken), the next fetch gets that job without a query,
+    and its update is claimed as a fetch claims it."""
+    from procrastinate.jobs import Status
+
+    from botkit.runtime.queue import PatientJobManager, TurnQueue
+
+    queue = TurnQueue(db)
+    await queue.open()
+    conn = await asyncpg.connect(db)
+    try:
+        await conn.execute(_TURNS, 2)
+        queue.claim_at_fetch(bot_id=5, suspect_from=2)
+        manager = queue.app.job_manager
+        assert isinstance(manager, PatientJobManager)
+        worker = await manager.register_worker()
+        first = await manager.fetch_job(["botkit"], worker)
+        assert first is not None and first.id is not None
+        await manager.finish_job(first, Status.SUCCEEDED, delete_job=True)
+        [(second, status, by, _)] = await _jobs(conn)
+        assert (second, status, by) == (first.id + 1, "doing", worker)
+        taken = await manager.fetch_job(["botkit"], worker)  # a query would find none free
+        assert taken is not None and taken.id == second
+        fetched = queue.fetched(second)
+        assert fetched is not None and fetched.update_id == 102
+        assert fetched.claim is not None and fetched.claim.starts == 1
+        await manager.unregister_worker(worker)
+    finally:
+        await conn.close()
+        await queue.close()
+
+
+async def test_a_worker_waiting_for_jobs_or_stopping_takes_none_as_a_job_ends(db: str) -> None:
+    """Only a busy worker fetches the moment a slot frees: one whose last fetch found nothing
+    polls, and a stopping one takes nothing more. A job taken ahead that a worker stopped
+    before starting goes back to the queue when it unregisters."""
+    from procrastinate.jobs import Status
+
+    from botkit.runtime.queue import PatientJobManager, QuietWorker, TurnQueue
+
+    queue = TurnQueue(db)
+    await queue.open()
+    conn = await asyncpg.connect(db)
+    try:
+        manager = queue.app.job_manager
+        assert isinstance(manager, PatientJobManager)
+        worker = await manager.register_worker()
+        await conn.execute(_TURNS, 1)
+        first = await manager.fetch_job(["botkit"], worker)
+        assert first is not None and await manager.fetch_job(["botkit"], worker) is None
+        await conn.execute(_TURNS.replace("user:1", "user:2"), 1)
+        await manager.finish_job(first, Status.SUCCEEDED, delete_job=True)
+        assert [status for _, status, _, _ in await _jobs(conn)] == ["todo"]  # left for a poll
+
+        second = await manager.fetch_job(["botkit"], worker)
+        await conn.execute(_TURNS.replace("user:1", "user:3"), 2)
+        QuietWorker(app=queue.app, queues=["botkit"]).stop()
+        assert second is not None
+        await manager.finish_job(second, Status.SUCCEEDED, delete_job=True)
+        assert [status for _, status, _, _ in await _jobs(conn)] == ["todo", "todo"]
+
+        manager.stopping = False
+        third = await manager.fetch_job(["botkit"], worker)
+        assert third is not None
+        await manager.finish_job(third, Status.SUCCEEDED, delete_job=True)  # takes the fourth
+        [(fourth, status, _, _)] = await _jobs(conn)
+        assert status == "doing" and manager.taken_ahead[0].id == fourth
+        await manager.unregister_worker(worker)  # stopped before it started the fourth
+        assert await _jobs(conn) == [(fourth, "todo", None, 1)]
+    finally:
+        await conn.close()
+        await queue.close()

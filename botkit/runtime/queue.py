@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -90,15 +91,27 @@ _CLAIM = """
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation"""
 # procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
 # function, whose plan stays right at every queue size (migration 021).
-_FETCH = """
+_NEXT_JOB = "botkit_fetch_job(%(queues)s::varchar[], %(worker_id)s)"
+# A job's end (procrastinate's finish_job) and then that fetch, in one call (migration 022).
+_END_THEN_NEXT_JOB = """botkit_finish_then_fetch_job(
+        %(job_id)s, %(status)s, %(delete_job)s, %(queues)s::varchar[], %(worker_id)s)"""
+
+
+def _fetch(source: str) -> str:
+    """A fetch of the job ``source`` (a call of a fetch function) takes."""
+    return f"""
     SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at,
            queue_name, attempts, worker_id
-    FROM botkit_fetch_job(%(queues)s::varchar[], %(worker_id)s)"""
-# ``_FETCH`` and ``_CLAIM`` of the fetched turn's update in one statement: one round trip a
-# job less. A suspect (put back ``suspect_from`` times) is not claimed here: it claims its
-# update only once it entered the suspects' lane, so a death while it waits is not its start.
-_FETCH_AND_CLAIM = f"""
-    WITH job AS MATERIALIZED ({_FETCH}
+    FROM {source}"""
+
+
+def _fetch_and_claim(source: str) -> str:
+    """``_fetch(source)`` and ``_CLAIM`` of the taken turn's update in one statement."""
+    # One round trip a job less. A suspect (put back ``suspect_from`` times) is not claimed
+    # here: it claims its update only once it entered the suspects' lane, so a death while it
+    # waits is not its start.
+    return f"""
+    WITH job AS MATERIALIZED ({_fetch(source)}
     ), claim AS (
         INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
         SELECT %(bot_id)s, (args->'update'->>'update_id')::bigint, id, 1 FROM job
@@ -118,6 +131,12 @@ _FETCH_AND_CLAIM = f"""
         WHERE job.lock ~ '^(user|chat):'
     ) conversation ON claim.job_id = job.id
     LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key"""
+
+
+_FETCH = _fetch(_NEXT_JOB)
+_FETCH_AND_CLAIM = _fetch_and_claim(_NEXT_JOB)
+_END_THEN_FETCH = _fetch(_END_THEN_NEXT_JOB)
+_END_THEN_FETCH_AND_CLAIM = _fetch_and_claim(_END_THEN_NEXT_JOB)
 _UNSTART = """
     UPDATE botkit_updates SET starts = starts - 1
     WHERE bot_id = %(bot_id)s AND update_id = %(update_id)s AND job_id = %(job_id)s
@@ -191,7 +210,8 @@ _SCHEMA = """
         SELECT FROM pg_attribute
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
     ) AND to_regclass('botkit_worker_locks') IS NOT NULL
-      AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL AS ok"""
+      AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL
+      AND EXISTS (SELECT FROM pg_proc WHERE proname = 'botkit_finish_then_fetch_job') AS ok"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,25 +555,34 @@ class PatientJobManager(JobManager):
         """``(bot_id, suspect_from)`` once fetches claim their turn's update too."""
         self.fetched: dict[int, Fetched] = {}
         """The claims fetches made, by job id, until the job's task takes its own."""
+        self.taken_ahead: deque[Job] = deque()
+        """Jobs taken as others ended, for the worker's next fetches."""
+        self.busy_fetch: tuple[list[str] | None, int] | None = None
+        """``(queues, worker_id)`` of the worker's last fetch while it found a job (so it
+        fetches again as soon as a job's slot frees); ``None`` while it waits for jobs."""
+        self.stopping = False
+        """Whether the worker stops taking jobs (it ends its running ones)."""
 
     async def fetch_job(self, queues: Iterable[str] | None, worker_id: int) -> Job | None:
         """Take the next job, as procrastinate does (by ``botkit_fetch_job``); claiming its
         update in the same statement when the worker asked for it
-        (:meth:`TurnQueue.claim_at_fetch`)."""
+        (:meth:`TurnQueue.claim_at_fetch`). A job taken as another one ended comes first."""
+        if self.taken_ahead:
+            return self.taken_ahead.popleft()
         names = list(queues) if queues is not None else None
+        job = await self._take(_FETCH, _FETCH_AND_CLAIM, queues=names, worker_id=worker_id)
+        self.busy_fetch = (names, worker_id) if job is not None else None
+        return job
+
+    async def _take(self, plain: str, claiming: str, **params: Any) -> Job | None:
+        """The job a fetch statement took: ``claiming`` (which claims a turn's update too)
+        when fetches claim, else ``plain``."""
         if self.claiming is None:
-            row = await self.connector.execute_query_one_async(
-                _FETCH, queues=names, worker_id=worker_id
-            )
+            row = await self.connector.execute_query_one_async(plain, **params)
             return None if row["id"] is None else Job.from_row(row)
         bot_id, suspect_from = self.claiming
         row = await self.connector.execute_query_one_async(
-            _FETCH_AND_CLAIM,
-            queues=names,
-            worker_id=worker_id,
-            bot_id=bot_id,
-            task=TURN_TASK,
-            suspect_from=suspect_from,
+            claiming, **params, bot_id=bot_id, task=TURN_TASK, suspect_from=suspect_from
         )
         if row["id"] is None:
             return None
@@ -564,8 +593,11 @@ class PatientJobManager(JobManager):
         return job
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
-        """Set a job to its final state, retrying while the database cannot be reached."""
+        """Set a job to its final state, retrying while the database cannot be reached. A busy
+        worker takes its next job on the same round trip."""
         await self._unclaim_untaken(job)
+        if await self._end_then_take(job, status, delete_job):
+            return
         outage = Outage(f"worker (ending job {job.id})")
         deadline = asyncio.get_running_loop().time() + JOB_END_PATIENCE
         while True:
@@ -579,6 +611,29 @@ class PatientJobManager(JobManager):
                 continue
             outage.ok()
             return
+
+    async def _end_then_take(self, job: Job, status: Status, delete_job: bool) -> bool:
+        """End ``job`` and take the worker's next job in one statement, when the worker is
+        busy (it fetches the moment ``job``'s slot frees) and not stopping; whether it ran.
+        Any failure leaves the end to the patient path: the statement is one transaction."""
+        if self.busy_fetch is None or self.stopping:
+            return False
+        queues, worker_id = self.busy_fetch
+        try:
+            taken = await self._take(
+                _END_THEN_FETCH,
+                _END_THEN_FETCH_AND_CLAIM,
+                job_id=job.id,
+                status=status.value,
+                delete_job=delete_job,
+                queues=queues,
+                worker_id=worker_id,
+            )
+        except ConnectorException:
+            return False
+        if taken is not None:
+            self.taken_ahead.append(taken)
+        return True
 
     async def retry_job(self, job: Job, *args: Any, **kwargs: Any) -> None:
         """Put a job back in the queue (cut short by a shutdown), as procrastinate does."""
@@ -598,6 +653,8 @@ class PatientJobManager(JobManager):
 
     async def register_worker(self) -> int:
         """Register a starting worker, then take its liveness lock (before it fetches jobs)."""
+        self.stopping, self.busy_fetch = False, None
+        self.taken_ahead.clear()  # a worker that ended without unregistering: swept as stalled
         worker_id = await super().register_worker()
         await self.locks.take(worker_id)
         return worker_id
@@ -606,9 +663,18 @@ class PatientJobManager(JobManager):
         """Unregister a stopped worker and let its lock go (even if unregistering failed:
         what it left running is then put back at once)."""
         try:
+            await self._put_back_taken_ahead()
             await super().unregister_worker(worker_id)
         finally:
             await self.locks.release(worker_id)
+
+    async def _put_back_taken_ahead(self) -> None:
+        """Put back the jobs taken as others ended that the worker stopped before starting
+        (it stopped in between); one that fails goes back with the stalled jobs."""
+        while self.taken_ahead:
+            job = self.taken_ahead.popleft()
+            with _suppressed():
+                await self.retry_job(job)
 
 
 class QuietWorker(Worker):
@@ -620,6 +686,13 @@ class QuietWorker(Worker):
     itself), so they were thrown away. They are procrastinate's own while its worker logs at
     INFO, and for a job that failed for good.
     """
+
+    def stop(self) -> None:
+        """Stop taking jobs: no job is taken ahead any more as running ones end."""
+        manager = self.app.job_manager
+        if isinstance(manager, PatientJobManager):
+            manager.stopping = True
+        super().stop()  # type: ignore[no-untyped-call]
 
     def _log_extra(
         self, action: str, context: JobContext | None, job_result: JobResult | None, **more: Any
