@@ -67,6 +67,7 @@ ALL = [
     "019_updates_by_job",
     "020_fetch_plan",
     "021_fetch_by_lock_heads",
+    "022_finish_then_fetch",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
