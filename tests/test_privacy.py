@@ -449,8 +449,9 @@ class Pins:
     saying ``hold`` waits in the fake model until released, so the worker running it takes
     nothing else. Each worker names itself in its system prompt (``worker w1``)."""
 
-    def __init__(self, claude: FakeAnthropicServer, telegram: FakeTelegramServer) -> None:
+    def __init__(self, claude: FakeAnthropicServer, telegram: FakeTelegramServer, db: str) -> None:
         self.telegram = telegram
+        self.db = db
         self.arrived: asyncio.Queue[tuple[str, asyncio.Event]] = asyncio.Queue()
         self.next_user = 500
         claude.responder = self.respond
@@ -473,7 +474,18 @@ class Pins:
                 return user, release
             release.set()
             await self.telegram.wait_for_messages(user, 1)
+            await self.both_idle()
         raise AssertionError(f"40 held turns in a row ran on the other worker than {worker}")
+
+    async def both_idle(self) -> None:
+        """Until no job runs: a worker that ends a job takes one queued meanwhile in the same
+        statement, so a held turn sent before that end would go to it, not to the idle one."""
+        running = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+        for _ in range(200):
+            if not await fetchval(self.db, running):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("a worker's job did not end within 10 s")
 
     async def ask_on(self, worker: str, user: int, text: str) -> None:
         """``user`` says ``text`` and it runs on ``worker`` (the other one is kept busy)."""
@@ -497,7 +509,7 @@ async def test_forget_drops_the_context_every_queue_worker_holds(
     rows to the number worker 1 had cached, and worker 1 handed out the erased context.)"""
     await migrate(postgres_db)
     mark = f"MARK{secrets.token_hex(6)}"
-    pins = Pins(claude, telegram)
+    pins = Pins(claude, telegram, postgres_db)
     receiver = queued_bot(claude, telegram, tmp_path, postgres_db)
     workers = [
         queued_bot(claude, telegram, tmp_path / w, postgres_db, system_prompt=f"worker {w}")

@@ -631,7 +631,9 @@ class PatientJobManager(JobManager):
             )
         except ConnectorException:
             return False
-        if taken is not None:
+        if taken is None:
+            self.busy_fetch = None  # the queue is empty: the worker waits for jobs now
+        else:
             self.taken_ahead.append(taken)
         return True
 
