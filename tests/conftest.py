@@ -28,6 +28,7 @@ import structlog
 
 from botkit.llm import internals
 from botkit.llm.internals import Internals
+from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
 
 DATABASE_URL_ENV = "BOTKIT_TEST_DATABASE_URL"
@@ -203,6 +204,19 @@ async def postgres_db(postgres_dsn: str) -> AsyncIterator[str]:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}"{force}')
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def migrated_db(postgres_db: str) -> str:
+    """A fresh database with botkit's migrations (the job queue included) applied."""
+    await migrate(postgres_db)
+    return postgres_db
+
+
+@pytest.fixture
+def db(migrated_db: str) -> str:
+    """``migrated_db``, by the name the queued runtime's tests give it."""
+    return migrated_db
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from botkit.access import open_user_store
 from botkit.admin import Admin, format_table
 from botkit.stores import RedeemFailure, UserStore
 from botkit.stores.base import ModelUsage
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, ask, fake_llm, running
 from botkit.types import Usage
 
@@ -78,13 +77,6 @@ class Backend:
     async def acli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         """:meth:`cli` in a thread, so the event loop (and a running bot) goes on."""
         return await asyncio.to_thread(self.cli, *args, **env)
-
-
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    """A fresh PostgreSQL database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

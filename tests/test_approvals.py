@@ -28,7 +28,6 @@ from botkit.messengers.flood import FloodControl
 from botkit.replay import format_transcript, read_session
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
-from botkit.stores.migrate import migrate
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
@@ -560,13 +559,6 @@ def test_tool_and_tool_subclasses_take_approval() -> None:
 
 
 # ---- PostgreSQL, and receive/work ------------------------------------------------------------
-
-
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 def queued_approval_bot(

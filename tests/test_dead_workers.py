@@ -30,13 +30,6 @@ LONG_STALL = 60.0
 """BOTKIT_STALLED_TIMEOUT where the heartbeats must not be what finds a dead worker."""
 
 
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations (the job queue included) applied."""
-    await migrate(postgres_db)
-    return postgres_db
-
-
 def held_until_released(claude: FakeAnthropicServer) -> asyncio.Event:
     """Make every LLM call wait until the returned event is set; then echo."""
     release = asyncio.Event()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_scaleout import db, queued, queued_bot
+from test_scaleout import queued, queued_bot
 
 from botkit import Bot
 from botkit.messengers.base import Incoming
@@ -23,8 +23,6 @@ from botkit.testing import (
     make_bot,
     running,
 )
-
-__all__ = ["db"]  # the fixture: a migrated database, for the queued runtime's test
 
 MEMBERS = list(range(1201, 1209))
 ALONE = 1300

@@ -7,9 +7,6 @@ import random
 
 import asyncpg
 import pytest
-from test_scaleout import db
-
-__all__ = ["db"]  # the fixture: a migrated database (the job queue included)
 
 _BOTKIT = "SELECT (botkit_fetch_job({queues}, NULL)).id"
 _PROCRASTINATE = "SELECT (procrastinate_fetch_job_v2({queues}, NULL)).id"

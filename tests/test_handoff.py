@@ -29,7 +29,6 @@ from botkit.options import BotOptions
 from botkit.runtime.telegram import messenger_for
 from botkit.stores import PostgresUserStore, SqliteUserStore
 from botkit.stores.handoffs import HandoffStore
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot, running
 from botkit.testing.telegram import SentFile, SentMessage
 
@@ -43,13 +42,6 @@ OPS = -1_000_000_000_777
 """The operators' forum supergroup."""
 TEXTS = BotOptions()
 PHOTO = b"\x89PNG\r\n\x1a\nnot-really-a-photo-but-bytes-to-follow"
-
-
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @dataclass

@@ -22,7 +22,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
@@ -31,7 +30,6 @@ from botkit.metrics import Metrics
 from botkit.ops import ops_server
 from botkit.runtime.cluster import queue_for, serve_queued
 from botkit.runtime.telegram import messenger_for
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, make_settings
 
 SECRET = "s3cret_Token-1"
@@ -39,12 +37,6 @@ PATH = "/telegram/hook"
 HALF_A_REQUEST_LINE = b"POST /telegram/hook HT"
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    await migrate(postgres_db)
-    return postgres_db
 
 
 def free_port() -> int:

@@ -25,7 +25,6 @@ from botkit import Bot, Incoming, Plan, tool
 from botkit.errors import ConfigError
 from botkit.payments import load_plans
 from botkit.payments.store import Grant
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, running
 from botkit.testing.kit import ask, fake_llm, make_settings
 from botkit.testing.telegram import SentMessage
@@ -50,13 +49,6 @@ MONTHLY = Plan(
     daily_tokens=2_000_000,
     subscription=True,
 )
-
-
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -28,7 +28,6 @@ from test_scaleout import STALLED, fetchval, queued, queued_bot, until
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.inbox import Inbox
 from botkit.runtime.queue import Claim, Fetched, TurnQueue
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeRequest
 from botkit.testing.harness import running
@@ -53,13 +52,6 @@ GIVEN_UP = (
 )
 POISONED, BYSTANDER = 501, 502
 FIRST, SECOND = 503, 504
-
-
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations (the job queue included) applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 def free_port() -> int:

@@ -28,7 +28,6 @@ from botkit.sessions import (
 )
 from botkit.sessions.jsonl import read_session_file
 from botkit.sessions.retention import needed_from, prune_files
-from botkit.stores.migrate import migrate
 from botkit.types import (
     DocumentBlock,
     DocumentSource,
@@ -96,12 +95,6 @@ def histories() -> dict[int, list[Entry]]:
 
 
 REMOVED = {42: 3, 43: 2, 44: 0, 45: 0}
-
-
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.fixture(params=["jsonl", "postgres"])

@@ -17,7 +17,6 @@ from test_fair_slots import GROUP, taken
 from test_poison import GIVEN_UP, Supervised, environment, supervised, texts
 from test_scaleout import (
     STALLED,
-    db,
     fetchval,
     killed_at_end,
     queued,
@@ -28,8 +27,6 @@ from test_scaleout import (
 
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
 from botkit.testing.anthropic import FakeRequest
-
-__all__ = ["db"]  # the fixture: a migrated database
 
 USER = 1401
 ALICE, BOB = 1402, 1403

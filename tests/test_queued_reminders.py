@@ -19,15 +19,13 @@ from test_reminders import (
     look_now,
     scripted,
 )
-from test_scaleout import db, fetchval, killed_at_end, queued, queued_bot, until, worker_process
+from test_scaleout import fetchval, killed_at_end, queued, queued_bot, until, worker_process
 
 from botkit.reminders.limits import PAUSED_RECHECK
 from botkit.reminders.service import Place
 from botkit.runtime.scheduled import QueuedSchedules
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer
 from botkit.testing.anthropic import FakeRequest
-
-__all__ = ["db"]  # the fixture: a migrated database
 
 pytestmark = pytest.mark.usefixtures("db")
 

@@ -18,17 +18,9 @@ from structlog.testing import capture_logs
 from botkit.agent import ContextManager
 from botkit.agent.pool import ContextPool
 from botkit.sessions import JsonlSessionStore, PostgresSessionStore, SessionStore
-from botkit.stores.migrate import migrate
 from botkit.types import DocumentBlock, DocumentSource, Message, TextBlock
 
 USER = 42
-
-
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    """A fresh PostgreSQL database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.fixture(params=["jsonl", "postgres"])

@@ -46,13 +46,6 @@ STALLED = 2.0
 """BOTKIT_STALLED_TIMEOUT in these tests: heartbeats every 0.5 s."""
 
 
-@pytest.fixture
-async def db(postgres_db: str) -> str:
-    """A fresh database with botkit's migrations (the job queue included) applied."""
-    await migrate(postgres_db)
-    return postgres_db
-
-
 def queued_bot(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str, **more: Any
 ) -> Bot:

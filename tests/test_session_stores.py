@@ -33,7 +33,6 @@ from botkit.sessions import (
 from botkit.sessions.jsonl import read_session_file
 from botkit.sessions.media import MEDIA_DIR
 from botkit.sessions.transfer import export_sessions, import_sessions
-from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer, make_bot, running
 from botkit.testing.anthropic import is_note
 from botkit.testing.telegram import TINY_PNG
@@ -105,13 +104,6 @@ def lines_of(entries: Sequence[Entry]) -> list[bytes]:
 
 
 Opener = Callable[[], Awaitable[SessionStore]]
-
-
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    """A fresh PostgreSQL database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
 
 
 @pytest.fixture(params=["jsonl", "postgres"])

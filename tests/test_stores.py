@@ -124,13 +124,6 @@ class Backend:
             await conn.close()
 
 
-@pytest.fixture
-async def migrated_db(postgres_db: str) -> str:
-    """A fresh PostgreSQL database with botkit's migrations applied."""
-    await migrate(postgres_db)
-    return postgres_db
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":

@@ -33,7 +33,7 @@ from test_handoff import (
     operator_says,
     said_to,
 )
-from test_scaleout import db, queued, queued_bot
+from test_scaleout import queued, queued_bot
 
 from botkit import Bot, Message, tool, tracing
 from botkit.llm import internals
@@ -45,8 +45,6 @@ from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, m
 from botkit.testing.anthropic import FakeError, FakeRequest
 from botkit.testing.harness import running
 from botkit.testing.kit import ask, fake_llm, make_settings
-
-__all__ = ["db"]  # the fixture: a migrated database, for the queued runtime's test
 
 USER = 4242
 
