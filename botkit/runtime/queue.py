@@ -544,8 +544,9 @@ class PatientJobManager(JobManager):
     ``JOB_END_PATIENCE`` seconds (a worker that stops meanwhile leaves it to the stalled-job
     retry, as a crash does).
 
-    It takes jobs with ``botkit_fetch_job`` (migration 021) instead of procrastinate's fetch,
-    and a worker it registers holds its liveness lock (``locks``) until it unregisters.
+    It takes jobs with ``botkit_fetch_job`` (migration 021) instead of procrastinate's fetch
+    (a busy worker's next one as its last one ends, in one statement: migration 022), and a
+    worker it registers holds its liveness lock (``locks``) until it unregisters.
     """
 
     def __init__(self, connector: Any, locks: WorkerLocks) -> None:
