@@ -4,9 +4,13 @@ with a plan that stays right whatever the statistics were when the connection ma
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from procrastinate.jobs import Status
+
+from botkit.runtime.queue import PatientJobManager, QuietWorker, TurnQueue
 
 _BOTKIT = "SELECT (botkit_fetch_job({queues}, NULL)).id"
 _PROCRASTINATE = "SELECT (procrastinate_fetch_job_v2({queues}, NULL)).id"
@@ -124,6 +128,17 @@ _TURNS = """
     FROM generate_series(1, $1) g"""
 
 
+@pytest.fixture
+async def queue(db: str) -> AsyncIterator[TurnQueue]:
+    """botkit's queue on the migrated database, open."""
+    queue = TurnQueue(db)
+    await queue.open()
+    try:
+        yield queue
+    finally:
+        await queue.close()
+
+
 async def _jobs(conn: asyncpg.Connection) -> list[tuple[int, str, int | None, int]]:
     rows = await conn.fetch(
         "SELECT id, status::text, worker_id, attempts FROM procrastinate_jobs ORDER BY id"
@@ -132,17 +147,11 @@ async def _jobs(conn: asyncpg.Connection) -> list[tuple[int, str, int | None, in
 
 
 async def test_a_busy_worker_takes_its_conversations_next_turn_as_the_last_one_ends(
-    db: str,
+    db: str, queue: TurnQueue
 ) -> None:
     """The next fetch rides on a job's end: the end comes first (the conversation's next turn,
     held while the job ran, is the one taken), the next fetch gets that job without a query,
     and its update is claimed as a fetch claims it."""
-    from procrastinate.jobs import Status
-
-    from botkit.runtime.queue import PatientJobManager, TurnQueue
-
-    queue = TurnQueue(db)
-    await queue.open()
     conn = await asyncpg.connect(db)
     try:
         await conn.execute(_TURNS, 2)
@@ -163,19 +172,14 @@ async def test_a_busy_worker_takes_its_conversations_next_turn_as_the_last_one_e
         await manager.unregister_worker(worker)
     finally:
         await conn.close()
-        await queue.close()
 
 
-async def test_a_worker_waiting_for_jobs_or_stopping_takes_none_as_a_job_ends(db: str) -> None:
+async def test_a_worker_waiting_for_jobs_or_stopping_takes_none_as_a_job_ends(
+    db: str, queue: TurnQueue
+) -> None:
     """Only a busy worker fetches the moment a slot frees: one whose last fetch found nothing
     polls, and a stopping one takes nothing more. A job taken ahead that a worker stopped
     before starting goes back to the queue when it unregisters."""
-    from procrastinate.jobs import Status
-
-    from botkit.runtime.queue import PatientJobManager, QuietWorker, TurnQueue
-
-    queue = TurnQueue(db)
-    await queue.open()
     conn = await asyncpg.connect(db)
     try:
         manager = queue.app.job_manager
@@ -205,4 +209,3 @@ async def test_a_worker_waiting_for_jobs_or_stopping_takes_none_as_a_job_ends(db
         assert await _jobs(conn) == [(fourth, "todo", None, 1)]
     finally:
         await conn.close()
-        await queue.close()
