@@ -129,15 +129,28 @@ async def test_a_worker_on_an_unmigrated_database_says_to_migrate(
             pass
 
 
+@pytest.mark.parametrize(
+    "function",
+    [
+        "botkit_fetch_job(character varying[], bigint)",
+        "botkit_finish_then_fetch_job(bigint, procrastinate_job_status, boolean,"
+        " character varying[], bigint)",
+    ],
+)
 async def test_a_worker_without_botkits_fetch_says_to_migrate(
-    postgres_db: str, claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+    postgres_db: str,
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    function: str,
 ) -> None:
-    """Every worker takes jobs with ``botkit_fetch_job`` (migration 021): a database without
-    it is refused at start, not met by a fetch loop that fails at every poll."""
+    """Every worker takes jobs with ``botkit_fetch_job`` (migration 021), a busy one as its
+    last job ends with ``botkit_finish_then_fetch_job`` (022): a database without either is
+    refused at start, not met by a fetch loop that fails at every poll."""
     from botkit.errors import ConfigError
 
     await migrate(postgres_db)
-    await fetchval(postgres_db, "DROP FUNCTION botkit_fetch_job(character varying[], bigint)")
+    await fetchval(postgres_db, f"DROP FUNCTION {function}")
     bot = queued_bot(claude, telegram, tmp_path, postgres_db)
     with pytest.raises(ConfigError, match="its fetch: run `python -m botkit migrate`"):
         async with queued(bot):

@@ -211,7 +211,7 @@ _SCHEMA = """
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
     ) AND to_regclass('botkit_worker_locks') IS NOT NULL
       AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL
-      AND EXISTS (SELECT FROM pg_proc WHERE proname = 'botkit_finish_then_fetch_job') AS ok"""
+      AND to_regproc('botkit_finish_then_fetch_job') IS NOT NULL AS ok"""
 
 
 @dataclass(frozen=True, slots=True)
