@@ -44,6 +44,7 @@ class Access:
         self.settings = settings
         self.options = options
         self._users = users
+        self._own_store = users is None
         self._users_lock = asyncio.Lock()
         self._cache: dict[int, tuple[float, UserRecord | None]] = {}
         self.ledger = UsageLedger(self.user_store)
@@ -136,10 +137,20 @@ class Access:
         if cached is not None and time.monotonic() - cached[0] < USER_CACHE_SECONDS:
             return cached[1]
         record = await (await self.user_store()).get_user(user_id)
+        self.note_user(user_id, record)
+        return record
+
+    def note_user(self, user_id: int, record: UserRecord | None) -> None:
+        """Take ``record`` (``None``: not stored), just read from the store by someone else,
+        as the user's cached record: the next message needs no read of its own."""
         if len(self._cache) >= USER_CACHE_SIZE:
             self._cache.clear()  # cheap and rare: records are re-read on demand
         self._cache[user_id] = (time.monotonic(), record)
-        return record
+
+    def reads_users_from(self, dsn: str) -> bool:
+        """Whether the user records are botkit's own PostgreSQL store on ``dsn``."""
+        url = self.settings.database_url
+        return self._own_store and url is not None and url.get_secret_value() == dsn
 
     async def user_record(self, message: Incoming) -> UserRecord:
         """The sender's record; one admitted by configuration alone gets role admin or user;

@@ -33,10 +33,11 @@ from botkit.messengers.flood import FloodControl
 from botkit.metrics import TURN_OUTCOMES
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.pacing import LEASE_SECONDS
-from botkit.runtime.queue import TurnQueue
+from botkit.runtime.queue import Sender, TurnQueue
 from botkit.runtime.telegram import messenger_for
 from botkit.sessions import PostgresSessionStore
 from botkit.stores.migrate import migrate
+from botkit.stores.postgres import PostgresUserStore
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot
 from botkit.testing.anthropic import FakeRequest, is_note
 from botkit.testing.telegram import TINY_PNG
@@ -321,6 +322,58 @@ async def test_a_claim_reads_the_conversations_last_number_for_its_turn(
     finally:
         await queue.close()
         await bot.aclose()
+
+
+async def test_a_claim_reads_its_senders_record_and_time_zone(db: str) -> None:
+    users = await PostgresUserStore.connect(db)
+    queue = TurnQueue(db)
+    await queue.open()
+    try:
+        ann = await users.upsert_user(5, "admin", "Ann")
+        await users.set_timezone(5, "Asia/Tokyo")
+        updates = [
+            ({"update_id": 1, "message": {"from": {"id": 5}, "text": "hi"}}, "user:5"),
+            ({"update_id": 2, "callback_query": {"from": {"id": 6}, "data": "x"}}, "user:6"),
+            ({"update_id": 3}, "user:7"),
+        ]
+        for update, lock in updates:
+            await queue.defer(1, update["update_id"], update, lock)
+        jobs = await queue.app.connector.execute_query_all_async(
+            "SELECT id FROM procrastinate_jobs ORDER BY id"
+        )
+        claims = [await queue.claim(1, n, int(job["id"])) for n, job in enumerate(jobs, 1)]
+        assert [c.sender for c in claims if c] == [
+            Sender(5, ann, "Asia/Tokyo"),
+            Sender(6, None, None),  # not stored, no zone set
+            None,  # an update with no sender
+        ]
+    finally:
+        await queue.close()
+        await users.close()
+
+
+async def test_a_block_and_a_zone_set_elsewhere_count_at_the_users_next_queued_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude, telegram, tmp_path, db)
+    users = await PostgresUserStore.connect(db)  # as the admin CLI, or another worker, would
+    try:
+        async with queued(bot):
+            await users.upsert_user(43, "user", "Cy")
+            telegram.send_text(43, "one")
+            await telegram.wait_for_messages(43, 1)
+            assert "time zone is UTC;" in claude.requests[-1].system_text
+            await users.set_timezone(43, "Asia/Tokyo")  # the worker read UTC less than 10 s ago
+            telegram.send_text(43, "two")
+            await telegram.wait_for_messages(43, 2)
+            assert "time zone is Asia/Tokyo;" in claude.requests[-1].system_text
+            await users.set_blocked(43, True)  # and the user's record less than 3 s ago
+            telegram.send_text(43, "three")
+            replies = await telegram.wait_for_messages(43, 3)
+    finally:
+        await users.close()
+    assert replies[-1].text == bot.options.rejection_text
+    assert len(claude.requests) == 2
 
 
 async def test_a_cached_context_takes_the_number_its_claim_read_once_and_while_fresh(

@@ -76,7 +76,11 @@ class Reminders:
         cached = self._zones.get(user_id)
         if cached is not None and cached[1] > time.monotonic():
             return cached[0]
-        name = await (await self.store()).get_timezone(user_id)
+        return self.note_zone(user_id, await (await self.store()).get_timezone(user_id))
+
+    def note_zone(self, user_id: int, name: str | None) -> ZoneInfo:
+        """Take ``name`` (``None``: none set), just read from the store by someone else, as
+        the user's cached zone: the next look needs no read of its own."""
         zone = self.default_zone
         if name is not None:
             try:

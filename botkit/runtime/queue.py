@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -40,6 +41,7 @@ from botkit.chats import conversation_of
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
 from botkit.runtime.liveness import SETTLE, WorkerLocks, dead_workers_jobs
+from botkit.stores.base import UserRecord
 
 __all__ = [
     "QUEUE",
@@ -51,6 +53,7 @@ __all__ = [
     "PatientJobManager",
     "QueueTimings",
     "QuietWorker",
+    "Sender",
     "TurnQueue",
     "describe",
     "lock_for",
@@ -71,8 +74,19 @@ CHECK_RESTED_AFTER = 10.0
 before it is lent again; one in steady use is not."""
 
 # With the claim, the last entry number of the job's conversation (its lock without the
-# ``user:``/``chat:`` prefix is its session key), so the turn need not read it again.
-_CLAIM = """
+# ``user:``/``chat:`` prefix is its session key), so the turn need not read it again; and the
+# sender's user record and time zone, which every turn reads too (#34).
+_SENDER_ID = """(coalesce(
+        {update}->'message'->'from', {update}->'edited_message'->'from',
+        {update}->'callback_query'->'from')->>'id')::bigint"""
+_SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS sender_stored,
+           sender_user.role AS sender_role, sender_user.display_name AS sender_name,
+           sender_user.joined_at AS sender_joined_at, sender_user.blocked AS sender_blocked,
+           sender_zone.timezone AS sender_zone"""
+_SENDER_JOINS = """
+    LEFT JOIN botkit_users sender_user ON sender_user.user_id = sender.id
+    LEFT JOIN botkit_timezones sender_zone ON sender_zone.user_id = sender.id"""
+_CLAIM = f"""
     WITH claim AS (
         INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
         VALUES (%(bot_id)s, %(update_id)s, %(job_id)s, 1)
@@ -81,14 +95,17 @@ _CLAIM = """
         RETURNING job_id AS claimed_by, starts AS claim_starts,
                   given_up_at IS NOT NULL AS claim_given_up
     ), job AS (
-        SELECT substr(lock, strpos(lock, ':') + 1) AS conversation
-        FROM procrastinate_jobs WHERE id = %(job_id)s AND lock ~ '^(user|chat):'
+        SELECT CASE WHEN lock ~ '^(user|chat):' THEN substr(lock, strpos(lock, ':') + 1) END
+                   AS conversation,
+               {_SENDER_ID.format(update="(args->'update')")} AS sender
+        FROM procrastinate_jobs WHERE id = %(job_id)s
     )
     SELECT claim.*, job.conversation AS claim_conversation,
-           coalesce(head.last_seq, 0) AS claim_head
+           coalesce(head.last_seq, 0) AS claim_head, {_SENDER_COLUMNS}
     FROM claim
     LEFT JOIN job ON true
-    LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation"""
+    LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation
+    LEFT JOIN LATERAL (SELECT job.sender AS id) sender ON true{_SENDER_JOINS}"""
 # procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
 # function, whose plan stays right at every queue size (migration 021).
 _NEXT_JOB = "botkit_fetch_job(%(queues)s::varchar[], %(worker_id)s)"
@@ -123,14 +140,18 @@ def _fetch_and_claim(source: str) -> str:
     )
     SELECT job.*, claim.update_id AS claimed_update, claim.job_id AS claimed_by,
            claim.starts AS claim_starts, claim.given_up AS claim_given_up,
-           conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head
+           conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head,
+           {_SENDER_COLUMNS}
     FROM job
     LEFT JOIN claim ON true
     LEFT JOIN LATERAL (
         SELECT substr(job.lock, strpos(job.lock, ':') + 1) AS key
         WHERE job.lock ~ '^(user|chat):'
     ) conversation ON claim.job_id = job.id
-    LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key"""
+    LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key
+    LEFT JOIN LATERAL (
+        SELECT {_SENDER_ID.format(update="(job.args->'update')")} AS id
+    ) sender ON claim.job_id = job.id{_SENDER_JOINS}"""
 
 
 _FETCH = _fetch(_NEXT_JOB)
@@ -243,6 +264,19 @@ class Claim:
     """The session key of the job's conversation (from its lock), if it has one."""
     head: int = 0
     """The last entry number of ``conversation`` when the update was claimed."""
+    sender: Sender | None = None
+    """Who sent the update, as the claim read them (``None``: an update with no sender)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """The sender of a job's update, with what the claim read of them for the turn."""
+
+    user_id: int
+    record: UserRecord | None
+    """Their stored record (``None``: not stored)."""
+    zone: str | None
+    """The time zone they set (``None``: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,7 +756,25 @@ def _claim_in(row: dict[str, Any], job_id: int) -> Claim | None:
         given_up=bool(row["claim_given_up"]),
         conversation=row["claim_conversation"],
         head=int(row["claim_head"]),
+        sender=_sender_in(row),
     )
+
+
+def _sender_in(row: dict[str, Any]) -> Sender | None:
+    """The sender read with a claim, from the ``sender_*`` columns of its row."""
+    if row["sender_id"] is None:
+        return None
+    user_id = int(row["sender_id"])
+    record = None
+    if row["sender_stored"]:
+        record = UserRecord(
+            user_id,
+            row["sender_role"],
+            row["sender_name"],
+            row["sender_joined_at"].astimezone(UTC),
+            blocked=bool(row["sender_blocked"]),
+        )
+    return Sender(user_id, record, row["sender_zone"])
 
 
 def _pool(**options: Any) -> AsyncConnectionPool:

@@ -64,6 +64,9 @@ class Worker:
         self.heads_with_claims = getattr(bot.contexts.sessions, "dsn", None) == queue.dsn
         """Whether the sessions are in the queue's database: a claim then reads the
         conversation's last entry number too, and the turn's context need not read it."""
+        self.users_with_claims = bot.access.reads_users_from(queue.dsn)
+        """Whether the user records and zones are in the queue's database: the sender's, read
+        with a claim, then stand in for the turn's own reads."""
 
     async def run(
         self, job_id: int, update: dict[str, Any], attempts: int = 0, during_turn: bool = False
@@ -221,9 +224,14 @@ class Worker:
         return self._noted(claimed)
 
     def _noted(self, claimed: Claim | None) -> Claim | None:
-        """``claimed``, its conversation's last entry number noted for the turn's context."""
+        """``claimed``, its conversation's last entry number noted for the turn's context,
+        its sender's record and zone for the turn's gates and prompt."""
         if claimed is not None and claimed.conversation and self.heads_with_claims:
             known_head(claimed.conversation, claimed.head)
+        sender = claimed.sender if claimed is not None else None
+        if sender is not None and self.users_with_claims:
+            self.bot.access.note_user(sender.user_id, sender.record)
+            self.bot.reminders.note_zone(sender.user_id, sender.zone)
         return claimed
 
     async def serve(self, stop: asyncio.Event, *, concurrency: int, grace: float) -> None:
