@@ -51,7 +51,15 @@ async def _kept(conn: Any) -> None:
     rolls back a transaction left open."""
 
 
-_DEFAULT_POOL: dict[str, Any] = {"min_size": 1, "max_size": 10, "reset": _kept}
+_DEFAULT_POOL: dict[str, Any] = {
+    "min_size": 1,
+    "max_size": 10,
+    "reset": _kept,
+    # asyncpg closes a connection idle for 300 s by a timer it sets at every release and
+    # cancels at the next acquire: CPU on every statement (#34). Kept, a process holds the
+    # connections its busiest moment opened, at most ``max_size``.
+    "max_inactive_connection_lifetime": 0,
+}
 
 _APPEND = """
     WITH head AS (

@@ -125,6 +125,12 @@ _MODEL_USAGE_SINCE = """
     ORDER BY day, user_id, model"""
 
 
+_KEPT_CONNECTIONS = {"max_inactive_connection_lifetime": 0}
+"""No idle close: asyncpg's sets a timer at every release and cancels it at the next acquire,
+CPU on every statement (#34); a process keeps what its busiest moment opened, ``max_size`` at
+most."""
+
+
 class _RegisteredMeanwhile(Exception):
     """Another transaction registered the user first: undo the use taken of the invite."""
 
@@ -184,7 +190,8 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
         Its :meth:`close` closes the pool.
         """
         try:
-            pool = await asyncpg.create_pool(dsn, **{"reset": _reset_unless_own, **pool_options})
+            options = {"reset": _reset_unless_own, **_KEPT_CONNECTIONS, **pool_options}
+            pool = await asyncpg.create_pool(dsn, **options)
         except (*_DRIVER_ERRORS, ValueError) as e:  # ValueError: a DSN asyncpg cannot parse
             message = _without_password(f"{type(e).__name__}: {e}", dsn)
             raise StoreError(f"cannot connect to the user database: {message}") from e
