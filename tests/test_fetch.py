@@ -3,6 +3,7 @@ with a plan that stays right whatever the statistics were when the connection ma
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 
@@ -209,3 +210,42 @@ async def test_a_worker_waiting_for_jobs_or_stopping_takes_none_as_a_job_ends(
         assert await _jobs(conn) == [(fourth, "todo", None, 1)]
     finally:
         await conn.close()
+
+
+async def test_a_fetch_reads_the_senders_record_and_takes_a_turn_whose_sender_it_cannot(
+    db: str, queue: TurnQueue
+) -> None:
+    """The fetch's claim reads its sender's stored record and time zone; a sender id that is
+    no integer PostgreSQL can take reads as no sender, instead of failing the fetch (and every
+    fetch after it)."""
+    conn = await asyncpg.connect(db)
+    try:
+        await conn.execute("INSERT INTO botkit_users (user_id, role) VALUES (7, 'member')")
+        await conn.execute("INSERT INTO botkit_timezones VALUES (7, 'Asia/Tokyo')")
+        for n, sender in enumerate([7, "seven", 2**63], 1):
+            update = {"update_id": n, "message": {"from": {"id": sender}, "text": "hi"}}
+            await conn.execute(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, args, status)"
+                " VALUES ('botkit', 'botkit.turn', $1, jsonb_build_object('update', $2::jsonb),"
+                " 'todo')",
+                f"user:{n}",
+                json.dumps(update),
+            )
+        queue.claim_at_fetch(bot_id=5, suspect_from=2)
+        manager = queue.app.job_manager
+        assert isinstance(manager, PatientJobManager)
+        worker = await manager.register_worker()
+        claims = []
+        for _ in range(3):
+            job = await manager.fetch_job(["botkit"], worker)
+            assert job is not None and job.id is not None
+            fetched = queue.fetched(job.id)
+            assert fetched is not None
+            claims.append(fetched.claim)
+        await manager.unregister_worker(worker)
+    finally:
+        await conn.close()
+    first = claims[0].sender if claims[0] else None
+    assert first is not None and first.record is not None
+    assert (first.user_id, first.record.role, first.zone) == (7, "member", "Asia/Tokyo")
+    assert [claim.sender if claim else "unclaimed" for claim in claims[1:]] == [None, None]

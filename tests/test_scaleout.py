@@ -335,6 +335,8 @@ async def test_a_claim_reads_its_senders_record_and_time_zone(db: str) -> None:
             ({"update_id": 1, "message": {"from": {"id": 5}, "text": "hi"}}, "user:5"),
             ({"update_id": 2, "callback_query": {"from": {"id": 6}, "data": "x"}}, "user:6"),
             ({"update_id": 3}, "user:7"),
+            ({"update_id": 4, "message": {"from": {"id": "x"}, "text": "hi"}}, "user:8"),
+            ({"update_id": 5, "message": {"from": {"id": 2**63}, "text": "hi"}}, "user:9"),
         ]
         for update, lock in updates:
             await queue.defer(1, update["update_id"], update, lock)
@@ -346,6 +348,8 @@ async def test_a_claim_reads_its_senders_record_and_time_zone(db: str) -> None:
             Sender(5, ann, "Asia/Tokyo"),
             Sender(6, None, None),  # not stored, no zone set
             None,  # an update with no sender
+            None,  # nor with one whose id is no integer PostgreSQL can take: claimed all the same
+            None,
         ]
     finally:
         await queue.close()

@@ -76,9 +76,12 @@ before it is lent again; one in steady use is not."""
 # With the claim, the last entry number of the job's conversation (its lock without the
 # ``user:``/``chat:`` prefix is its session key), so the turn need not read it again; and the
 # sender's user record and time zone, which every turn reads too (#34).
-_SENDER_ID = """(coalesce(
-        {update}->'message'->'from', {update}->'edited_message'->'from',
-        {update}->'callback_query'->'from')->>'id')::bigint"""
+# An id that is no integer (an update botkit parsed leaving its sender out) reads no sender;
+# a cast of it would fail the statement, and with it every fetch.
+_SENDER_ID = """(SELECT CASE WHEN given.id ~ '^-?[0-9]{{1,18}}$' THEN given.id::bigint END
+        FROM (SELECT coalesce(
+            {update}->'message'->'from', {update}->'edited_message'->'from',
+            {update}->'callback_query'->'from')->>'id' AS id) AS given)"""
 _SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS sender_stored,
            sender_user.role AS sender_role, sender_user.display_name AS sender_name,
            sender_user.joined_at AS sender_joined_at, sender_user.blocked AS sender_blocked,
