@@ -76,19 +76,27 @@ before it is lent again; one in steady use is not."""
 # With the claim, the last entry number of the job's conversation (its lock without the
 # ``user:``/``chat:`` prefix is its session key), so the turn need not read it again; and the
 # sender's user record and time zone, which every turn reads too (#34).
-# An id that is no integer (an update botkit parsed leaving its sender out) reads no sender;
-# a cast of it would fail the statement, and with it every fetch.
-_SENDER_ID = """(SELECT CASE WHEN given.id ~ '^-?[0-9]{{1,18}}$' THEN given.id::bigint END
-        FROM (SELECT coalesce(
-            {update}->'message'->'from', {update}->'edited_message'->'from',
-            {update}->'callback_query'->'from')->>'id' AS id) AS given)"""
 _SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS sender_stored,
            sender_user.role AS sender_role, sender_user.display_name AS sender_name,
            sender_user.joined_at AS sender_joined_at, sender_user.blocked AS sender_blocked,
            sender_zone.timezone AS sender_zone"""
-_SENDER_JOINS = """
+
+
+def _sender_joins(on: str) -> str:
+    """The joins that give ``_SENDER_COLUMNS``: the sender of the update of ``job`` when
+    ``on`` holds, their user record and their time zone."""
+    # An id that is no integer (an update botkit parsed leaving its sender out) reads no
+    # sender: a cast of it would fail the statement, and with it every fetch.
+    return f"""LEFT JOIN LATERAL (
+        SELECT CASE WHEN given.id ~ '^-?[0-9]{{1,18}}$' THEN given.id::bigint END AS id
+        FROM (SELECT coalesce(job.args #> '{{update,message,from}}',
+                              job.args #> '{{update,edited_message,from}}',
+                              job.args #> '{{update,callback_query,from}}')->>'id' AS id) AS given
+    ) sender ON {on}
     LEFT JOIN botkit_users sender_user ON sender_user.user_id = sender.id
     LEFT JOIN botkit_timezones sender_zone ON sender_zone.user_id = sender.id"""
+
+
 _CLAIM = f"""
     WITH claim AS (
         INSERT INTO botkit_updates (bot_id, update_id, job_id, starts)
@@ -99,8 +107,7 @@ _CLAIM = f"""
                   given_up_at IS NOT NULL AS claim_given_up
     ), job AS (
         SELECT CASE WHEN lock ~ '^(user|chat):' THEN substr(lock, strpos(lock, ':') + 1) END
-                   AS conversation,
-               {_SENDER_ID.format(update="(args->'update')")} AS sender
+                   AS conversation, args
         FROM procrastinate_jobs WHERE id = %(job_id)s
     )
     SELECT claim.*, job.conversation AS claim_conversation,
@@ -108,7 +115,7 @@ _CLAIM = f"""
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation
-    LEFT JOIN LATERAL (SELECT job.sender AS id) sender ON true{_SENDER_JOINS}"""
+    {_sender_joins(on="true")}"""
 # procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
 # function, whose plan stays right at every queue size (migration 021).
 _NEXT_JOB = "botkit_fetch_job(%(queues)s::varchar[], %(worker_id)s)"
@@ -152,9 +159,7 @@ def _fetch_and_claim(source: str) -> str:
         WHERE job.lock ~ '^(user|chat):'
     ) conversation ON claim.job_id = job.id
     LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key
-    LEFT JOIN LATERAL (
-        SELECT {_SENDER_ID.format(update="(job.args->'update')")} AS id
-    ) sender ON claim.job_id = job.id{_SENDER_JOINS}"""
+    {_sender_joins(on="claim.job_id = job.id")}"""
 
 
 _FETCH = _fetch(_NEXT_JOB)

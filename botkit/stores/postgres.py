@@ -126,9 +126,7 @@ _MODEL_USAGE_SINCE = """
 
 
 _KEPT_CONNECTIONS = {"max_inactive_connection_lifetime": 0}
-"""No idle close: asyncpg's sets a timer at every release and cancels it at the next acquire,
-CPU on every statement (#34); a process keeps what its busiest moment opened, ``max_size`` at
-most."""
+"""No idle close, as the session store's pool (``botkit.sessions.postgres``) says why."""
 
 
 class _RegisteredMeanwhile(Exception):
