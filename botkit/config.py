@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,9 +15,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from botkit.errors import ConfigError
 
+if TYPE_CHECKING:
+    from botkit.llm.thinking import ThinkingSettings
+
 __all__ = ["DEFAULT_MODEL", "Settings", "setting_problems", "unknown_setting_names"]
 
-DEFAULT_MODEL = "claude-sonnet-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
+"""The model a bot talks to unless BOTKIT_MODEL names another."""
 FREE_RATE = 30.0
 """Messages per second Telegram allows a bot across all chats without paid broadcasts."""
 
@@ -50,6 +54,21 @@ class Settings(BaseSettings):
         4096, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_TOKENS", "max_tokens")
     )
     """BOTKIT_MAX_TOKENS: the output limit of one LLM call."""
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_EFFORT", "effort")
+    )
+    """BOTKIT_EFFORT: how much the model thinks and writes (low, medium, high, xhigh, max);
+    unset: the model's default."""
+    thinking: Literal["adaptive", "between_tools", "off"] | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_THINKING", "thinking")
+    )
+    """BOTKIT_THINKING: adaptive, between_tools (Sonnet 5.5: no thinking before the first tool
+    call) or off (where the model can turn it off); unset: the model's default."""
+    thinking_display: Literal["omitted", "summarized"] | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_THINKING_DISPLAY", "thinking_display")
+    )
+    """BOTKIT_THINKING_DISPLAY: summarized to get the model's reasoning as text (shown while
+    tools run, kept in the session), omitted for none; unset: the model's default."""
     sessions_dir: Path = Field(
         Path("sessions"), validation_alias=AliasChoices("BOTKIT_SESSIONS_DIR", "sessions_dir")
     )
@@ -340,6 +359,13 @@ class Settings(BaseSettings):
         """The bot's Telegram id: the number before the token's colon (``ConfigError`` when
         the token is missing or malformed)."""
         return int(self.require_telegram_token().split(":", 1)[0])
+
+    def thinking_settings(self) -> ThinkingSettings:
+        """BOTKIT_THINKING, BOTKIT_EFFORT and BOTKIT_THINKING_DISPLAY, as the LLM client takes
+        them."""
+        from botkit.llm.thinking import ThinkingSettings
+
+        return ThinkingSettings(self.thinking, self.effort, self.thinking_display)
 
     def require_anthropic_key(self) -> str:
         """The Anthropic API key, or a ConfigError saying how to set it."""

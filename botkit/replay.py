@@ -34,7 +34,10 @@ from botkit.types import (
     ContentBlock,
     DocumentBlock,
     ImageBlock,
+    RedactedThinkingBlock,
+    ServerBlock,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     Usage,
@@ -342,6 +345,14 @@ def _block(block: ContentBlock, names: dict[str, str]) -> list[str]:
         return [f"{INDENT}{_document(block)}"]
     if isinstance(block, ToolUseBlock):
         return [f"{INDENT}→ {block.name}({_cut(_compact_json(block.input))})"]
+    if isinstance(block, ThinkingBlock):
+        if not block.thinking:
+            return [f"{INDENT}(thinking, not shown)"]
+        return _indented("(thinking) " + block.thinking)
+    if isinstance(block, RedactedThinkingBlock):
+        return [f"{INDENT}(thinking, encrypted)"]
+    if isinstance(block, ServerBlock):
+        return [f"{INDENT}[{block.type}]"]
     return [f"{INDENT}{_tool_result(block, names)}"]
 
 

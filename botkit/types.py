@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 __all__ = [
     "ContentBlock",
@@ -13,8 +13,11 @@ __all__ = [
     "ImageBlock",
     "ImageSource",
     "Message",
+    "RedactedThinkingBlock",
     "Role",
+    "ServerBlock",
     "TextBlock",
+    "ThinkingBlock",
     "ToolDef",
     "ToolResultBlock",
     "ToolUseBlock",
@@ -29,10 +32,59 @@ class _Block(BaseModel):
 
 
 class TextBlock(_Block):
-    """Plain text written by the user or the model."""
+    """Plain text written by the user or the model (with the sources it cites, if any)."""
 
     type: Literal["text"] = "text"
     text: str
+    citations: list[dict[str, Any]] | None = None
+    """Where the model's words come from (web search results, documents), as the API sent
+    them; sent back unchanged."""
+
+
+class ThinkingBlock(_Block):
+    """The model's reasoning before it answers or calls a tool: its text (empty unless the
+    call asked for a summary) and the signature the API checks when the block is sent back."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str = ""
+    signature: str = ""
+    model: str | None = None
+    """The model that wrote it (botkit's record; never sent)."""
+    prefix_sha256: str | None = None
+    """A hash of everything the request that produced it held before it (botkit's record,
+    never sent): the API refuses the block once that prefix changed."""
+
+    def to_api(self) -> dict[str, Any]:
+        """The block exactly as the API returned it."""
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+class RedactedThinkingBlock(_Block):
+    """Reasoning the API returned encrypted: kept and sent back as it came."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+    model: str | None = None
+    """The model that wrote it (botkit's record; never sent)."""
+    prefix_sha256: str | None = None
+    """As :attr:`ThinkingBlock.prefix_sha256`."""
+
+    def to_api(self) -> dict[str, Any]:
+        """The block exactly as the API returned it."""
+        return {"type": "redacted_thinking", "data": self.data}
+
+
+class ServerBlock(BaseModel):
+    """A block botkit does not read but must keep, such as a server tool's call and its
+    result (``server_tool_use``, ``web_search_tool_result``): every field kept as sent."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    type: str
+
+    def to_api(self) -> dict[str, Any]:
+        """The block as the API returned it."""
+        return self.model_dump()
 
 
 class ImageSource(_Block):
@@ -99,10 +151,30 @@ class ToolResultBlock(_Block):
         return data
 
 
+_KNOWN_BLOCKS = frozenset(
+    {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+)
+
+
+def _block_tag(value: Any) -> str:
+    """A block's kind for validation: its ``type``, or ``server`` for any other type."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _KNOWN_BLOCKS else "server"
+
+
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock,
-    Field(discriminator="type"),
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[DocumentBlock, Tag("document")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
+    | Annotated[ServerBlock, Tag("server")],
+    Discriminator(_block_tag),
 ]
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+"""The block types that hold the model's reasoning."""
 
 
 class Usage(BaseModel):
@@ -134,6 +206,8 @@ class Message(BaseModel):
     content: list[ContentBlock]
     usage: Usage | None = None
     """Set on assistant messages: what the call that produced it cost."""
+    model: str | None = None
+    """Set on assistant messages: the model that wrote it (never sent)."""
 
     @classmethod
     def user_text(cls, text: str) -> Message:
@@ -150,15 +224,21 @@ class Message(BaseModel):
         """The tool calls this message asks for."""
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
 
+    @property
+    def thinking(self) -> list[ThinkingBlock | RedactedThinkingBlock]:
+        """The reasoning blocks of this message, in order."""
+        return [b for b in self.content if isinstance(b, ThinkingBlock | RedactedThinkingBlock)]
+
     def to_api(self) -> dict[str, Any]:
-        """The message as the Messages API expects it (no usage)."""
-        return {
-            "role": self.role,
-            "content": [
-                b.to_api() if isinstance(b, ToolResultBlock) else b.model_dump(exclude_none=True)
-                for b in self.content
-            ],
-        }
+        """The message as the Messages API expects it (no usage, no model)."""
+        return {"role": self.role, "content": [_block_to_api(b) for b in self.content]}
+
+
+def _block_to_api(block: Any) -> dict[str, Any]:
+    if isinstance(block, ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ServerBlock):
+        return block.to_api()
+    data: dict[str, Any] = block.model_dump(exclude_none=True)
+    return data
 
 
 class ToolDef(BaseModel):

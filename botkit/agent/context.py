@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from botkit.agent.history import normalize, trim
+from botkit.agent.history import normalize, trim, without_earlier_thinking
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
 from botkit.sessions.live import needed_from
 from botkit.sessions.media import references, resolve
@@ -219,7 +219,7 @@ class ContextManager:
         messages = self.messages
         if self.transform_context is not None:
             messages = self.transform_context(messages)
-        messages = trim(normalize(messages), self.max_messages)
+        messages = without_earlier_thinking(trim(normalize(messages), self.max_messages))
         if self.convert_to_llm is not None:
             messages = self.convert_to_llm(messages)
         return messages

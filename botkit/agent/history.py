@@ -2,16 +2,25 @@
 
 The API wants: the first message from the user, roles alternating, every ``tool_use``
 answered by a ``tool_result`` in the very next message, and no ``tool_result`` without
-its ``tool_use`` just before.
+its ``tool_use`` just before. On today's models it also wants a tool cycle's thinking blocks
+back exactly as they came, after exactly the same prefix: so within a turn nothing before its
+answers changes (the window's start is fixed when the turn begins), and the thinking of earlier
+turns is left out the same way at every call (see :func:`without_earlier_thinking`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from botkit.types import ContentBlock, Message, ToolResultBlock
+from botkit.types import (
+    ContentBlock,
+    Message,
+    RedactedThinkingBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+)
 
-__all__ = ["INTERRUPTED_TOOL_TEXT", "normalize", "trim"]
+__all__ = ["INTERRUPTED_TOOL_TEXT", "normalize", "trim", "turn_start", "without_earlier_thinking"]
 
 INTERRUPTED_TOOL_TEXT = "This tool call was not run: the turn was interrupted."
 
@@ -35,24 +44,64 @@ def normalize(messages: Sequence[Message]) -> list[Message]:
 
 
 def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
-    """The newest part of a normalized conversation, at most ``max_messages`` long, still valid.
+    """The newest part of a normalized conversation, still valid: at most ``max_messages`` as
+    it stood when its current turn began, and everything of that turn since.
 
     The cut point moves in steps of half the limit, not one turn at a time, so consecutive
-    calls start with the same messages and the prompt cache keeps hitting. It lands on a
-    user message that answers no tool call; when the window holds none (one tool chain is
+    calls start with the same messages and the prompt cache keeps hitting; within a turn it
+    never moves (the turn's thinking blocks are bound to what came before them). It lands on
+    a user message that answers no tool call; when the window holds none (one tool chain is
     longer than that), the nearest earlier one is taken, so a tool chain is never split.
     """
     limit = max(max_messages, 1)
-    if len(messages) <= limit:
+    opening = turn_start(messages)
+    settled = len(messages) if opening is None else opening + 1
+    if settled <= limit:
         return list(messages)
     step = max(limit // 2, 1)
-    start = -(-(len(messages) - limit) // step) * step  # rounded up to a whole step
+    start = -(-(settled - limit) // step) * step  # rounded up to a whole step
     later = range(start, len(messages))
     earlier = range(start - 1, -1, -1)
     for index in (*later, *earlier):
         if _opens_exchange(messages[index]):
             return list(messages[index:])
     return list(messages)  # not normalized: nothing is safe to cut
+
+
+def turn_start(messages: Sequence[Message]) -> int | None:
+    """The index of the message that began the current turn: the last user message that
+    answers no tool call (``None`` when there is none)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if _opens_exchange(messages[index]):
+            return index
+    return None
+
+
+def without_earlier_thinking(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with the thinking blocks of every turn before the current one left out.
+
+    Within a turn (a tool cycle) thinking must go back as it came. Across turns botkit leaves
+    it out, the same way at every call, so no earlier block is ever sent after a changed
+    prefix: the window may move, history may be compacted, the prompt, the tools or the model
+    may change between turns, and nothing fails. The price is the model's earlier reasoning
+    (its answers stay) and, once a turn, a cache write of the previous turn's answers.
+    """
+    opening = turn_start(messages)
+    if opening is None:
+        return list(messages)
+    return [
+        _thoughtless(message) if index < opening else message
+        for index, message in enumerate(messages)
+    ]
+
+
+def _thoughtless(message: Message) -> Message:
+    if message.role != "assistant" or not message.thinking:
+        return message
+    content = [
+        b for b in message.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+    ]
+    return Message(role="assistant", content=content, usage=message.usage, model=message.model)
 
 
 def _opens_exchange(message: Message) -> bool:
@@ -87,7 +136,8 @@ def _merge_same_role(messages: Sequence[Message]) -> list[Message]:
             if message.role == "user":  # tool results must lead a user message
                 content.sort(key=lambda b: not isinstance(b, ToolResultBlock))
             usage = message.usage if last.usage is None else last.usage
-            out.append(Message(role=message.role, content=content, usage=usage))
+            model = last.model or message.model
+            out.append(Message(role=message.role, content=content, usage=usage, model=model))
         else:
             out.append(message)
     return out

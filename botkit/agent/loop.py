@@ -28,6 +28,7 @@ from botkit.agent.events import (
     UsageEvent,
 )
 from botkit.agent.fitting import fit_media
+from botkit.agent.history import turn_start
 from botkit.errors import MediaTooLargeError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
@@ -138,8 +139,12 @@ class AgentLoop:
         tools: ToolRegistry,
         on_text: TextSink | None,
     ) -> LLMResponse:
-        """One LLM call; a context too long is compacted, then truncated, and tried again."""
-        if self.compactor is not None and self.compactor.needed(context):
+        """One LLM call; a context too long is compacted, then truncated, and tried again.
+
+        Compaction comes only before a turn's first call: later calls of the turn send back
+        its thinking blocks, which the API refuses after any change before them.
+        """
+        if self.compactor is not None and _turn_begins(context) and self.compactor.needed(context):
             await self.compactor.compact(context)
         shrinkers: list[Shrinker] = []
         if self.compactor is not None:
@@ -327,6 +332,12 @@ class _Turn:
         known = call.name in self.tools
         await self.notify(ToolEnd(call=call, result=result, known=known, **self.stamp))
         return result
+
+
+def _turn_begins(context: ContextManager) -> bool:
+    """Whether the context's last message is the one that begins a turn (no answer yet)."""
+    messages = context.messages
+    return bool(messages) and turn_start(messages) == len(messages) - 1
 
 
 async def _first_that_works(shrinkers: list[Shrinker], context: ContextManager) -> bool:

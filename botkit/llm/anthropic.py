@@ -12,6 +12,7 @@ the transport needs (``botkit.llm.internals``), calls go through the SDK's publi
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, get_args
@@ -35,8 +36,26 @@ from botkit.errors import (
     PromptTooLongError,
 )
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
+from botkit.llm.thinking import (
+    BINDING_BETA,
+    ThinkingSettings,
+    block_prefixes,
+    feed_message,
+    prefix_hasher,
+    stale_thinking,
+    traits_for,
+)
 from botkit.llm.transport import MessagesTransport
-from botkit.types import ContentBlock, Message, TextBlock, ToolUseBlock, Usage
+from botkit.types import (
+    ContentBlock,
+    Message,
+    RedactedThinkingBlock,
+    ServerBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
 
 __all__ = ["AnthropicLLM", "AuthFailureHandler"]
 
@@ -70,8 +89,11 @@ class AnthropicLLM:
         prompt_caching: bool = True,
         client: anthropic.AsyncAnthropic | None = None,
         on_auth_failure: AuthFailureHandler | None = None,
+        thinking: ThinkingSettings | None = None,
     ) -> None:
         self.model = model
+        self.thinking = thinking or ThinkingSettings()
+        """Thinking mode, effort and display, sent where the call's model takes them."""
         self.on_auth_failure = on_auth_failure
         """Called once when the key is rejected, and again only after a success in between."""
         self._auth_reported = False
@@ -95,33 +117,50 @@ class AnthropicLLM:
             max_tokens=settings.max_tokens,
             base_url=settings.anthropic_base_url,
             max_concurrency=settings.max_concurrent_turns,
+            thinking=settings.thinking_settings(),
         )
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
-        """Send ``request``; text deltas go to ``on_text`` as they arrive."""
-        params = self._params(request)
+        """Send ``request``; text deltas go to ``on_text`` as they arrive.
+
+        A request whose thinking blocks the API would refuse as bound to another prefix asks
+        the API to drop them (``drop_block``); one refused all the same is sent once more so.
+        """
         with tracing.tracer.chat(request, self.model) as span:
+            call = _Call(self, request)
             try:
-                async with self._slot(), _mapped_errors():
-                    raw = await self._call(params, on_text)
+                try:
+                    raw = await self._send(call, on_text)
+                except ThinkingRefusedError as e:
+                    log.warning("llm.thinking_refused", error=str(e))
+                    call = _Call(self, request, repair=e)
+                    raw = await self._send(call, on_text)
             except LLMAuthError as e:
                 await self._report_auth_failure(e)
                 raise
             self._auth_reported = False
-            response = _to_response(raw)
+            response = call.response(raw)
             tracing.tracer.chat_answered(span, response)
         return response
 
-    async def _call(self, params: dict[str, Any], on_text: TextSink | None) -> dict[str, Any]:
+    async def _send(self, call: _Call, on_text: TextSink | None) -> dict[str, Any]:
+        async with self._slot(), _mapped_errors():
+            return await self._call(call.params, on_text, call.headers)
+
+    async def _call(
+        self, params: dict[str, Any], on_text: TextSink | None, headers: dict[str, str]
+    ) -> dict[str, Any]:
         """The answer to ``params`` as the API's dict, by the fast path or the SDK's."""
         if self.transport is None:
+            if headers:
+                params = {**params, "extra_headers": headers}
             if on_text is None:
                 return await sdk_path.create(self.client, params)
             return await sdk_path.stream(self.client, params, on_text)
         if on_text is None:
-            return await _create(self.transport, orjson.dumps(params))
+            return await _create(self.transport, orjson.dumps(params), headers)
         params["stream"] = True
-        return await _stream(self.transport, orjson.dumps(params), on_text)
+        return await _stream(self.transport, orjson.dumps(params), on_text, headers)
 
     async def verify(self, *, attempts: int = 10, max_backoff: float = 30.0) -> None:
         """Check the key and the model with a call that costs no tokens, retrying while the
@@ -186,20 +225,6 @@ class AnthropicLLM:
             await self.transport.close()
         await self.client.close()
 
-    def _params(self, request: LLMRequest) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": request.model or self.model,
-            "max_tokens": request.max_tokens or self.max_tokens,
-            "messages": [m.to_api() for m in request.messages],
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = [t.to_api() for t in request.tools]
-        if self.prompt_caching:
-            _mark_cache_points(params)
-        return params
-
     @asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:
         if self._slots is None:
@@ -207,6 +232,137 @@ class AnthropicLLM:
             return
         async with self._slots:
             yield
+
+
+class ThinkingRefusedError(LLMError):
+    """The API refused the request's thinking blocks: bound to another prefix, or missing from
+    a tool cycle that had them (a session written before botkit kept them)."""
+
+    def __init__(self, message: str, *, missing_at: int | None = None) -> None:
+        super().__init__(message)
+        self.missing_at = missing_at
+        """The index of the message whose thinking is missing, when that was the refusal."""
+
+
+class _Call:
+    """One request as sent: its body and headers, and what is needed to read its answer
+    (the prefix that the answer's thinking blocks are bound to)."""
+
+    def __init__(
+        self, llm: AnthropicLLM, request: LLMRequest, repair: ThinkingRefusedError | None = None
+    ) -> None:
+        self.model = model = request.model or llm.model
+        messages = _readable(request.messages, model)
+        if repair is not None and repair.missing_at is not None:
+            messages = _without_tool_cycle(messages, repair.missing_at)
+        self.system = request.system
+        self.messages = messages
+        self.tools = [t.to_api() for t in request.tools]
+        self.api_messages = [m.to_api() for m in messages]
+        params: dict[str, Any] = {
+            "model": model,
+            "max_tokens": request.max_tokens or llm.max_tokens,
+            "messages": self.api_messages,
+        }
+        if request.system:
+            params["system"] = request.system
+        if self.tools:
+            params["tools"] = self.tools
+        params.update(llm.thinking.fields(model))
+        self.headers: dict[str, str] = {}
+        self.params = params
+        self._bind(force=repair is not None and repair.missing_at is None)
+        if llm.prompt_caching:
+            _mark_cache_points(params)
+
+    def _bind(self, *, force: bool) -> None:
+        """Ask the API to drop blocks bound to a prefix that changed (an operator edited the
+        prompt, a tool was added, history was compacted mid-cycle), instead of failing."""
+        if not any(m.thinking for m in self.messages):
+            return
+        traits = traits_for(self.model)
+        if not traits.binds_prefix:
+            return
+        stale = stale_thinking(self.system, self.tools, self.messages, self.model)
+        if not stale and not force:
+            return
+        log.warning("llm.thinking_prefix_changed", model=self.model, blocks=stale or "refused")
+        thinking = self.params.get("thinking") or {"type": "adaptive"}
+        if thinking.get("type") not in ("adaptive", "enabled"):
+            # between_tools takes no block_binding: leave every thinking block out (allowed)
+            self.messages = [_without_thinking(m) for m in self.messages]
+            self.params["messages"] = self.api_messages = [m.to_api() for m in self.messages]
+            return
+        binding = {"prefix_mismatch_behavior": "drop_block"}
+        self.params["thinking"] = {**thinking, "block_binding": binding}
+        self.headers["anthropic-beta"] = BINDING_BETA
+
+    def response(self, raw: dict[str, Any]) -> LLMResponse:
+        """botkit's response to this call, its thinking blocks bound to this call's prefix."""
+        changes = raw.get("input_transformations")
+        if changes:
+            log.info("llm.input_transformed", model=self.model, transformations=changes)
+        return _to_response(raw, self._prefix)
+
+    def _prefix(self) -> Any:
+        """The hash of everything this call sent before its answer."""
+        hasher = prefix_hasher(self.system, self.tools)
+        for message in self.api_messages:
+            feed_message(hasher, message)
+        return hasher
+
+
+def _readable(messages: list[Message], model: str) -> list[Message]:
+    """``messages`` without the thinking blocks another model wrote, for a model that has no
+    adaptive thinking (models that have it drop what they cannot read, without an error)."""
+    if traits_for(model).thinks_by_default or "adaptive" in traits_for(model).thinking:
+        return messages
+    return [
+        _without_thinking(m, keep=model)
+        if m.role == "assistant" and any(b.model not in (None, model) for b in m.thinking)
+        else m
+        for m in messages
+    ]
+
+
+def _without_thinking(message: Message, keep: str | None = None) -> Message:
+    """``message`` without its thinking blocks (but those of the model ``keep``)."""
+    if not message.thinking:
+        return message
+    content = [
+        b
+        for b in message.content
+        if not isinstance(b, ThinkingBlock | RedactedThinkingBlock) or (keep and b.model == keep)
+    ]
+    return message.model_copy(update={"content": content})
+
+
+def _without_tool_cycle(messages: list[Message], index: int) -> list[Message]:
+    """``messages`` with the tool calls of message ``index`` and their results written out as
+    text: a cycle whose thinking was lost (a session written before botkit kept it) can no
+    longer be continued as one, but what it did stays in the conversation."""
+    if not 0 <= index < len(messages) - 1:
+        return messages
+    calls, results = messages[index], messages[index + 1]
+    said: list[ContentBlock] = [b for b in calls.content if isinstance(b, TextBlock)]
+    said += [
+        TextBlock(text=f"[called {b.name} {orjson.dumps(b.input).decode()}]")
+        for b in calls.content
+        if isinstance(b, ToolUseBlock)
+    ]
+    answered: list[ContentBlock] = []
+    for block in results.content:
+        if block.type == "tool_result":
+            answered.append(TextBlock(text=f"[tool result] {getattr(block, 'content', '')}"))
+        else:
+            answered.append(block)
+    log.warning("llm.tool_cycle_written_out", message=index)
+    return [
+        *messages[:index],
+        calls.model_copy(update={"content": said or [TextBlock(text="[tool calls]")]}),
+        results.model_copy(update={"content": answered}),
+        *messages[index + 2 :],
+    ]
 
 
 @asynccontextmanager
@@ -234,8 +390,17 @@ def _mapped(e: anthropic.AnthropicError) -> LLMError:
     return LLMError(str(e))
 
 
+_MISSING_THINKING = re.compile(r"messages\.(\d+)\.content\.0\.type: Expected `thinking`")
+
+
 def _status_error(e: anthropic.APIStatusError) -> LLMError:
     detail = _quoted(e)
+    if e.status_code == 400 and "bound to a different conversation" in detail:
+        return ThinkingRefusedError(f"Messages API error 400: {detail}")
+    if e.status_code == 400 and (missing := _MISSING_THINKING.search(detail)):
+        return ThinkingRefusedError(
+            f"Messages API error 400: {detail}", missing_at=int(missing.group(1))
+        )
     if e.status_code == 401:
         return LLMAuthError(f"the Messages API rejected ANTHROPIC_API_KEY: {detail}")
     # An overload in the middle of a stream arrives as an error event on a 200 response.
@@ -307,10 +472,12 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
         last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
-async def _create(transport: MessagesTransport, body: bytes) -> dict[str, Any]:
+async def _create(
+    transport: MessagesTransport, body: bytes, headers: dict[str, str]
+) -> dict[str, Any]:
     """One non-streamed call: the transport sends it (retrying, raising the SDK's errors),
     orjson reads it."""
-    async with transport.post(body) as response:
+    async with transport.post(body, headers) as response:
         message = orjson.loads(await response.read())
     if not isinstance(message, dict) or message.get("type") != "message":
         raise LLMError(f"the Messages API answered something else than a message: {message!r:.200}")
@@ -318,9 +485,11 @@ async def _create(transport: MessagesTransport, body: bytes) -> dict[str, Any]:
     return message
 
 
-async def _stream(transport: MessagesTransport, body: bytes, on_text: TextSink) -> dict[str, Any]:
+async def _stream(
+    transport: MessagesTransport, body: bytes, on_text: TextSink, headers: dict[str, str]
+) -> dict[str, Any]:
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
-    async with transport.post(body) as response:
+    async with transport.post(body, headers) as response:
         message = _Accumulator(transport, response)
         async for data in _sse_data(transport.chunks(response)):
             text = message.add(orjson.loads(data))
@@ -465,25 +634,45 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-def _to_response(raw: dict[str, Any]) -> LLMResponse:
-    """botkit's response from the API's message (as a dict)."""
-    blocks: list[ContentBlock] = []
-    for block in raw.get("content") or []:
-        kind = block.get("type")
-        if kind == "text":
-            blocks.append(TextBlock(text=block.get("text", "")))
-        elif kind == "tool_use":
-            tool_input = block.get("input")
-            blocks.append(
-                ToolUseBlock(
-                    id=block["id"],
-                    name=block["name"],
-                    input=tool_input if isinstance(tool_input, dict) else {},
-                )
-            )
-        else:
-            log.warning("llm.block_ignored", block_type=kind)
+def _to_response(raw: dict[str, Any], prefix: Callable[[], Any] | None = None) -> LLMResponse:
+    """botkit's response from the API's message (as a dict): every block kept, in order;
+    thinking blocks bound to the hash of ``prefix`` (what the request sent before them)."""
+    model = raw.get("model") or ""
+    blocks = [_block(block) for block in raw.get("content") or []]
+    if prefix is not None and any(b.type in ("thinking", "redacted_thinking") for b in blocks):
+        digests = block_prefixes(
+            prefix(), "assistant", Message(role="assistant", content=blocks).to_api()["content"]
+        )
+        blocks = [
+            b.model_copy(update={"model": model, "prefix_sha256": digests[i]})
+            if isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+            else b
+            for i, b in enumerate(blocks)
+        ]
     stop = raw.get("stop_reason")
     stop_reason: StopReason = stop if stop in _KNOWN_STOP_REASONS else "end_turn"
-    message = Message(role="assistant", content=blocks, usage=_usage(raw.get("usage")))
-    return LLMResponse(message=message, stop_reason=stop_reason, model=raw.get("model") or "")
+    usage = _usage(raw.get("usage"))
+    message = Message(role="assistant", content=blocks, usage=usage, model=model or None)
+    return LLMResponse(message=message, stop_reason=stop_reason, model=model)
+
+
+def _block(block: dict[str, Any]) -> ContentBlock:
+    """One content block of an answer, as botkit keeps it."""
+    kind = block.get("type")
+    if kind == "text":
+        citations = block.get("citations")
+        return TextBlock(text=block.get("text", ""), citations=citations or None)
+    if kind == "tool_use":
+        tool_input = block.get("input")
+        return ToolUseBlock(
+            id=block["id"],
+            name=block["name"],
+            input=tool_input if isinstance(tool_input, dict) else {},
+        )
+    if kind == "thinking":
+        return ThinkingBlock(
+            thinking=block.get("thinking") or "", signature=block.get("signature") or ""
+        )
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(data=block.get("data") or "")
+    return ServerBlock.model_validate(block)

@@ -64,14 +64,17 @@ class MessagesTransport:
         self._own_proxy_lookup = internals.check().own_proxy_lookup
 
     @asynccontextmanager
-    async def post(self, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The API's successful answer to ``body``, its content still to read; failed answers
-        and connection failures are retried and raised as the SDK would."""
+    async def post(
+        self, body: bytes, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The API's successful answer to ``body`` (sent with the SDK's headers and
+        ``headers``), its content still to read; failed answers and connection failures are
+        retried and raised as the SDK would."""
         max_retries = self.client.max_retries
         for retries_taken in range(max_retries + 1):
             remaining = max_retries - retries_taken
             try:
-                response = await self._send(body, retries_taken)
+                response = await self._send(body, retries_taken, headers)
             except anthropic.APIConnectionError:
                 if remaining <= 0:
                     raise
@@ -123,9 +126,13 @@ class MessagesTransport:
             await self._session.close()
             self._session = None
 
-    async def _send(self, body: bytes, retries_taken: int) -> aiohttp.ClientResponse:
+    async def _send(
+        self, body: bytes, retries_taken: int, extra: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
         session = self._session or self._open()
         headers = self._headers_for(retries_taken)
+        if extra:
+            headers = {**headers, **extra}
         if tracing.tracer.enabled:  # the API joins the trace (W3C traceparent)
             headers = {**headers, **tracing.tracer.carrier()}
         try:

@@ -117,13 +117,15 @@ class SessionEntry(_Entry):
                 "role": message.role,
                 "content": message.content,
                 "usage": message.usage,
+                "model": message.model,
                 **meta,
             }
         )
 
     def to_message(self) -> Message:
         """The conversation message this entry recorded."""
-        return Message(role=self.role, content=self.content, usage=self.usage)
+        model = self.model if self.role == "assistant" else None
+        return Message(role=self.role, content=self.content, usage=self.usage, model=model)
 
 
 class ResetEntry(_Entry):
