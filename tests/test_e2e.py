@@ -129,12 +129,13 @@ async def test_two_users_at_once_with_a_tool_and_a_stranger(
     assert await bot_process.stop() == 0
 
     alice_log = bot_process.session(ALICE)
-    assert [(e["role"], e["content"][0]["type"]) for e in alice_log] == [
-        ("user", "text"),
-        ("assistant", "tool_use"),
-        ("user", "tool_result"),
-        ("assistant", "text"),
+    assert [(e["role"], [b["type"] for b in e["content"]]) for e in alice_log] == [
+        ("user", ["text"]),
+        ("assistant", ["thinking", "tool_use"]),  # today's models think first, unasked
+        ("user", ["tool_result"]),
+        ("assistant", ["thinking", "text"]),
     ]
+    assert alice_log[1]["content"][0]["signature"], "the thinking block is kept as it came"
     assert alice_log[0]["update_id"] == alice_update
     assert all(e["user_id"] == ALICE for e in alice_log)
     assert sum(alice_log[1]["usage"].values()) > 0

@@ -77,10 +77,23 @@ def test_consecutive_user_messages_are_merged() -> None:
 
 def test_trim_never_splits_a_tool_chain() -> None:
     history = [user("q1"), assistant("a1"), user("q2")]
-    history += [calls("a"), results("a"), calls("b"), results("b"), assistant("done")]
-    trimmed = trim(normalize(history), 4)
+    history += [calls("a"), results("a"), calls("b"), results("b")]
+    trimmed = trim(normalize(history), 2)
     assert_valid(trimmed)
     assert trimmed[0].text == "q2", "starts at the question that opened the chain"
+
+
+def test_the_window_does_not_move_within_a_turn() -> None:
+    """A turn's thinking is bound to what came before it: however long its tool chain grows,
+    every call of the turn starts where its first call started."""
+    history = [m for n in range(5) for m in (user(f"q{n}"), assistant(f"a{n}"))]
+    history.append(user("q5"))
+    first = trim(normalize(history), 8)
+    for n in range(6):
+        history += [calls(f"c{n}"), results(f"c{n}")]
+        assert trim(normalize(history), 8)[0] == first[0]
+    history += [assistant("done"), user("q6")]
+    assert trim(normalize(history), 8)[0] != first[0], "the next turn may move it"
 
 
 def test_trim_keeps_everything_under_the_limit() -> None:

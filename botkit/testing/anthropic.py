@@ -63,6 +63,13 @@ import orjson
 from aiohttp import web
 
 from botkit.testing._loopback import LoopbackServer, serve_on_loopback
+from botkit.testing._thinking import (
+    BINDING_BETA,
+    FakeModel,
+    ThinkingContract,
+    model_object,
+    model_of,
+)
 
 __all__ = [
     "FakeAnthropicServer",
@@ -123,6 +130,8 @@ class FakeReply:
 
     content: list[dict[str, Any]]
     stop_reason: str = _AUTO
+    hidden_chars: int = 0
+    """Characters of reasoning the answer does not show (omitted thinking): billed as output."""
 
     def __post_init__(self) -> None:
         """Fill in tool ids and the automatic stop reason."""
@@ -174,7 +183,7 @@ class FakeReply:
 
     def output_chars(self) -> int:
         """Characters of generated output, the base of ``output_tokens``."""
-        total = 0
+        total = self.hidden_chars
         for block in self.content:
             if block["type"] == "text":
                 total += len(str(block.get("text", "")))
@@ -907,6 +916,7 @@ class FakeAnthropicServer(LoopbackServer):
         context_window: int = DEFAULT_CONTEXT_WINDOW,
         api_key: str | None = None,
         models: Collection[str] | None = None,
+        enforce_prefix_check: bool = True,
     ) -> None:
         """Configure the fake; nothing listens until :meth:`start`.
 
@@ -922,6 +932,10 @@ class FakeAnthropicServer(LoopbackServer):
         measuring time to first token downstream, e.g. in benchmarks).
         """
         self.responder: Responder = responder or echo_responder
+        self.thinking = ThinkingContract(enforce_prefix_check=enforce_prefix_check)
+        """Today's thinking contract: models that think unasked, signed blocks bound to their
+        prefix, the refusals of each model (``enforce_prefix_check=False``: an account created
+        before 2026-08-31, where a changed prefix passes unless the request opts in)."""
         self.latency = latency
         self.chunk_delay = chunk_delay
         self.context_window = context_window
@@ -941,6 +955,7 @@ class FakeAnthropicServer(LoopbackServer):
         """Seconds :meth:`advance` moved the cache's clock ahead of ``time.monotonic()``."""
         self.usages: list[dict[str, Any]] = []
         """The prompt's usage (input, cache writes by TTL, reads) of every answered request."""
+        self._transformations: dict[int, list[dict[str, str]]] = {}
         self._runner: web.AppRunner | None = None
         self._in_flight: set[asyncio.Transport] = set()  # connections of running answers
 
@@ -953,6 +968,7 @@ class FakeAnthropicServer(LoopbackServer):
         app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
+        app.router.add_get("/v1/models/{model_id}", self._handle_model)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
         self._runner, self.base_url = await serve_on_loopback(app)
 
@@ -1026,6 +1042,24 @@ class FakeAnthropicServer(LoopbackServer):
             )
         return body
 
+    async def _handle_model(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{id}``: the model with its ``capabilities``; 404 for a name the
+        fake does not know (neither in :attr:`models` nor among today's models)."""
+        model_id = request.match_info["model_id"]
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        recorded = FakeRequest({"model": model_id}, headers, time.monotonic())
+        if self.api_key is not None and recorded.api_key != self.api_key:
+            return self._error_response(FakeError.authentication())
+        known = model_of(model_id)
+        listed = self.models is not None and model_id in self.models
+        if not known.id and not listed:
+            return self._error_response(FakeError.model_not_found(model_id))
+        if self.models is not None and not listed:
+            return self._error_response(FakeError.model_not_found(model_id))
+        body = model_object(known if known.id else FakeModel(model_id, frozenset(), False))
+        body["id"] = model_id
+        return web.json_response(body, headers=self._headers())
+
     async def _handle_count_tokens(self, request: web.Request) -> web.Response:
         body = await self._read_body(request)
         if isinstance(body, web.Response):
@@ -1035,7 +1069,7 @@ class FakeAnthropicServer(LoopbackServer):
         self.count_token_requests.append(recorded)
         if (refusal := self._refusal(recorded)) is not None:
             return self._error_response(refusal)
-        problem = _validate(body, create=False)
+        problem = _validate(body, create=False) or self.thinking.check(body, headers).problem
         if problem is not None:
             return self._error_response(FakeError.invalid_request(problem))
         tokens = _input_tokens(_segments(body))
@@ -1073,10 +1107,17 @@ class FakeAnthropicServer(LoopbackServer):
                 f"prompt is too long: {_input_tokens(segments)} tokens > "
                 f"{self.context_window} maximum"
             )
-        if problem is not None:
-            return self._error_response(FakeError.invalid_request(problem))
+        checked = self.thinking.check(body, headers) if problem is None else None
+        if checked is not None:
+            problem = checked.problem
+        if problem is not None or checked is None:
+            return self._error_response(FakeError.invalid_request(problem or ""))
+        self._transformations[id(recorded)] = checked.transformations
 
         answer = await self._next_answer(recorded)
+        if isinstance(answer, FakeReply):
+            content, hidden = self.thinking.answer(body, answer.content)
+            answer = FakeReply(content, answer.stop_reason, answer.hidden_chars + hidden)
         if isinstance(answer, FakeError):
             if recorded.stream and answer.mid_stream:
                 usage = _account(segments, self._cache, self.now())
@@ -1137,7 +1178,7 @@ class FakeAnthropicServer(LoopbackServer):
         self, request: FakeRequest, usage: _Usage, reply: FakeReply | None, *, final: bool
     ) -> dict[str, Any]:
         output_tokens = max(1, _tokens(reply.output_chars())) if reply is not None else 1
-        return {
+        message: dict[str, Any] = {
             "id": _random_id("msg_01"),
             "type": "message",
             "role": "assistant",
@@ -1147,6 +1188,12 @@ class FakeAnthropicServer(LoopbackServer):
             "stop_sequence": None,
             "usage": usage.as_dict(output_tokens if final else 1),
         }
+        if BINDING_BETA in request.headers.get("anthropic-beta", ""):
+            index = next(
+                i for i in range(len(self.requests) - 1, -1, -1) if self.requests[i] is request
+            )
+            message["input_transformations"] = self._transformations.get(index, [])
+        return message
 
     async def _start_stream(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from botkit.bot import Bot
-from botkit.config import Settings
+from botkit.config import DEFAULT_MODEL, Settings
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.memory.plugin import MemoryPlugin
 from botkit.messengers.base import Incoming
@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 
 def fake_llm(
-    claude: FakeAnthropicServer, *, model: str = "claude-test", **options: Any
+    claude: FakeAnthropicServer, *, model: str = DEFAULT_MODEL, **options: Any
 ) -> AnthropicLLM:
     """An ``AnthropicLLM`` on ``claude`` that never retries: each scripted answer is used once.
 
