@@ -130,7 +130,7 @@ async def test_two_users_at_once_with_a_tool_and_a_stranger(
 
     alice_log = bot_process.session(ALICE)
     assert [(e["role"], [b["type"] for b in e["content"]]) for e in alice_log] == [
-        ("user", ["text"]),
+        ("user", ["text", "text"]),  # the local time's note, then the words
         ("assistant", ["thinking", "tool_use"]),  # today's models think first, unasked
         ("user", ["tool_result"]),
         ("assistant", ["thinking", "text"]),
