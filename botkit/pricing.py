@@ -1,8 +1,11 @@
-"""What tokens cost: one price table, used for ``/usage`` and the logs.
+"""What tokens cost: one price table, used for ``/usage``, the metrics and the logs.
 
-Prices are US dollars per million tokens, as published for the Messages API (checked
-2026-11). Cache writes cost 1.25x the input price, cache reads 0.1x. Unknown models are
-priced like the Sonnet tier, and ``estimate`` says so.
+Prices are US dollars per million tokens, as the Messages API's pricing page gave them when
+read on 2026-11-28. Cache writes cost 1.25x the input price when kept five minutes and 2x
+when kept an hour; cache reads 0.1x, except on the newest models (0.05x on Opus 5.5 and
+Sonnet 5.5, 0.025x on Fable 5.1 and Mythos 5.1). Thinking is billed as output, whether or not
+its text is shown. A model botkit does not know is priced like the dearest one it knows (a
+budget is better too tight than too generous), and ``estimate`` says so.
 """
 
 from __future__ import annotations
@@ -12,10 +15,16 @@ from dataclasses import dataclass
 
 from botkit.types import Usage
 
-__all__ = ["PRICES", "Price", "estimate", "price_for"]
+__all__ = ["PRICES", "PRICES_READ_ON", "Price", "estimate", "price_for"]
 
+PRICES_READ_ON = "2026-11-28"
+"""When the table below was read off the pricing page."""
 CACHE_WRITE_FACTOR = 1.25
+"""A five-minute cache write, as a multiple of the input price."""
+CACHE_WRITE_1H_FACTOR = 2.0
+"""A one-hour cache write, as a multiple of the input price."""
 CACHE_READ_FACTOR = 0.1
+"""A cache read on most models, as a multiple of the input price."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,28 +33,48 @@ class Price:
 
     input: float
     output: float
+    cache_read: float = CACHE_READ_FACTOR
+    """A cache read, as a multiple of ``input``."""
+    long_prompt: tuple[int, Price] | None = None
+    """Above this many prompt tokens (cache reads and writes included), this price instead."""
 
     def cost(self, usage: Usage) -> float:
-        """Dollars for ``usage`` at this price, cache writes and reads included."""
+        """Dollars for ``usage`` (one call's) at this price, cache writes and reads included."""
+        if self.long_prompt is not None and _prompt_tokens(usage) > self.long_prompt[0]:
+            return self.long_prompt[1].cost(usage)
+        written_1h = min(usage.cache_write_1h_tokens, usage.cache_creation_input_tokens)
         billed_input = (
             usage.input_tokens
-            + usage.cache_creation_input_tokens * CACHE_WRITE_FACTOR
-            + usage.cache_read_input_tokens * CACHE_READ_FACTOR
+            + (usage.cache_creation_input_tokens - written_1h) * CACHE_WRITE_FACTOR
+            + written_1h * CACHE_WRITE_1H_FACTOR
+            + usage.cache_read_input_tokens * self.cache_read
         )
         return (billed_input * self.input + usage.output_tokens * self.output) / 1_000_000
 
 
+def _prompt_tokens(usage: Usage) -> int:
+    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+
+
 PRICES: dict[str, Price] = {
+    "claude-fable-5-1": Price(10.0, 50.0, cache_read=0.025),
+    "claude-mythos-5-1": Price(10.0, 50.0, cache_read=0.025),
+    "claude-fable-5": Price(10.0, 50.0),
+    "claude-mythos-5": Price(10.0, 50.0),
+    "claude-opus-5-5": Price(4.0, 20.0, cache_read=0.05),
     "claude-opus-5": Price(5.0, 25.0),
     "claude-opus-4": Price(5.0, 25.0),
-    "claude-sonnet-5": Price(3.0, 15.0),
+    "claude-sonnet-5-5": Price(2.0, 10.0, cache_read=0.05),
+    "claude-sonnet-5": Price(2.0, 10.0),
     "claude-sonnet-4": Price(3.0, 15.0),
+    "claude-haiku-5-5": Price(0.1, 0.5, long_prompt=(100_000, Price(0.5, 2.5))),
     "claude-haiku-4": Price(1.0, 5.0),
     "claude-3-5-haiku": Price(0.8, 4.0),
 }
 """Prefixes of model names and their prices; the longest matching prefix wins."""
 
-FALLBACK = PRICES["claude-sonnet-5"]
+FALLBACK = PRICES["claude-fable-5"]
+"""The price of a model not in the table: the dearest known."""
 
 
 def price_for(model: str) -> Price | None:
@@ -55,7 +84,10 @@ def price_for(model: str) -> Price | None:
 
 
 def estimate(usage_by_model: Mapping[str, Usage]) -> tuple[float, bool]:
-    """Dollars for the usage of each model, and whether every model's price was known."""
+    """Dollars for the usage of each model, and whether every model's price was known.
+
+    Usage summed over many calls is priced as one call: a model whose price depends on the
+    prompt's length (Claude Haiku 5.5 above 100,000 tokens) is priced at its short rate."""
     total, known = 0.0, True
     for model, usage in usage_by_model.items():
         price = price_for(model)

@@ -186,6 +186,9 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    """Of ``cache_creation_input_tokens``, those written to the one-hour cache (billed 2x the
+    input price instead of 1.25x)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -194,6 +197,7 @@ class Usage(BaseModel):
             cache_creation_input_tokens=self.cache_creation_input_tokens
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
 

@@ -626,11 +626,15 @@ class _Accumulator:
 def _usage(raw: Any) -> Usage:
     """botkit's usage from the API's ``usage`` object (absent counts are zero)."""
     raw = raw if isinstance(raw, dict) else {}
+    by_ttl = raw.get("cache_creation")
     return Usage(
         input_tokens=raw.get("input_tokens") or 0,
         output_tokens=raw.get("output_tokens") or 0,
         cache_creation_input_tokens=raw.get("cache_creation_input_tokens") or 0,
         cache_read_input_tokens=raw.get("cache_read_input_tokens") or 0,
+        cache_write_1h_tokens=(by_ttl.get("ephemeral_1h_input_tokens") or 0)
+        if isinstance(by_ttl, dict)
+        else 0,
     )
 
 

@@ -57,4 +57,5 @@ def _usage(usage: anthropic.types.Usage) -> Usage:
         output_tokens=usage.output_tokens or 0,
         cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
         cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_1h_tokens=getattr(usage.cache_creation, "ephemeral_1h_input_tokens", 0) or 0,
     )

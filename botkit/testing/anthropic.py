@@ -1189,10 +1189,7 @@ class FakeAnthropicServer(LoopbackServer):
             "usage": usage.as_dict(output_tokens if final else 1),
         }
         if BINDING_BETA in request.headers.get("anthropic-beta", ""):
-            index = next(
-                i for i in range(len(self.requests) - 1, -1, -1) if self.requests[i] is request
-            )
-            message["input_transformations"] = self._transformations.get(index, [])
+            message["input_transformations"] = self._transformations.get(id(request), [])
         return message
 
     async def _start_stream(self, request: web.Request) -> web.StreamResponse:
