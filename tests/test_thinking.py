@@ -17,6 +17,7 @@ from botkit import Bot
 from botkit.agent.context import ContextManager
 from botkit.agent.loop import AgentLoop
 from botkit.config import DEFAULT_MODEL
+from botkit.errors import ConfigError
 from botkit.llm.anthropic import AnthropicLLM
 from botkit.llm.base import LLMRequest
 from botkit.llm.thinking import ThinkingSettings, problems
@@ -372,3 +373,31 @@ async def test_an_answer_from_the_default_model_starts_with_thinking(
 
 async def _ignore(_: str) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    ("model", "settings", "refusal"),
+    [
+        ("claude-sonnet-6-0", ThinkingSettings(), "does not know the model 'claude-sonnet-6-0'"),
+        ("claude-opus-5-5", ThinkingSettings(mode="off"), "BOTKIT_THINKING=off"),
+        ("claude-haiku-4-5", ThinkingSettings(effort="high"), "BOTKIT_EFFORT=high"),
+        ("claude-sonnet-5-5", ThinkingSettings(mode="between_tools", effort="max"), "effort"),
+    ],
+)
+async def test_the_start_up_check_refuses_what_the_model_would(
+    claude: FakeAnthropicServer, model: str, settings: ThinkingSettings, refusal: str
+) -> None:
+    """``run`` and ``doctor`` check the model (the Models API) and the thinking settings before
+    the first user pays for a refused call."""
+    llm = fake_llm(claude, model=model, thinking=settings)
+    with pytest.raises(ConfigError, match=refusal):
+        await llm.verify(attempts=1)
+    assert not claude.requests, "no Messages API call was made"
+    await llm.close()
+
+
+async def test_the_start_up_check_passes_todays_models(claude: FakeAnthropicServer) -> None:
+    for model in ("claude-sonnet-5-5", "claude-opus-5-5", "claude-fable-5-1", "claude-haiku-4-5"):
+        llm = fake_llm(claude, model=model)
+        await llm.verify(attempts=1)
+        await llm.close()

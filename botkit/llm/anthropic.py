@@ -42,6 +42,7 @@ from botkit.llm.thinking import (
     block_prefixes,
     feed_message,
     prefix_hasher,
+    problems,
     stale_thinking,
     traits_for,
 )
@@ -205,6 +206,25 @@ class AnthropicLLM:
         except anthropic.AnthropicError as e:
             raise _mapped(e) from e
         self._auth_reported = False
+        await self._check_settings(client)
+
+    async def _check_settings(self, client: anthropic.AsyncAnthropic) -> None:
+        """Refuse, in one line, thinking settings the model would refuse at every call: as
+        botkit's table knows the model, and as the Models API's ``capabilities`` say."""
+        found = problems(self.thinking, self.model)
+        try:
+            info = (await client.models.retrieve(self.model)).to_dict()
+        except anthropic.NotFoundError as e:
+            raise ConfigError(
+                f"Anthropic does not know the model {self.model!r} ({_detail(e)}): set "
+                "BOTKIT_MODEL to a current model name."
+            ) from e
+        except anthropic.APIStatusError as e:  # a gateway without the Models API
+            log.warning("anthropic.capabilities_unread", model=self.model, error=_detail(e))
+            info = {}
+        found += _capability_problems(self.thinking, self.model, info.get("capabilities"))
+        if found:
+            raise ConfigError(f"{'; '.join(dict.fromkeys(found))}.")
 
     async def _report_auth_failure(self, error: LLMAuthError) -> None:
         """Log the first rejection as an error and tell ``on_auth_failure``; then stay quiet."""
@@ -232,6 +252,22 @@ class AnthropicLLM:
             return
         async with self._slots:
             yield
+
+
+def _capability_problems(settings: ThinkingSettings, model: str, capabilities: Any) -> list[str]:
+    """What the Models API's ``capabilities`` of ``model`` say it would refuse of
+    ``settings``."""
+    if not isinstance(capabilities, dict):
+        return []
+    found: list[str] = []
+    effort = capabilities.get("effort") or {}
+    if settings.effort is not None and not (effort.get(settings.effort) or {}).get("supported"):
+        found.append(f"{model} does not take BOTKIT_EFFORT={settings.effort}")
+    types = (capabilities.get("thinking") or {}).get("types") or {}
+    wants_adaptive = settings.mode == "adaptive" or settings.display is not None
+    if wants_adaptive and not (types.get("adaptive") or {}).get("supported"):
+        found.append(f"{model} has no adaptive thinking (BOTKIT_THINKING, BOTKIT_THINKING_DISPLAY)")
+    return found
 
 
 class ThinkingRefusedError(LLMError):
