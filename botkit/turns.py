@@ -28,7 +28,7 @@ from botkit.access import Access
 from botkit.agent.compaction import Compactor
 from botkit.agent.context import ContextManager
 from botkit.agent.events import ErrorEvent, Event, EventSink, Hooks
-from botkit.agent.loop import AgentLoop, TurnResult
+from botkit.agent.loop import AgentLoop, ProgressSink, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
@@ -486,7 +486,13 @@ class TurnPipeline:
             return _all_text(context, first, text), outcome
         turn = asyncio.create_task(
             self._run_loop(
-                context, system, tools, tool_context, on_text=draft.update, task_id=task_id
+                context,
+                system,
+                tools,
+                tool_context,
+                on_text=draft.update,
+                task_id=task_id,
+                on_progress=draft.status,
             )
         )
         stop_key = (message.chat_id, draft.draft_id) if draft is not None else None
@@ -535,10 +541,12 @@ class TurnPipeline:
         task_id: str | None = None,
         decided: dict[str, str | None] | None = None,
         decision: str | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> tuple[str, TurnOutcome]:
         """The loop's reply, or a polite text when the model could not be reached; the
-        answer's text streams to ``on_text``, the loop's events to ``emit``; ``decided``
-        resumes a turn whose calls waited for approval."""
+        answer's text streams to ``on_text``, what runs meanwhile to ``on_progress``, the
+        loop's events to ``emit``; ``decided`` resumes a turn whose calls waited for
+        approval."""
         charge = partial(self._charge, tool_context.user_id)
         model = self.bot.model_override or self.bot.settings.model
         llm = ChargedLLM(self.bot.llm, charge, self.metrics, model)
@@ -562,6 +570,7 @@ class TurnPipeline:
                 task_id=task_id,
                 decided=decided,
                 decision=decision,
+                on_progress=on_progress,
             )
         except MediaTooLargeError as e:
             withdrawn = context.withdraw()  # its message, unless a first answer recorded it

@@ -5,6 +5,7 @@ settings, and the fake holding requests to the documented contract (#44)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -401,3 +402,37 @@ async def test_the_start_up_check_passes_todays_models(claude: FakeAnthropicServ
         llm = fake_llm(claude, model=model)
         await llm.verify(attempts=1)
         await llm.close()
+
+
+def slow_steps(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bot:
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({ALICE}), **settings)
+
+    @bot.tool
+    async def step(n: int) -> str:
+        """Take step ``n``."""
+        await asyncio.sleep(0.8)  # long enough for the draft to show what runs
+        return str(n)
+
+    return bot
+
+
+@pytest.mark.parametrize(
+    ("display", "shown"),
+    [("summarized", "I will answer it step by step"), (None, "Running step…")],
+)
+async def test_the_draft_shows_what_runs_while_tools_run(
+    telegram: FakeTelegramServer, tmp_path: Path, display: str | None, shown: str
+) -> None:
+    """On a 5.5 model the words between tool calls arrive as thinking: the draft shows the
+    summary when there is one, else the tool's name, and the reply holds neither."""
+    async with FakeAnthropicServer(responder=counting) as claude:
+        bot = slow_steps(
+            claude, tmp_path, model="claude-opus-5-5", stream_replies=True, thinking_display=display
+        )
+        async with running(bot, telegram):
+            reply = await ask(telegram, ALICE, "count 1")
+        await bot.aclose()
+    assert reply.text == "counted to 1"
+    drafts = [str(d.params.get("text", "")) for d in telegram.drafts(ALICE)]
+    assert any(shown in text for text in drafts), drafts
+    assert shown not in reply.text

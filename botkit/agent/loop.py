@@ -32,13 +32,17 @@ from botkit.agent.history import turn_start
 from botkit.errors import MediaTooLargeError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
-from botkit.types import Message, ToolResultBlock, ToolUseBlock, Usage
+from botkit.types import Message, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
 
 __all__ = ["AgentLoop", "LoopTexts", "TurnResult"]
 
 log = structlog.get_logger(__name__)
 
 Shrinker = Callable[[ContextManager], Awaitable[bool]]
+ProgressSink = Callable[[str | None], Awaitable[None]]
+"""Told what the turn is doing while its tools run (``None``: nothing to show any more)."""
+PROGRESS_CHARS = 300
+"""The most of a thinking summary shown as progress (its end, the newest thought)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,8 @@ class LoopTexts:
     denied: str = "The user denied this tool call, so it was not run."
     expired: str = "Nobody allowed this tool call in time, so it was not run."
     unauthorized: str = "The user may no longer use the assistant, so this tool call was not run."
+    running: str = "Running {tools}…"
+    """Shown in the draft while tools run, when the model's thinking has no summary to show."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +117,12 @@ class AgentLoop:
         task_id: str | None = None,
         decided: Mapping[str, str | None] | None = None,
         decision: str | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> TurnResult:
         """Loop until the model answers in text or ``max_iterations`` calls were made.
+
+        While tools run, ``on_progress`` is told what happens: the model's summarized thinking
+        when it has one (``BOTKIT_THINKING_DISPLAY=summarized``), else which tools run.
 
         A call of a tool that ``needs_approval`` ends the turn unrun (``TurnResult.waiting``).
         ``decided`` resumes such a turn: the context's last answer's calls are run first,
@@ -121,6 +131,7 @@ class AgentLoop:
         recorded with their results."""
         turn = _Turn(self, context, tools, tool_context, on_text, emit, task_id)
         turn.decided = dict(decided or {})
+        turn.on_progress = on_progress
         await turn.notify(AgentStart(**turn.stamp))
         if decided is not None:
             await turn.answer_calls(context.messages[-1].tool_uses, approval=decision)
@@ -200,6 +211,26 @@ class _Turn:
         self.decided: dict[str, str | None] = {}
         """Approval decisions by call id: ``None`` allowed, a text refused with it."""
         self.waiting: tuple[ToolUseBlock, ...] = ()
+        self.on_progress: ProgressSink | None = None
+
+    async def progress(self, message: Message) -> None:
+        """Tell ``on_progress`` what runs now: the newest thinking summary of ``message``, or
+        the names of the tools it calls. Never part of the reply."""
+        if self.on_progress is None:
+            return
+        summaries = [
+            b.thinking.strip()
+            for b in message.content
+            if isinstance(b, ThinkingBlock) and b.thinking.strip()
+        ]
+        if summaries:
+            note = summaries[-1]
+            if len(note) > PROGRESS_CHARS:
+                note = "…" + note[-PROGRESS_CHARS:].split(" ", 1)[-1]
+        else:
+            names = ", ".join(dict.fromkeys(call.name for call in message.tool_uses))
+            note = self.texts.running.format(tools=names)
+        await self.on_progress(note)
 
     async def notify(self, event: Event) -> None:
         """Send ``event`` to the sink and to the hooks of its kind."""
@@ -267,6 +298,7 @@ class _Turn:
             self.waiting = self.waits_for_approval(response)
             if self.waiting:
                 return None  # the turn ends here; a decision resumes it (``decided``)
+            await self.progress(message)
             await self.answer_calls(calls)
             return None
         if calls:  # cut off mid-call: the arguments may be incomplete, so never run them

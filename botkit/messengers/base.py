@@ -244,6 +244,11 @@ class Draft(Protocol):
         """Add ``delta`` to the draft (the messenger decides how often to show it)."""
         ...
 
+    async def status(self, note: str | None) -> None:
+        """Show ``note`` under the text (what the bot is doing while tools run); ``None``
+        clears it, as the next streamed text does."""
+        ...
+
     async def finish(self) -> None:
         """Stop showing updates; after this, the final message may be sent."""
         ...

@@ -886,6 +886,8 @@ class TelegramDraft:
         self.thread_id = thread_id if thread_id != GENERAL_TOPIC else None
         self.refresh = refresh
         self.text = ""
+        self.note: str | None = None
+        """What the bot is doing while tools run, shown in italics under the text."""
         self._shown = ""
         self._last_sent = 0.0
         """When a draft last went out (the placeholder and re-sends included)."""
@@ -912,16 +914,33 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            await self._send(draft_html(self.text))  # "" (Thinking…) unless text came meanwhile
-        if self.text and not self._finished:
+            await self._send(self._html())  # "" (Thinking…) unless text came meanwhile
+        if (self.text or self.note) and not self._finished:
             await self._show_soon()
 
     async def update(self, delta: str) -> None:
         """Add ``delta``; the draft is refreshed now or at the end of the interval."""
         self.text += delta
+        self.note = None
+        self._refresh()
+
+    async def status(self, note: str | None) -> None:
+        """Show ``note`` under the text until more text streams in (refreshed as text is)."""
+        self.note = note
+        self._refresh()
+
+    def _refresh(self) -> None:
         if self._finished or (self._sender is not None and not self._sender.done()):
             return
         self._sender = asyncio.create_task(self._show_soon())
+
+    def _html(self) -> str:
+        """The draft as shown: the text, then the status note."""
+        text = draft_html(self.text)
+        if not self.note:
+            return text
+        note = f"<i>{html.escape(self.note)}</i>"
+        return f"{text}\n\n{note}" if text else note
 
     async def finish(self) -> None:
         """Send no more updates; wait for one in flight, so none can land after the reply."""
@@ -942,9 +961,9 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            html = draft_html(self.text)  # rendered once it can go: the newest text
-            if html and html != self._shown:
-                await self._send(html)
+            shown = self._html()  # rendered once it can go: the newest text
+            if shown and shown != self._shown:
+                await self._send(shown)
 
     async def _keep_alive(self) -> None:
         """Re-send what is shown before it expires, however long a tool call takes."""

@@ -213,6 +213,9 @@ class ConsoleDraft:
         self.text += delta
         self.view.text(delta)
 
+    async def status(self, note: str | None) -> None:
+        """Nothing: the console shows each tool call itself as it ends."""
+
     async def finish(self) -> None:
         """End the streamed answer."""
         self.view.end_text()

@@ -105,7 +105,12 @@ def build_test_bot(
     fields = {k: v for k, v in settings_and_options.items() if k in Settings.model_fields}
     rest = {k: v for k, v in settings_and_options.items() if k not in fields}
     settings = isolated_settings(tmp_path, **fields)
-    llm = fake_llm(claude, model=settings.model, max_tokens=settings.max_tokens)
+    llm = fake_llm(
+        claude,
+        model=settings.model,
+        max_tokens=settings.max_tokens,
+        thinking=settings.thinking_settings(),
+    )
     if isinstance(bot, type):
         return bot(settings=settings, llm=llm, **rest)
     return _made_again(bot, settings, llm, rest)
@@ -194,7 +199,12 @@ def make_bot(
         settings = make_settings(tmp_path, **fields)
     elif fields:
         raise TypeError(f"pass either settings= or settings fields, not both: {sorted(fields)}")
-    llm = fake_llm(claude, model=settings.model, max_tokens=settings.max_tokens)
+    llm = fake_llm(
+        claude,
+        model=settings.model,
+        max_tokens=settings.max_tokens,
+        thinking=settings.thinking_settings(),
+    )
     return bot_class(settings=settings, llm=llm, **rest)
 
 
