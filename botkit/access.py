@@ -19,7 +19,7 @@ from botkit.config import Settings
 from botkit.extras import require_extra
 from botkit.messengers.base import Incoming, Messenger
 from botkit.options import BotOptions
-from botkit.pricing import CACHE_READ_FACTOR
+from botkit.pricing import CACHE_READ_FACTOR, FALLBACK, price_for
 from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore
 from botkit.types import Usage
 
@@ -200,6 +200,9 @@ class Access:
             return
         spent = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
         spent += round(usage.cache_read_input_tokens * CACHE_READ_FACTOR)  # billed at a tenth
+        if usage.web_search_requests:  # a search's fee, as the input tokens it would buy
+            searches = (price_for(model) or FALLBACK).search_tokens() * usage.web_search_requests
+            spent += searches
         await (await self.user_store()).add_usage(user_id, today(), spent)
 
 

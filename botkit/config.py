@@ -17,6 +17,7 @@ from botkit.errors import ConfigError
 
 if TYPE_CHECKING:
     from botkit.llm.thinking import ThinkingSettings
+    from botkit.tools.server import ServerTools
 
 __all__ = ["DEFAULT_MODEL", "Settings", "setting_problems", "unknown_setting_names"]
 
@@ -30,6 +31,7 @@ NOT_SETTINGS = frozenset({"BOTKIT_TEST_DATABASE_URL"})
 """BOTKIT_ names that are not settings but are known: the test suite's own database."""
 
 IdList = Annotated[frozenset[int], NoDecode]
+DomainList = Annotated[tuple[str, ...], NoDecode]
 
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 """A bot token as @BotFather gives it: the bot's id, a colon, the secret."""
@@ -69,6 +71,22 @@ class Settings(BaseSettings):
     )
     """BOTKIT_THINKING_DISPLAY: summarized to get the model's reasoning as text (shown while
     tools run, kept in the session), omitted for none; unset: the model's default."""
+    web_search: bool = Field(
+        False, validation_alias=AliasChoices("BOTKIT_WEB_SEARCH", "web_search")
+    )
+    """BOTKIT_WEB_SEARCH: let the model search the web (the API runs it; $10 per 1,000
+    searches, counted in usage and budgets)."""
+    web_fetch: bool = Field(False, validation_alias=AliasChoices("BOTKIT_WEB_FETCH", "web_fetch"))
+    """BOTKIT_WEB_FETCH: let the model read web pages the conversation names (the API fetches
+    them; their text is billed as input)."""
+    web_domains: DomainList = Field(
+        (), validation_alias=AliasChoices("BOTKIT_WEB_DOMAINS", "web_domains")
+    )
+    """BOTKIT_WEB_DOMAINS: comma-separated domains web search and fetch may reach (empty: any)."""
+    web_max_uses: int = Field(
+        5, ge=1, validation_alias=AliasChoices("BOTKIT_WEB_MAX_USES", "web_max_uses")
+    )
+    """BOTKIT_WEB_MAX_USES: the most searches (and fetches) the model may make in one call."""
     sessions_dir: Path = Field(
         Path("sessions"), validation_alias=AliasChoices("BOTKIT_SESSIONS_DIR", "sessions_dir")
     )
@@ -305,6 +323,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
         return value
 
+    @field_validator("web_domains", mode="before")
+    @classmethod
+    def _split_domains(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -366,6 +391,12 @@ class Settings(BaseSettings):
         from botkit.llm.thinking import ThinkingSettings
 
         return ThinkingSettings(self.thinking, self.effort, self.thinking_display)
+
+    def server_tools(self) -> ServerTools:
+        """BOTKIT_WEB_SEARCH, BOTKIT_WEB_FETCH and their limits, as the tool loop offers them."""
+        from botkit.tools.server import ServerTools
+
+        return ServerTools(self.web_search, self.web_fetch, self.web_domains, self.web_max_uses)
 
     def require_anthropic_key(self) -> str:
         """The Anthropic API key, or a ConfigError saying how to set it."""

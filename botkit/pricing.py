@@ -25,6 +25,9 @@ CACHE_WRITE_1H_FACTOR = 2.0
 """A one-hour cache write, as a multiple of the input price."""
 CACHE_READ_FACTOR = 0.1
 """A cache read on most models, as a multiple of the input price."""
+WEB_SEARCH_DOLLARS = 10.0 / 1000
+"""One web search the API ran ($10 per 1,000, besides the tokens of its results); web fetch
+costs its tokens only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,12 @@ class Price:
             + written_1h * CACHE_WRITE_1H_FACTOR
             + usage.cache_read_input_tokens * self.cache_read
         )
-        return (billed_input * self.input + usage.output_tokens * self.output) / 1_000_000
+        tokens = (billed_input * self.input + usage.output_tokens * self.output) / 1_000_000
+        return tokens + usage.web_search_requests * WEB_SEARCH_DOLLARS
+
+    def search_tokens(self) -> int:
+        """What one web search costs, in input tokens of this model (for token budgets)."""
+        return round(WEB_SEARCH_DOLLARS / self.input * 1_000_000)
 
 
 def _prompt_tokens(usage: Usage) -> int:

@@ -558,6 +558,7 @@ class TurnPipeline:
             model=self.bot.model_override,
             hooks=self.bot.hooks,
             max_parallel_tools=self.bot.options.max_parallel_tools,
+            server_tools=self.bot.settings.server_tools().definitions(),
         )
         try:
             result: TurnResult = await loop.run(

@@ -189,6 +189,10 @@ class Usage(BaseModel):
     cache_write_1h_tokens: int = 0
     """Of ``cache_creation_input_tokens``, those written to the one-hour cache (billed 2x the
     input price instead of 1.25x)."""
+    web_search_requests: int = 0
+    """Web searches the API ran for the call (billed per search, besides tokens)."""
+    web_fetch_requests: int = 0
+    """Pages the API fetched for the call (billed as tokens only)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -198,6 +202,8 @@ class Usage(BaseModel):
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
             cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+            web_search_requests=self.web_search_requests + other.web_search_requests,
+            web_fetch_requests=self.web_fetch_requests + other.web_fetch_requests,
         )
 
 
@@ -254,10 +260,13 @@ class ToolDef(BaseModel):
     description: str
     input_schema: dict[str, Any]
     type: str | None = Field(None, exclude=True)
-    """A tool the API defines (e.g. ``memory_20250818``): sent as its type and name only."""
+    """A tool the API defines (e.g. ``memory_20250818``): sent as its type and name (and
+    ``options``) only."""
+    options: dict[str, Any] | None = Field(None, exclude=True)
+    """With ``type``: its settings (``max_uses``, ``allowed_domains``…)."""
 
     def to_api(self) -> dict[str, Any]:
         """The tool as the Messages API takes it."""
         if self.type is not None:
-            return {"type": self.type, "name": self.name}
+            return {"type": self.type, "name": self.name, **(self.options or {})}
         return self.model_dump()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,15 @@ from botkit.agent.history import turn_start
 from botkit.errors import MediaTooLargeError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
-from botkit.types import Message, ThinkingBlock, ToolResultBlock, ToolUseBlock, Usage
+from botkit.types import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolDef,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 
 __all__ = ["AgentLoop", "LoopTexts", "TurnResult"]
 
@@ -94,8 +102,11 @@ class AgentLoop:
         model: str | None = None,
         hooks: Hooks | None = None,
         max_parallel_tools: int = 8,
+        server_tools: Sequence[ToolDef] = (),
     ) -> None:
         self.llm = llm
+        self.server_tools = list(server_tools)
+        """Tools the API runs itself (web search, web fetch), offered with every call."""
         self.max_parallel_tools = max_parallel_tools
         """Tool calls run from one answer; the rest get an error result asking for fewer."""
         self.max_iterations = max_iterations
@@ -166,7 +177,7 @@ class AgentLoop:
             request = LLMRequest(
                 system=system,
                 messages=fit_media(messages, newest_only=newest_only),
-                tools=tools.definitions(),
+                tools=[*tools.definitions(), *self.server_tools],
                 model=self.model,
             )
             try:
@@ -312,7 +323,7 @@ class _Turn:
             return (message.text + self.texts.cut_short) if message.text else self.texts.cut_short
         if reason == "refusal":
             return message.text or self.texts.refused
-        return message.text or self.texts.empty
+        return with_sources(message) or self.texts.empty
 
     def waits_for_approval(self, response: LLMResponse) -> tuple[ToolUseBlock, ...]:
         """The calls of ``response`` that wait for a person's Allow (not decided yet)."""
@@ -364,6 +375,25 @@ class _Turn:
         known = call.name in self.tools
         await self.notify(ToolEnd(call=call, result=result, known=known, **self.stamp))
         return result
+
+
+def with_sources(message: Message) -> str:
+    """``message``'s text and, after it, the pages its words cite (web search and fetch
+    results) as Markdown links, each once."""
+    text = message.text
+    sources: dict[str, str] = {}
+    for block in message.content:
+        for citation in (block.citations or []) if isinstance(block, TextBlock) else []:
+            url = citation.get("url")
+            if isinstance(url, str) and url.startswith(("https://", "http://")):
+                sources.setdefault(url, str(citation.get("title") or url))
+    if not sources or not text:
+        return text
+    links = ", ".join(f"[{title.replace(']', ')')}]({url})" for url, title in sources.items())
+    return f"{text}\n\n{SOURCES_LABEL} {links}"
+
+
+SOURCES_LABEL = "Sources:"
 
 
 def _turn_begins(context: ContextManager) -> bool:

@@ -505,7 +505,8 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
     messages = params["messages"]
     if messages and messages[-1]["content"]:
         last = messages[-1]["content"]
-        last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
+        if last[-1].get("type") not in ("thinking", "redacted_thinking"):  # never markable
+            last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
 async def _create(
@@ -663,6 +664,7 @@ def _usage(raw: Any) -> Usage:
     """botkit's usage from the API's ``usage`` object (absent counts are zero)."""
     raw = raw if isinstance(raw, dict) else {}
     by_ttl = raw.get("cache_creation")
+    server = raw.get("server_tool_use") if isinstance(raw.get("server_tool_use"), dict) else None
     return Usage(
         input_tokens=raw.get("input_tokens") or 0,
         output_tokens=raw.get("output_tokens") or 0,
@@ -671,6 +673,8 @@ def _usage(raw: Any) -> Usage:
         cache_write_1h_tokens=(by_ttl.get("ephemeral_1h_input_tokens") or 0)
         if isinstance(by_ttl, dict)
         else 0,
+        web_search_requests=(server.get("web_search_requests") or 0) if server else 0,
+        web_fetch_requests=(server.get("web_fetch_requests") or 0) if server else 0,
     )
 
 

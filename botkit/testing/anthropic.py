@@ -423,7 +423,13 @@ class _Usage:
     created_1h: int = 0
     """Of ``cache_creation_input_tokens``, those written for an hour."""
 
-    def as_dict(self, output_tokens: int) -> dict[str, Any]:
+    def as_dict(self, output_tokens: int, server: dict[str, int] | None = None) -> dict[str, Any]:
+        usage = self._as_dict(output_tokens)
+        if server:
+            usage["server_tool_use"] = server
+        return usage
+
+    def _as_dict(self, output_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
@@ -690,8 +696,23 @@ def _media_problem(where: str, block: dict[str, Any]) -> str | None:
     return None
 
 
-_API_TOOLS = {"memory_20250818": "memory"}
+_API_TOOLS = {
+    "memory_20250818": "memory",
+    "web_search_20250305": "web_search",
+    "web_search_20260209": "web_search",
+    "web_search_20260318": "web_search",
+    "web_fetch_20250910": "web_fetch",
+    "web_fetch_20260209": "web_fetch",
+    "web_fetch_20260318": "web_fetch",
+}
 """Tool types the API defines itself, and the name each must have."""
+_WEB_FIELDS = frozenset({"max_uses", "allowed_domains", "blocked_domains"})
+_API_TOOL_FIELDS = {
+    "memory": frozenset(),
+    "web_search": _WEB_FIELDS | {"user_location"},
+    "web_fetch": _WEB_FIELDS | {"citations", "max_content_tokens"},
+}
+"""What each of them takes besides its type and name."""
 
 
 def _tool_problem(k: int, tool: dict[str, Any]) -> str | None:
@@ -706,9 +727,12 @@ def _tool_problem(k: int, tool: dict[str, Any]) -> str | None:
         return f"tools.{k}: Input tag '{kind}' found using 'type' does not match the expected tags"
     if tool["name"] != _API_TOOLS[kind]:
         return f"tools.{k}.{kind}.name: Input should be '{_API_TOOLS[kind]}'"
-    extra = sorted(set(tool) - {"type", "name", "cache_control"})
+    allowed = {"type", "name", "cache_control"} | _API_TOOL_FIELDS[tool["name"]]
+    extra = sorted(set(tool) - allowed)
     if extra:
         return f"tools.{k}.{kind}.{extra[0]}: Extra inputs are not permitted"
+    if "allowed_domains" in tool and "blocked_domains" in tool:
+        return f"tools.{k}.{kind}: use either allowed_domains or blocked_domains, not both"
     return None
 
 
@@ -878,7 +902,7 @@ def _stream_plan(
         if kind == "text":
             start: dict[str, Any] = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": c} for c in _split_text(str(block["text"]))]
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "server_tool_use"):
             start = {**block, "input": {}}
             deltas = [
                 {"type": "input_json_delta", "partial_json": c}
@@ -895,6 +919,21 @@ def _stream_plan(
             start, deltas = block, []
         plan.append((start, deltas))
     return plan
+
+
+def _server_uses(reply: FakeReply | None) -> dict[str, int]:
+    """``usage.server_tool_use`` of an answer: the searches and fetches the API ran for it."""
+    names = [
+        b.get("name")
+        for b in (reply.content if reply is not None else [])
+        if b.get("type") == "server_tool_use"
+    ]
+    if not names:
+        return {}
+    return {
+        "web_search_requests": names.count("web_search"),
+        "web_fetch_requests": names.count("web_fetch"),
+    }
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -1186,7 +1225,9 @@ class FakeAnthropicServer(LoopbackServer):
             "content": reply.content if final and reply is not None else [],
             "stop_reason": reply.stop_reason if final and reply is not None else None,
             "stop_sequence": None,
-            "usage": usage.as_dict(output_tokens if final else 1),
+            "usage": usage.as_dict(
+                output_tokens if final else 1, _server_uses(reply) if final else None
+            ),
         }
         if BINDING_BETA in request.headers.get("anthropic-beta", ""):
             message["input_transformations"] = self._transformations.get(id(request), [])
@@ -1255,7 +1296,10 @@ class FakeAnthropicServer(LoopbackServer):
         message_delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": max(1, _tokens(reply.output_chars()))},
+            "usage": {
+                "output_tokens": max(1, _tokens(reply.output_chars())),
+                **({"server_tool_use": uses} if (uses := _server_uses(reply)) else {}),
+            },
         }
         events.append((_sse("message_delta", message_delta), None))
         events.append((_sse("message_stop", {"type": "message_stop"}), None))
