@@ -36,6 +36,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from botkit.config import DEFAULT_MODEL
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeRequest, FakeTelegramServer
 from botkit.testing.anthropic import Responder
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 TOKEN = "123456:BENCH-TOKEN"
 API_KEY = "bench-key"
-MODEL = "claude-bench"
+MODEL = DEFAULT_MODEL  # today's model: every answer starts with a thinking block
 MAX_TOKENS = 1024
 CHILD = Path(__file__).resolve()
 STARTUP_TIMEOUT = 90.0  # seconds for a bot process to import and start polling

@@ -436,3 +436,35 @@ async def test_the_draft_shows_what_runs_while_tools_run(
     drafts = [str(d.params.get("text", "")) for d in telegram.drafts(ALICE)]
     assert any(shown in text for text in drafts), drafts
     assert shown not in reply.text
+
+
+async def test_a_turn_killed_between_a_call_and_its_result_goes_on(
+    claude: FakeAnthropicServer,
+) -> None:
+    """SIGKILL after the answer with a tool call was recorded, before its result: after the
+    restart the next message is sent with the call marked interrupted and the answer's
+    thinking in its place (the cycle is still open), and the turn after drops it cleanly."""
+    llm = fake_llm(claude, model="claude-opus-5-5")
+    records: list[Any] = []
+
+    async def record(entry: Any) -> None:
+        records.append(entry)
+
+    context = ContextManager(1, on_append=record)
+    await context.append(Message.user_text("delete a"))
+    claude.enqueue(FakeReply.tool_use("delete", {"path": "a"}))
+    await context.append((await llm.complete(_request(context, "S"))).message)
+    restarted = ContextManager.restore(1, records, on_append=record)  # the kill: no result
+    await restarted.append(Message.user_text("are you there?"))
+    claude.enqueue(FakeReply.text("yes"))
+    answer = await llm.complete(_request(restarted, "S"))
+    assert answer.message.text == "yes"
+    sent = claude.requests[-1].messages
+    assert [b["type"] for b in sent[1]["content"]] == ["thinking", "tool_use"]
+    assert sent[2]["content"][0]["is_error"], "the call is marked as not run"
+    await restarted.append(answer.message)
+    await restarted.append(Message.user_text("thanks"))
+    claude.enqueue(FakeReply.text("welcome"))
+    assert (await llm.complete(_request(restarted, "S"))).message.text == "welcome"
+    assert all("thinking" not in turn for turn in assistant_turns(claude.requests[-1]))
+    await llm.close()
