@@ -286,7 +286,7 @@ async def test_usage_gives_tokens_by_kind_and_cost_per_user_and_day(
 ) -> None:
     today = datetime.now(UTC).date()
     yesterday, before = today - timedelta(days=1), today - timedelta(days=2)
-    haiku, sonnet = "claude-haiku-4-5", "claude-sonnet-5"  # $1/$5 and $3/$15 per million
+    haiku, sonnet = "claude-haiku-4-5", "claude-sonnet-5"  # $1/$5 and $2/$10 per million
     await store.upsert_user(ANN, "user", "Ann")
     await store.add_model_usage(
         [
@@ -318,14 +318,14 @@ async def test_usage_gives_tokens_by_kind_and_cost_per_user_and_day(
         (today.isoformat(), ANN, 1_000_000, 200_000, 1_000_000),
         (today.isoformat(), BOB, 500_000, 0, 0),
     ]
-    assert [d["cost_usd"] for d in report["days"]] == [1.0, 2.3, 0.5]
+    assert [d["cost_usd"] for d in report["days"]] == [1.0, 2.2, 0.5]
     assert report["days"][1]["models"][sonnet]["cache_read_tokens"] == 1_000_000
     assert [(u["user_id"], u["tokens"], u["cost_usd"]) for u in report["users"]] == [
-        (ANN, 2_400_000, 3.3),
+        (ANN, 2_400_000, 3.2),
         (BOB, 500_000, 0.5),
     ]
     assert "list prices" in report["cost_basis"] and as_json.stderr == ""
-    assert "1,000,000" in table.stdout and "$3.3000" in table.stdout and "Ann" in table.stdout
+    assert "1,000,000" in table.stdout and "$3.2000" in table.stdout and "Ann" in table.stdout
     assert "CACHE READ" in table.stdout and table.returncode == 0
     assert len([r for r in json_lines(everything.stdout) if r["scope"] == "day"]) == 4
 

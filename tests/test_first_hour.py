@@ -120,9 +120,9 @@ async def test_every_json_output_is_json_lines_with_money_rounded(tmp_path: Path
     await store.create_invite("user")
     await store.create_invite("admin")
     today = datetime.now(UTC).date()
-    # prices that make 0.00011430000000000001 in floating point
+    # prices ($3 per million) that make 0.00011430000000000001 in floating point
     usage = Usage(input_tokens=37, cache_read_input_tokens=11)
-    await store.add_model_usage([ModelUsage(7, today, "claude-sonnet-5", usage)])
+    await store.add_model_usage([ModelUsage(7, today, "claude-sonnet-4-6", usage)])
     due = datetime(2030, 1, 1, 9, tzinfo=UTC)
     for text in ("one", "two"):
         await store.add_schedule(NewSchedule(7, 7, "reminder", text, due, "UTC"), max_pending=9)

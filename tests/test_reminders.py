@@ -183,7 +183,7 @@ async def test_a_scheduled_task_runs_a_real_turn_and_its_answer_is_delivered(
     session = [orjson.loads(line) for line in lines]
     recorded = [e for e in session if e["role"] == "user" and e.get("update_id", 0) < 0]
     assert len(recorded) == 1, "the scheduled turn is in the session, under its own update id"
-    assert session[-1]["content"] == [{"type": "text", "text": answer.plain_text}]
+    assert session[-1]["content"][-1] == {"type": "text", "text": answer.plain_text}
     assert fired(bot, "task", "delivered") == 1
     answered = bot.metrics.registry.get_sample_value("botkit_turns_total", {"outcome": "answered"})
     assert answered == 2, "the message that set it, and the scheduled turn"

@@ -390,6 +390,7 @@ async def test_the_start_up_check_refuses_what_the_model_would(
 ) -> None:
     """``run`` and ``doctor`` check the model (the Models API) and the thinking settings before
     the first user pays for a refused call."""
+    claude.models = frozenset({"claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-4-5"})
     llm = fake_llm(claude, model=model, thinking=settings)
     with pytest.raises(ConfigError, match=refusal):
         await llm.verify(attempts=1)

@@ -371,7 +371,7 @@ async def test_content_is_traced_with_the_setting(
     assert called["finish_reason"] == "tool_use"
     assert called["parts"][-1]["name"] == "forecast"
     [answered] = json.loads(attributes(second)["gen_ai.output.messages"])
-    assert answered["parts"] == [{"type": "text", "content": "Warm."}]
+    assert answered["parts"] == [{"type": "reasoning"}, {"type": "text", "content": "Warm."}]
     executed = attributes(spans.one("execute_tool"))
     assert json.loads(executed["gen_ai.tool.call.arguments"]) == {"city": "Lisbon"}
     assert executed["gen_ai.tool.call.result"] == "sunny in Lisbon"

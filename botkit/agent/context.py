@@ -137,6 +137,9 @@ class ContextManager:
         ``keep``; ``withdraw`` takes it back unrecorded.
         """
         author = self.user_id if user_id is None else user_id
+        model = meta.get("model")
+        if message.role == "assistant" and message.model is None and isinstance(model, str):
+            message = message.model_copy(update={"model": model})  # as its record will read
         entry = SessionEntry.of(author, message, conversation=self.conversation, **meta)
         if provisional:
             await self.keep()  # one provisional message at a time

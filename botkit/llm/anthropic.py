@@ -510,7 +510,7 @@ def _mark_cache_points(params: dict[str, Any]) -> None:
 
 
 async def _create(
-    transport: MessagesTransport, body: bytes, headers: dict[str, str]
+    transport: MessagesTransport, body: bytes, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """One non-streamed call: the transport sends it (retrying, raising the SDK's errors),
     orjson reads it."""
@@ -523,7 +523,10 @@ async def _create(
 
 
 async def _stream(
-    transport: MessagesTransport, body: bytes, on_text: TextSink, headers: dict[str, str]
+    transport: MessagesTransport,
+    body: bytes,
+    on_text: TextSink,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
     async with transport.post(body, headers) as response:

@@ -1082,18 +1082,16 @@ class FakeAnthropicServer(LoopbackServer):
         return body
 
     async def _handle_model(self, request: web.Request) -> web.Response:
-        """``GET /v1/models/{id}``: the model with its ``capabilities``; 404 for a name the
-        fake does not know (neither in :attr:`models` nor among today's models)."""
+        """``GET /v1/models/{id}``: the model with its ``capabilities`` (as documented for
+        today's models; a name it does not know has the contract of Claude Haiku 4.5); 404 for
+        a name not in :attr:`models` when that is set."""
         model_id = request.match_info["model_id"]
         headers = {key.lower(): value for key, value in request.headers.items()}
         recorded = FakeRequest({"model": model_id}, headers, time.monotonic())
         if self.api_key is not None and recorded.api_key != self.api_key:
             return self._error_response(FakeError.authentication())
         known = model_of(model_id)
-        listed = self.models is not None and model_id in self.models
-        if not known.id and not listed:
-            return self._error_response(FakeError.model_not_found(model_id))
-        if self.models is not None and not listed:
+        if self.models is not None and model_id not in self.models:
             return self._error_response(FakeError.model_not_found(model_id))
         body = model_object(known if known.id else FakeModel(model_id, frozenset(), False))
         body["id"] = model_id

@@ -466,6 +466,9 @@ def _part(block: Any) -> dict[str, Any]:
         return {"type": "tool_call_response", "id": block.tool_use_id, "response": block.content}
     if kind in ("image", "document"):  # the bytes stay out of traces
         return {"type": "blob", "modality": kind, "mime_type": _mime(block)}
+    if kind in ("thinking", "redacted_thinking"):  # the conventions' reasoning part
+        summary = getattr(block, "thinking", "")
+        return {"type": "reasoning", "content": summary} if summary else {"type": "reasoning"}
     return {"type": kind}
 
 
