@@ -14,6 +14,17 @@ It speaks the wire protocol of ``POST /v1/messages`` (JSON, or server-sent event
 and the real error shape and statuses, so the SDK's own parsing, retries and exception classes
 (``OverloadedError``, ``RateLimitError``, ``BadRequestError``, ...) are exercised unchanged.
 
+Requests are held to today's thinking contract, model by model (``botkit.testing._thinking``
+holds the catalogue: ``claude-sonnet-5-5``, ``claude-opus-5-5``, ``claude-fable-5-1``,
+``claude-haiku-5-5``, ``claude-sonnet-5``, ``claude-opus-5``, ``claude-haiku-4-5``; any other
+name speaks the contract of Haiku 4.5): a model that thinks by default starts every answer with
+a signed ``thinking`` block (empty unless ``display`` is ``summarized``; notes before a tool
+call move into thinking where the model does that), checks the blocks sent back (an edited or
+missing block, a block bound to a changed prefix: the real 400s; ``drop_block`` with the beta
+header drops them and lists them in ``input_transformations``; another model's block is dropped
+unread), and refuses what each model refuses (thinking types, effort levels, sampling
+parameters, forced ``tool_choice``, prefill). ``GET /v1/models/{id}`` answers ``capabilities``.
+
 Credentials and model names are checked only when asked: with ``api_key`` set, any other key
 is answered 401 ``authentication_error`` (set :attr:`FakeAnthropicServer.api_key` mid-test to
 revoke a key); with ``models`` set, any other model is answered 404 ``not_found_error``. Both
