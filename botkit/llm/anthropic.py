@@ -639,6 +639,10 @@ class _Accumulator:
         self.message["stop_details"] = delta.get("stop_details")
         if delta.get("container") is not None:
             self.message["container"] = delta["container"]
+        # after a server-side fallback mid-stream, the dropped thinking is reported again
+        changes = event.get("input_transformations", delta.get("input_transformations"))
+        if changes is not None:
+            self.message["input_transformations"] = changes
         # Counts on a message_delta are running totals: they replace, and absent ones keep
         # what message_start said (as the SDK does).
         for key, value in (event.get("usage") or {}).items():
