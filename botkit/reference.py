@@ -19,7 +19,7 @@ from pydantic_core import PydanticUndefined
 from botkit import config
 from botkit.config import Settings
 
-__all__ = ["api_markdown", "cli_markdown", "env_name", "settings_markdown"]
+__all__ = ["api_markdown", "cli_markdown", "env_name", "settings_markdown", "testing_markdown"]
 
 HELP_WIDTH = "100"
 """Columns argparse wraps the help at, whatever the terminal that builds the docs."""
@@ -118,6 +118,21 @@ def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[tup
             for name, sub in action.choices.items():
                 yield f"{prefix}{name}", sub
                 yield from _commands(sub, f"{prefix}{name} ")
+
+
+def testing_markdown(names: list[str]) -> str:
+    """The test kit's reference: the pytest fixtures, then one entry per name of
+    ``botkit.testing`` (``names``' order)."""
+    head = (
+        "# Test kit\n\n`botkit.testing`: fakes of the Telegram Bot API and the Messages API "
+        "that the real clients talk to, your bot as a fixture, and helpers to drive it. "
+        "Installed with botkit, the pytest plugin offers the fixtures `telegram`, `claude` "
+        "and `make_bot`; see [Testing it](../guides/testing.md).\n\n"
+        "## Fixtures\n\n::: botkit.testing.pytest_plugin\n    options:\n"
+        "      members: [telegram, claude, make_bot]\n\n## Fakes and helpers\n\n"
+    )
+    entries = [f"::: botkit.testing.{name}" for name in names]
+    return head + "\n\n".join(entries) + "\n"
 
 
 def api_markdown(names: list[str]) -> str:

@@ -9,7 +9,8 @@ from mkdocs.structure.files import File, Files
 
 import botkit
 from botkit.cli import _parser
-from botkit.reference import api_markdown, cli_markdown, settings_markdown
+import botkit.testing
+from botkit.reference import api_markdown, cli_markdown, settings_markdown, testing_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,6 +21,7 @@ def on_files(files: Files, config: Any) -> Files:
         "reference/settings.md": settings_markdown(),
         "reference/cli.md": cli_markdown(_parser()),
         "reference/api.md": api_markdown(sorted(botkit.__all__, key=str.lower)),
+        "reference/testing.md": testing_markdown(list(botkit.testing.__all__)),
         "benchmarks/methods.md": (ROOT / "bench" / "README.md").read_text(),
     }
     for path, content in pages.items():

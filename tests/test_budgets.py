@@ -31,7 +31,9 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, *, stream: bool = Fals
         stream_replies=stream,
         daily_token_budget=1_000_000,
     )
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    llm = AnthropicLLM(
+        api_key="k", model="claude-sonnet-5-5", base_url=claude.base_url, max_retries=0
+    )
     return Bot(settings=settings, llm=llm)
 
 

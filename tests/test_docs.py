@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -64,3 +68,44 @@ async def test_readme_first_example_answers_with_its_tool(tmp_path: Path) -> Non
         await llm.close()
     assert re.fullmatch(r"It is \d\d:\d\d there\.", reply.text), reply.text
     assert "knows the time anywhere" in claude.requests[0].system_text
+
+
+def test_readme_first_shell_block_runs_without_keys_in_a_fresh_folder(tmp_path: Path) -> None:
+    """A newcomer's first commands: install from the clone (done for this run), then ``try``,
+    the assistant and README's own example, with no token and no key in the environment."""
+    readme = (ROOT / "README.md").read_text()
+    shell = re.search(r"```sh\n(.*?)```", readme, re.S)
+    example = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert shell is not None and example is not None
+    (tmp_path / "mybot.py").write_text(example[1])
+    commands = [line.split("#")[0].strip() for line in shell[1].splitlines() if line.strip()]
+    assert commands[0] in ("pip install -e .", "pip install ."), "installs from the clone"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("BOTKIT_", "TELEGRAM_", "ANTHROPIC_"))
+    }
+    for command in commands[1:]:
+        argv = shlex.split(command)
+        assert argv[:3] == ["python", "-m", "botkit"], command
+        done = subprocess.run(
+            [sys.executable, *argv[1:]],
+            cwd=tmp_path,
+            env=env,
+            input="hello\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "bot> echo: hello" in done.stdout, done.stdout
+
+
+def test_every_link_in_the_readme_resolves() -> None:
+    """README is read on the repository's page, where only files that exist open."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not t.startswith(("http://", "https://", "mailto:"))]
+    assert local, "README links the docs"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, missing

@@ -27,7 +27,9 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bo
         "stream_replies": False,
         **settings,
     }
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    llm = AnthropicLLM(
+        api_key="k", model="claude-sonnet-5-5", base_url=claude.base_url, max_retries=0
+    )
     return Bot(settings=Settings(_env_file=None, **values), llm=llm)
 
 

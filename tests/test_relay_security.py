@@ -23,7 +23,9 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, **settings: Any) -> Bo
         "stream_replies": False,
         **settings,
     }
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    llm = AnthropicLLM(
+        api_key="k", model="claude-sonnet-5-5", base_url=claude.base_url, max_retries=0
+    )
     bot = Bot(settings=Settings(_env_file=None, **values), llm=llm)
     bot.tools.register(send_user_message_tool(bot))
     return bot
@@ -95,7 +97,9 @@ async def test_a_display_name_is_shown_as_typed_never_as_a_link(
             return "[Open your payslip](https://evil.example/pay)"
 
     claude.responder = obedient
-    llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url, max_retries=0)
+    llm = AnthropicLLM(
+        api_key="k", model="claude-sonnet-5-5", base_url=claude.base_url, max_retries=0
+    )
     settings = Settings(
         _env_file=None, access="open", sessions_dir=tmp_path / "s", stream_replies=False
     )

@@ -322,7 +322,7 @@ async def test_the_sdk_path_sends_the_chat_spans_context_too(
     claude.enqueue(FakeReply.text("streamed"), FakeReply.text("whole"))
     request = LLMRequest(system="s", messages=[Message.user_text("hi")])
     with tracing.installed(make_settings(tmp_path), spans.provider):
-        llm = AnthropicLLM(api_key="k", model="claude-test", base_url=claude.base_url)
+        llm = AnthropicLLM(api_key="k", model="claude-sonnet-5-5", base_url=claude.base_url)
         try:
             assert llm.transport is None
 
