@@ -8,8 +8,8 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 import botkit
-from botkit.cli import _parser
 import botkit.testing
+from botkit.cli import _parser
 from botkit.reference import api_markdown, cli_markdown, settings_markdown, testing_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
