@@ -78,6 +78,7 @@ PRICES: dict[str, Price] = {
     "claude-haiku-5-5": Price(0.1, 0.5, long_prompt=(100_000, Price(0.5, 2.5))),
     "claude-haiku-4": Price(1.0, 5.0),
     "claude-3-5-haiku": Price(0.8, 4.0),
+    "botkit-scripted": Price(0.0, 0.0),  # the scripted model of ``python -m botkit try``
 }
 """Prefixes of model names and their prices; the longest matching prefix wins."""
 

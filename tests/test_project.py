@@ -184,6 +184,9 @@ def test_the_guides_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "3 passed" in result.stdout
+    assert "asyncio_default_fixture_loop_scope" not in result.stdout + result.stderr, (
+        "a bot project's test run warns about nothing it did not write"
+    )
 
 
 async def test_the_older_helpers_read_neither_the_environment_nor_dotenv(

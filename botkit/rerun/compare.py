@@ -174,8 +174,11 @@ class RerunReport:
         """Tokens and dollars, recorded against now."""
         before = sum(turn.recorded.cost for turn in self.turns)
         after = sum(turn.now.cost for turn in self.turns)
+        recorded = f"recorded {_token_total(self.recorded_usage):,}"
+        if self.llm == "recorded":  # played back: no model was called, nothing was spent
+            return f"tokens: {recorded}, now none (played back) · cost: recorded ${before:.4f}"
         return (
-            f"tokens: recorded {_token_total(self.recorded_usage):,}, now "
+            f"tokens: {recorded}, now "
             f"{_token_total(self.usage):,} · cost: recorded ${before:.4f}, now ${after:.4f}"
         )
 

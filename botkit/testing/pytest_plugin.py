@@ -48,6 +48,17 @@ def _async_fixture() -> Callable[[Any], Any]:
 async_fixture = _async_fixture()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Give pytest-asyncio the loop scope botkit's fixtures are written for (each test's own
+    loop), unless the project set one: its warning about an unset scope is not yours to fix."""
+    try:
+        if not config.getini("asyncio_default_fixture_loop_scope"):
+            config._inicache["asyncio_default_fixture_loop_scope"] = "function"
+    except ValueError:  # pytest-asyncio is not installed: the fixtures say what to install
+        return
+
+
 @async_fixture
 async def telegram() -> AsyncIterator[FakeTelegramServer]:
     """A fake Telegram Bot API on 127.0.0.1, for this test only."""

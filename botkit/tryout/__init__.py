@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from botkit.bot import Bot
     from botkit.config import Settings
 
 __all__ = ["TRY_USER", "add_parser", "run"]
 
 TRY_USER = 1
 """The Telegram user id of the person at the terminal (an admin of the bot they try)."""
+SCRIPTED_MODEL = "botkit-scripted"
+"""The model name of the scripted answers: free, and never mistaken for Claude's."""
 
 
 def add_parser(commands: Any) -> None:
@@ -74,21 +77,28 @@ async def _try(target: str | None, folder: Path) -> None:
             )
         configure_logging("WARNING", secrets=bot.settings.secret_values())
         bot.settings.admins = bot.settings.admins | {TRY_USER}
-        print(_first_line(real_claude, bot.settings), flush=True)
+        print(_first_line(real_claude, bot.settings, _a_tool(bot)), flush=True)
         print(sessions_note(folder), flush=True)
         await try_bot(bot, telegram, TRY_USER, sys.stdin, sys.stdout)
         print(sessions_note(folder), flush=True)
 
 
-def _first_line(real_claude: bool, settings: Settings) -> str:
+def _first_line(real_claude: bool, settings: Settings, tool_name: str | None) -> str:
     """What is fake in this run, said before anything else."""
     telegram = f"botkit try: Telegram is fake (a local Bot API; you are user {TRY_USER}, an admin)"
     if real_claude:
         return f"{telegram}; Claude is real ({settings.model}): its answers cost tokens."
+    example = f", e.g. 'use {tool_name}'" if tool_name else ""
     return (
-        f"{telegram}, and so is Claude (a scripted model: it echoes, and calls a tool you name, "
-        "e.g. 'use roll_dice'). Set ANTHROPIC_API_KEY to talk to Claude."
+        f"{telegram}, and so is Claude (a scripted model: it echoes, and calls a tool you "
+        f"name{example}). Set ANTHROPIC_API_KEY to talk to Claude."
     )
+
+
+def _a_tool(bot: Bot) -> str | None:
+    """One of the bot's own tools, to name in the first line (``None`` when it has none)."""
+    names = [definition.name for definition in bot.tools.definitions()]
+    return next((n for n in names if n == "roll_dice"), names[0] if names else None)
 
 
 def _point_settings_at(telegram: Any, claude: Any, folder: Path) -> None:
@@ -103,4 +113,8 @@ def _point_settings_at(telegram: Any, claude: Any, folder: Path) -> None:
     )
     os.environ.pop("BOTKIT_METRICS_PORT", None)
     if claude is not None:
-        os.environ.update(ANTHROPIC_API_KEY="try-without-a-key", ANTHROPIC_BASE_URL=claude.base_url)
+        os.environ.update(
+            ANTHROPIC_API_KEY="try-without-a-key",
+            ANTHROPIC_BASE_URL=claude.base_url,
+            BOTKIT_MODEL=SCRIPTED_MODEL,  # its answers are labelled and priced as what they are
+        )
