@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from botkit.llm.thinking import ThinkingSettings
     from botkit.tools.server import ServerTools
 
-__all__ = ["DEFAULT_MODEL", "Settings", "setting_problems", "unknown_setting_names"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "Settings",
+    "setting_problems",
+    "settings_without_invalid",
+    "unknown_setting_names",
+]
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The model a bot talks to unless BOTKIT_MODEL names another."""
@@ -406,6 +412,20 @@ class Settings(BaseSettings):
                 "or in .env."
             )
         return self.anthropic_api_key.get_secret_value()
+
+
+def settings_without_invalid(error: ValidationError, **overrides: Any) -> Settings:
+    """Settings as the environment and ``.env`` give them, but with each value ``error``
+    found invalid replaced by its default (so a check can go on and report the rest)."""
+    names = {str(item["loc"][0]).upper() for item in error.errors() if item["loc"]}
+    defaults: dict[str, Any] = {}
+    for field_name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        first = alias.choices[0] if isinstance(alias, AliasChoices) else None
+        env = first if isinstance(first, str) else field_name.upper()
+        if env.upper() in names or field_name.upper() in names:
+            defaults[field_name] = field.get_default(call_default_factory=True)
+    return Settings(**defaults, **overrides)
 
 
 def setting_problems(error: ValidationError) -> list[str]:

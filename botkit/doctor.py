@@ -50,20 +50,35 @@ def doctor(target: str | None, out: TextIO | None = None) -> int:
     from botkit.targets import load_settings
 
     out = out or sys.stdout
+    invalid: list[CheckResult] = []
     try:
         settings = load_settings()
     except ConfigError as e:
-        for problem in _setting_lines(str(e)):
-            out.write(CheckResult("configuration", False, problem).line() + "\n")
-        return 1
+        # every other check still runs, on the defaults of the invalid values
+        invalid = [CheckResult("configuration", False, p) for p in _setting_lines(str(e))]
+        settings = _settings_anyway(e)
     secrets = settings.secret_values()
     configure_logging("CRITICAL", secrets=secrets)
-    results = [*_unknown_names(), *asyncio.run(run_checks(target, settings))]
+    results = [*invalid, *_unknown_names(), *asyncio.run(run_checks(target, settings))]
     for result in results:
         out.write(_redacted(result.line(), secrets) + "\n")
     failed = sum(not r.ok for r in results)
     out.write(f"{failed} of {len(results)} checks failed\n" if failed else "all checks passed\n")
     return 1 if failed else 0
+
+
+def _settings_anyway(error: ConfigError) -> Settings:
+    """The settings with each invalid value at its default (``error`` came from them)."""
+    from pydantic import ValidationError
+
+    from botkit.config import settings_without_invalid
+
+    cause = error.__cause__
+    if isinstance(cause, ValidationError):
+        return settings_without_invalid(cause)
+    from botkit.config import Settings
+
+    return Settings(_env_file=None)
 
 
 def _setting_lines(message: str) -> list[str]:

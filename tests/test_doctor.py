@@ -16,7 +16,7 @@ from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
 
 KEY = "sk-ant-test-key"
-MODEL = "claude-test"
+MODEL = "claude-sonnet-5-5"
 MCP_SERVER = Path(__file__).with_name("mcp_server_example.py")
 SKILLS = Path(__file__).resolve().parent.parent / "examples" / "skills"
 
@@ -223,3 +223,32 @@ async def test_doctor_names_a_data_folder_that_holds_another_bots_data(
     (sessions,) = lines(result, "sessions")
     assert sessions.startswith("✗ ") and "holds the data of bot 654321, not of this bot" in sessions
     assert "BOTKIT_SESSIONS_DIR" in sessions
+
+
+async def test_doctor_reports_an_invalid_value_and_still_runs_every_check(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = environment(
+        telegram, claude, tmp_path, BOTKIT_MAX_TOKENS="-5", BOTKIT_EFFORT="huge", BOTKIT_MODL="x"
+    )
+    result = await run_doctor(tmp_path, env)
+    assert result.returncode == 1
+    configuration = lines(result, "configuration")
+    assert any("BOTKIT_MAX_TOKENS" in line for line in configuration)
+    assert any("BOTKIT_EFFORT" in line for line in configuration), "every problem in one run"
+    assert any("BOTKIT_MODL" in line for line in configuration)
+    assert lines(result, "Telegram")[0].startswith("✓"), "the other checks ran"
+    assert lines(result, "Anthropic")[0].startswith("✓")
+    assert lines(result, "database") and lines(result, "sessions")
+
+
+async def test_doctor_refuses_thinking_settings_the_model_would_refuse(
+    telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    async with FakeAnthropicServer(api_key=KEY, models=["claude-opus-5-5"]) as claude:
+        env = environment(
+            telegram, claude, tmp_path, BOTKIT_MODEL="claude-opus-5-5", BOTKIT_THINKING="off"
+        )
+        result = await run_doctor(tmp_path, env)
+    (anthropic,) = lines(result, "Anthropic")
+    assert anthropic.startswith("✗ ") and "BOTKIT_THINKING=off" in anthropic

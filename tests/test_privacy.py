@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -531,3 +534,21 @@ async def test_forget_drops_the_context_every_queue_worker_holds(
     assert all(mark in json.dumps(r.body) for r in alices[:2])
     after = [r for r in claude.requests[erased_at:] if r.last_user_text() != "hold"]
     assert [mark in json.dumps(r.body) for r in after] == [False, False]
+
+
+def test_export_and_forget_print_their_line_and_no_log_lines(tmp_path: Path) -> None:
+    """An operator at a terminal reads one line of what was done, not JSON log lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BOTKIT_")}
+    env["BOTKIT_SESSIONS_DIR"] = str(tmp_path / "sessions")
+    for command in (["export", "5", str(tmp_path / "out")], ["forget", "5", "--yes"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "botkit", "users", *command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        printed = (done.stdout + done.stderr).splitlines()
+        assert len(printed) == 1 and not printed[0].startswith("{"), printed

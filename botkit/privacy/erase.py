@@ -67,7 +67,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``users forget`` or ``users export``; the exit status."""
     from botkit.log import configure_logging
 
-    configure_logging(settings.log_level, secrets=settings.secret_values())
+    # The command's own line says what it did: log lines (JSON, for the bot's logs) would only
+    # interleave with it in the terminal, so only failures are logged.
+    configure_logging("ERROR", secrets=settings.secret_values())
     parts = default_parts(settings)
     if args.action == "export":
         described = asyncio.run(export_user(args.user_id, Path(args.directory), parts))
