@@ -53,7 +53,7 @@ async def run_console(
     clean.update(
         ANTHROPIC_API_KEY=KEY,
         ANTHROPIC_BASE_URL=claude.base_url,
-        BOTKIT_MODEL="claude-opus-5-5",
+        BOTKIT_MODEL="claude-sonnet-5-5",
         BOTKIT_SESSIONS_DIR=str(home / "sessions"),
         BOTKIT_MCP_CONFIG=orjson.dumps(config).decode(),
     )
@@ -83,7 +83,7 @@ async def test_console_shows_each_tool_call_with_its_result(
     assert sum(line.startswith("bot> The tool said: ") for line in out) == 2, "none repeated"
     assert "tool> example__add(a=2, b=40) → 42" in out, "the MCP server's tool, as when serving"
     assert "bot> The tool said: 42" in out
-    assert "bot> Model: claude-opus-5-5" in out, "/commands work as in Telegram"
+    assert "bot> Model: claude-sonnet-5-5" in out, "/commands work as in Telegram"
     assert "example__add" in claude.requests[0].tool_names
     assert not any("\x1b[" in line for line in out), "plain by default when stdout is a pipe"
 

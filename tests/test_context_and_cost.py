@@ -124,7 +124,9 @@ def test_cost_estimate_prices_cache_reads_and_writes() -> None:
     )
     dollars, known = estimate({"claude-sonnet-5": usage})
     assert known
-    assert dollars == pytest.approx(3.0 + 15.0 + 3.0 * 1.25 + 3.0 * 0.1)
+    assert dollars == pytest.approx(2.0 + 10.0 + 2.0 * 1.25 + 2.0 * 0.1)
+    newest, _ = estimate({"claude-sonnet-5-5": usage})
+    assert newest == pytest.approx(2.0 + 10.0 + 2.0 * 1.25 + 2.0 * 0.05), "reads at 0.05x"
     assert estimate({"mystery-model": usage})[1] is False
 
 

@@ -248,7 +248,7 @@ def test_console_chats_in_the_terminal(tmp_path: Path) -> None:
             ANTHROPIC_API_KEY="k",
             ANTHROPIC_BASE_URL=base_url,
             BOTKIT_SESSIONS_DIR=str(tmp_path),
-            BOTKIT_MODEL="claude-opus-5-5",
+            BOTKIT_MODEL="claude-sonnet-5-5",
         )
         result = subprocess.run(
             [sys.executable, "-m", "botkit", "console", "--user-id", "42"],
@@ -263,7 +263,7 @@ def test_console_chats_in_the_terminal(tmp_path: Path) -> None:
         fake.communicate("", timeout=10)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("echo: hello there") == 1, result.stdout
-    assert "bot> Model: claude-opus-5-5" in result.stdout
+    assert "bot> Model: claude-sonnet-5-5" in result.stdout
     lines = (tmp_path / "42.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line)["role"] for line in lines] == ["user", "assistant"]
 

@@ -534,7 +534,21 @@ async def test_unknown_route_is_a_404_in_the_error_shape(fake: FakeAnthropicServ
 
 async def test_unknown_route_through_the_sdk(client: anthropic.AsyncAnthropic) -> None:
     with pytest.raises(anthropic.NotFoundError):
-        await client.models.retrieve("claude-test-1")
+        await client.models.list()
+
+
+async def test_the_models_api_answers_capabilities(
+    fake: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    opus = (await client.models.retrieve("claude-opus-5-5")).to_dict()
+    assert opus["max_input_tokens"] == 1_000_000
+    thinking = opus["capabilities"]["thinking"]["types"]
+    assert thinking["adaptive"]["supported"] and not thinking["enabled"]["supported"]
+    haiku = (await client.models.retrieve("claude-haiku-4-5")).to_dict()
+    assert not haiku["capabilities"]["effort"]["supported"]
+    fake.models = frozenset({"claude-opus-5-5"})
+    with pytest.raises(anthropic.NotFoundError):
+        await client.models.retrieve("claude-haiku-4-5")
 
 
 # ------------------------------------------------------------------ credentials and models
