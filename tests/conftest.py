@@ -243,6 +243,32 @@ def llm_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     return str(request.param)
 
 
+QUICK = frozenset(
+    {
+        "test_turns",
+        "test_loop",
+        "test_history",
+        "test_thinking",
+        "test_bot",
+        "test_tools",
+        "test_access",
+        "test_sessions",
+        "test_session_stores",
+        "test_stores",
+        "test_fake_anthropic",
+        "test_fake_telegram",
+    }
+)
+"""The files of ``pytest -m quick``: the turn, the gates, both stores' basics and the test kit."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the quick subset's tests (``-m quick``)."""
+    for item in items:
+        if item.path.stem in QUICK:
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run, naming them, if tests left threads that would keep Python from exiting
     (an aiosqlite store opened and never closed): better a red run than a hung one."""
