@@ -129,6 +129,11 @@ class Bot:
             self._llm = AnthropicLLM.from_settings(self.settings)
         return self._llm
 
+    @llm.setter
+    def llm(self, llm: LLM) -> None:
+        """Talk to ``llm`` instead (before the bot starts: ``try``'s scripted model)."""
+        self._llm = llm
+
     # ---- registration -----------------------------------------------------------------
 
     def tool(self, fn: Callable[..., Any] | None = None, /, *, approval: bool = False) -> Any:

@@ -1,4 +1,4 @@
-"""``python -m botkit try``: a bot in the terminal on a fake Telegram and a scripted model."""
+"""``python -m botkit try``: a bot in the terminal, on a scripted model without keys."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
-from botkit.tryout.scripted import sample_arguments, scripted_reply
+from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
+from botkit.tryout.scripted import sample_arguments, scripted_answer
 
 MY_BOT = '''
 from botkit import Bot, tool
@@ -48,8 +48,8 @@ def test_try_runs_the_default_assistant_without_keys(tmp_path: Path) -> None:
     result = try_botkit(tmp_path, "hello there\nuse roll_dice\n/help\n")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("botkit try: Telegram is fake"), lines[0]
-    assert "so is Claude" in lines[0]
+    assert lines[0].startswith("botkit try: you are user 1"), lines[0]
+    assert "Claude is a scripted model" in lines[0] and "'use roll_dice'" in lines[0]
     assert f"sessions: {tmp_path / 's'}" in result.stdout
     assert "bot> echo: hello there" in lines
     tool = next(line for line in lines if line.startswith("tool> roll_dice() → ["))
@@ -65,6 +65,7 @@ def test_try_runs_your_bot_and_fills_in_required_arguments(tmp_path: Path) -> No
     (tmp_path / "mybot.py").write_text(MY_BOT)
     result = try_botkit(tmp_path, "please use greet Ann\n", "mybot:bot")
     assert result.returncode == 0, result.stderr
+    assert "e.g. 'use greet'" in result.stdout.splitlines()[0], "names the bot's own tool"
     assert "tools: greet," in result.stdout
     assert 'tool> greet(name="Ann") → Hello, Ann!' in result.stdout.splitlines()
     assert "bot> greet answered: Hello, Ann!" in result.stdout.splitlines()
@@ -82,24 +83,18 @@ def test_scripted_model_makes_arguments_from_the_schema() -> None:
         "required": ["unit", "days", "city"],
     }
     assert sample_arguments(schema, "Paris") == {"unit": "C", "days": 1, "city": "Paris"}
-    request = FakeRequest(
-        body={
-            "messages": [{"role": "user", "content": "weather in Paris please"}],
-            "tools": [{"name": "weather", "input_schema": schema}],
-        },
-        headers={},
-        at=0.0,
-    )
-    call = scripted_reply(request).content[-1]
+    body = {
+        "messages": [{"role": "user", "content": "weather in Paris please"}],
+        "tools": [{"name": "weather", "input_schema": schema}],
+    }
+    call = scripted_answer(body)[-1]
     assert call["name"] == "weather" and call["input"]["city"] == "in Paris please"
     assert json.dumps(call["input"])
 
 
-async def test_try_with_a_key_uses_claude_and_fakes_only_telegram(
-    tmp_path: Path, claude: FakeAnthropicServer
-) -> None:
+async def test_try_with_a_key_uses_claude(tmp_path: Path, claude: FakeAnthropicServer) -> None:
     """With ANTHROPIC_API_KEY the model is the one at ANTHROPIC_BASE_URL (here a fake standing
-    in for Claude), not the scripted one: the first line says only Telegram is fake."""
+    in for Claude), not the scripted one, and the first line says so."""
     claude.enqueue(FakeReply.text("Bonjour from Claude."))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
     env.update(ANTHROPIC_API_KEY="sk-ant-real-key", ANTHROPIC_BASE_URL=claude.base_url)
@@ -114,8 +109,43 @@ async def test_try_with_a_key_uses_claude_and_fakes_only_telegram(
     out, err = await asyncio.wait_for(process.communicate(b"hello there\n"), 90)
     assert process.returncode == 0, err.decode()
     lines = out.decode().splitlines()
-    assert lines[0].startswith("botkit try: Telegram is fake"), lines[0]
-    assert "Claude is real" in lines[0] and "so is Claude" not in lines[0]
+    assert lines[0].startswith("botkit try: you are user 1"), lines[0]
+    assert "Claude is real" in lines[0] and "scripted" not in lines[0]
     assert "bot> Bonjour from Claude." in lines and "bot> echo: hello there" not in lines
     [request] = claude.requests
     assert request.api_key == "sk-ant-real-key" and request.last_user_text() == "hello there"
+
+
+def test_try_loads_neither_aiogram_nor_the_sdk_without_a_key(tmp_path: Path) -> None:
+    """What makes its first answer come within a second or two: nothing it does not use."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
+    probe = (
+        "import sys, runpy; sys.argv = ['botkit', 'try', '--sessions', 's']; "
+        "sys.stdin = __import__('io').StringIO('hello\\n')\n"
+        "try:\n    runpy.run_module('botkit', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in ('aiogram', 'anthropic') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert "bot> echo: hello" in done.stdout, done.stdout + done.stderr
+    assert "LOADED []" in done.stdout, done.stdout
+
+
+def test_a_try_session_is_labelled_as_scripted_and_costs_nothing(tmp_path: Path) -> None:
+    result = try_botkit(tmp_path, "hello\n")
+    assert result.returncode == 0, result.stderr
+    replay = subprocess.run(
+        [sys.executable, "-m", "botkit", "replay", str(tmp_path / "s" / "1.jsonl")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert "botkit-scripted" in replay.stdout and "claude" not in replay.stdout, replay.stdout

@@ -7,6 +7,7 @@ Anthropic key and model are checked at no token cost; serving on Telegram and th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -40,9 +41,13 @@ async def check_llm(
 
     A rejected key or model raises ``ConfigError``; an LLM of another kind is left alone.
     """
+    llm = bot.llm
+    # Only an AnthropicLLM is checked: if its module was never loaded, this is none (and the
+    # SDK is not loaded for nothing: ``try``'s scripted model starts in half a second).
+    if "botkit.llm.anthropic" not in sys.modules:
+        return
     from botkit.llm.anthropic import AnthropicLLM
 
-    llm = bot.llm
     if not isinstance(llm, AnthropicLLM):
         return
     if llm.on_auth_failure is None:

@@ -10,23 +10,77 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from botkit.testing.anthropic import FakeReply, FakeRequest
+from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink
+from botkit.types import Message, Usage
 
-__all__ = ["sample_arguments", "scripted_reply"]
+__all__ = ["ScriptedLLM", "sample_arguments", "scripted_answer"]
+
+SCRIPTED_CALL_ID = "toolu_scripted_{n}"
 
 
-def scripted_reply(request: FakeRequest) -> FakeReply:
-    """The answer to ``request``: a tool's result read back, a tool call, or an echo."""
-    results = request.tool_results()
+class ScriptedLLM:
+    """The scripted model as an ``LLM``: in this process, no HTTP, no SDK (``try`` starts in
+    about a second). Its answers cost nothing and are labelled ``model``."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.calls = 0
+
+    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """The scripted answer to ``request``, streamed to ``on_text`` in one piece."""
+        body = {
+            "messages": [m.to_api() for m in request.messages],
+            "tools": [t.to_api() for t in request.tools],
+        }
+        self.calls += 1
+        content = scripted_answer(body, call_id=SCRIPTED_CALL_ID.format(n=self.calls))
+        message = Message.model_validate(
+            {"role": "assistant", "content": content, "usage": Usage(), "model": self.model}
+        )
+        if on_text is not None and message.text:
+            await on_text(message.text)
+        stop: StopReason = "tool_use" if message.tool_uses else "end_turn"
+        return LLMResponse(message=message, stop_reason=stop, model=self.model)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def scripted_answer(body: dict[str, Any], call_id: str = "toolu_scripted") -> list[dict[str, Any]]:
+    """The answer's content blocks for a request ``body`` (the Messages API's shape): a
+    tool's result read back, a tool call, or an echo."""
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    results = _tool_results(messages)
     if results:
-        return FakeReply.text(_read_back(request, results))
-    text = request.last_user_text()
-    tool = _named_tool(text, request.tools)
+        return [{"type": "text", "text": _read_back(messages, results)}]
+    text = _last_user_text(messages)
+    tool = _named_tool(text, body.get("tools") or [])
     if tool is None:
-        return FakeReply.text(f"echo: {text}")
+        return [{"type": "text", "text": f"echo: {text}"}]
     rest = _after_name(text, str(tool["name"]))
     arguments = sample_arguments(tool.get("input_schema") or {}, rest)
-    return FakeReply.tool_use(str(tool["name"]), arguments)
+    return [{"type": "tool_use", "id": call_id, "name": str(tool["name"]), "input": arguments}]
+
+
+def _last_user_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return [{"type": "text", "text": content}]
+            return [b for b in content or [] if isinstance(b, dict)]
+    return []
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for b in _last_user_blocks(messages) if b.get("type") == "tool_result"]
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    """What the user wrote, without botkit's notes (one bracketed line, e.g. the time)."""
+    texts = [str(b.get("text", "")) for b in _last_user_blocks(messages) if b.get("type") == "text"]
+    words = [t for t in texts if not (t.startswith("[") and t.endswith("]") and "\n" not in t)]
+    return "\n".join(words if words else texts)
 
 
 def sample_arguments(schema: dict[str, Any], text: str = "") -> dict[str, Any]:
@@ -76,9 +130,9 @@ def _after_name(text: str, name: str) -> str:
     return text[match.end() :].strip(" :,.") if match else ""
 
 
-def _read_back(request: FakeRequest, results: list[dict[str, Any]]) -> str:
+def _read_back(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
     """``<tool> answered: <result>`` for each result, naming the tool from its call."""
-    names = _call_names(request.messages)
+    names = _call_names(messages)
     lines = []
     for result in results:
         name = names.get(str(result.get("tool_use_id")), "the tool")
