@@ -329,6 +329,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected comma-separated user ids, got {value!r}") from None
         return value
 
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """``BOTKIT_DATABASE_URL=`` (set to nothing) means no database, as unset does."""
+        return None if value == "" else value
+
     @field_validator("web_domains", mode="before")
     @classmethod
     def _split_domains(cls, value: Any) -> Any:

@@ -30,6 +30,7 @@ from botkit.sessions import (
     is_conversation_key,
     read_session_file,
 )
+from botkit.terminal import printable
 from botkit.types import (
     ContentBlock,
     DocumentBlock,
@@ -244,9 +245,10 @@ def _entry_line_numbers(path: Path, file: SessionFile) -> list[int]:
 
 
 def _write(text: str) -> int:
-    """Write ``text`` on stdout; a reader that went away (``| head``) is no traceback."""
+    """Write ``text`` on stdout (its control characters escaped: it holds what users wrote);
+    a reader that went away (``| head``) is no traceback."""
     try:
-        sys.stdout.write(text)
+        sys.stdout.write(printable(text))
         sys.stdout.flush()
     except BrokenPipeError:
         # As the Python docs advise: no second error when the interpreter flushes stdout.

@@ -429,3 +429,69 @@ async def test_judge_grades_each_changed_answer_against_the_recorded_one(
     assert "judged better: it greets the customer" in report.read_text()
     verdict = json.loads(lines(as_json)[0])["judge"]
     assert verdict == {"grade": "better", "why": "it greets the customer"}
+
+
+async def test_a_rerun_writes_nothing_into_the_stores_the_bot_serves_from(
+    tmp_path: Path, claude: FakeAnthropicServer
+) -> None:
+    """#51: a session whose recorded answer calls the memory tool for any user, re-run with
+    ``--llm recorded``, must not plant a memory (nor make a user store) in the live folder; and
+    the text it prints never carries a terminal escape sequence from the session."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    evil = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J"  # write the clipboard, clear the screen
+    planted = {"command": "create", "path": "/memories/staff.md", "file_text": "PLANTED staff"}
+    entries = [
+        {"type": "message", "user_id": 77, "role": "user", "update_id": 1,
+         "content": [{"type": "text", "text": f"hello {evil}"}]},
+        {"type": "message", "user_id": 77, "role": "assistant", "model": "claude-sonnet-5-5",
+         "stop_reason": "tool_use",
+         "content": [{"type": "tool_use", "id": "toolu_1", "name": "memory", "input": planted}]},
+        {"type": "message", "user_id": 77, "role": "user",
+         "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+        {"type": "message", "user_id": 77, "role": "assistant", "model": "claude-sonnet-5-5",
+         "stop_reason": "end_turn", "content": [{"type": "text", "text": f"done {evil}"}]},
+    ]  # fmt: skip
+    session = sessions / "77.jsonl"
+    session.write_text("".join(orjson.dumps({"version": 1, **e}).decode() + "\n" for e in entries))
+    before = snapshot(sessions)
+
+    result = await rerun_cli(
+        tmp_path, claude, str(session), "--llm", "recorded", "--bot", "botkit.assistant:default_bot"
+    )
+
+    assert result.returncode in (0, 1), result.stderr
+    assert snapshot(sessions) == before, "no memory file, no botkit.db, nothing new"
+    assert not (tmp_path / "botkit.db").exists()
+    # the memory call ran again (its result differs from the recorded "ok"), in the scratch
+    assert "turn 1: changed — tool results: memory" in result.stdout, result.stdout
+    assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout
+    replayed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "botkit", "replay", str(session)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "\x1b" not in replayed.stdout and "\\x1b]52" in replayed.stdout
+
+
+async def test_a_bot_with_its_own_stores_is_not_rerun(
+    tmp_path: Path, claude: FakeAnthropicServer
+) -> None:
+    (tmp_path / "fixed_bot.py").write_text(
+        "from pathlib import Path\nfrom botkit import Bot, Settings\n"
+        "def make():\n    return Bot(settings=Settings(sessions_dir=Path('live')))\n"
+    )
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    line = {"version": 1, "type": "message", "user_id": 5, "role": "user",
+            "content": [{"type": "text", "text": "hi"}]}  # fmt: skip
+    (sessions / "5.jsonl").write_text(orjson.dumps(line).decode() + "\n")
+    result = await rerun_cli(
+        tmp_path, claude, "5", "--llm", "recorded", "--bot", "fixed_bot:make",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "would write into the stores it serves from" in result.stderr
+    assert not (tmp_path / "live").exists()

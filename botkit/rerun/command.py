@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from botkit.rerun.compare import RerunReport
 from botkit.rerun.output import as_html, as_json_lines, as_lines, summary_table
 from botkit.rerun.runner import LLMMode, rerun_session
 from botkit.sessions import SessionFile
+from botkit.terminal import printable
 
 if TYPE_CHECKING:
     from botkit.bot import Bot
@@ -51,19 +53,53 @@ def rerun_command(session: str | None, options: RerunOptions, out: TextIO | None
     try:
         names = _session_names(session, options.all_sessions)
         loaded = [_read(name) for name in names] if len(names) > 1 else [_read_one(names[0])]
-        from botkit.targets import load_bot
-
-        bot = load_bot(options.target)
-        if options.llm == "live" or options.judge:
-            bot.llm  # noqa: B018 - a missing API key is a ConfigError now, not in every turn
     except BotkitError as e:
         print(f"botkit: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    with capture_logs():  # the pipeline's log lines would mix into the comparison
-        results = asyncio.run(_rerun_all(bot, loaded, options))
+    # The bot re-runs on a scratch folder: its tools (memory, reminders, invites, payments,
+    # handoffs, files) write there, never into the stores the served bot reads.
+    with tempfile.TemporaryDirectory(prefix="botkit-rerun-") as scratch:
+        try:
+            bot = _scratch_bot(options, Path(scratch))
+        except BotkitError as e:
+            print(f"botkit: {e}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        with capture_logs():  # the pipeline's log lines would mix into the comparison
+            results = asyncio.run(_rerun_all(bot, loaded, options))
     if len(names) == 1:
-        return _print_one(results[0][1], options, out)
-    return _print_many(results, options, out)
+        return _print_one(results[0][1], options, SafeOut(out))
+    return _print_many(results, options, SafeOut(out))
+
+
+def _scratch_bot(options: RerunOptions, scratch: Path) -> Bot:
+    """The bot to re-run, its every store in ``scratch``; a ConfigError when it sets its own
+    sessions folder or database (a re-run would write into them)."""
+    from botkit.errors import ConfigError
+    from botkit.rerun.scratch import scratch_environment
+    from botkit.targets import load_bot
+
+    with scratch_environment(scratch):
+        bot = load_bot(options.target)
+    settings = bot.settings
+    if settings.database_url is not None or settings.sessions_dir.resolve() != scratch.resolve():
+        raise ConfigError(
+            "the bot sets its own sessions folder or database, so a re-run would write into "
+            "the stores it serves from: build its Settings from the environment to re-run it"
+        )
+    if options.llm == "live" or options.judge:
+        bot.llm  # noqa: B018 - a missing API key is a ConfigError now, not in every turn
+    return bot
+
+
+class SafeOut:
+    """An output whose text has its control characters escaped (it holds what users wrote)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        """Write ``text`` made printable."""
+        return self.out.write(printable(text))
 
 
 def _session_names(session: str | None, everything: bool) -> list[str]:
@@ -143,7 +179,7 @@ async def _rerun_all(
         await bot.aclose()
 
 
-def _print_one(report: RerunReport | str, options: RerunOptions, out: TextIO) -> int:
+def _print_one(report: RerunReport | str, options: RerunOptions, out: SafeOut) -> int:
     assert not isinstance(report, str)
     lines = as_json_lines(report) if options.as_json else as_lines(report)
     out.write("".join(line + "\n" for line in lines))
@@ -153,7 +189,7 @@ def _print_one(report: RerunReport | str, options: RerunOptions, out: TextIO) ->
 
 
 def _print_many(
-    results: list[tuple[str, RerunReport | str]], options: RerunOptions, out: TextIO
+    results: list[tuple[str, RerunReport | str]], options: RerunOptions, out: SafeOut
 ) -> int:
     reports = [report for _, report in results if not isinstance(report, str)]
     for source, report in results:

@@ -3,7 +3,10 @@ messenger that sends nothing, the bot's steps with another model, and no chargin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from botkit.access import Access
@@ -19,7 +22,34 @@ from botkit.tools import Tool, ToolRegistry
 from botkit.turns import BotSteps
 from botkit.types import Usage
 
-__all__ = ["QuietMessenger", "RerunSteps", "ScratchStore", "UnchargedAccess"]
+__all__ = [
+    "QuietMessenger",
+    "RerunSteps",
+    "ScratchStore",
+    "UnchargedAccess",
+    "scratch_environment",
+]
+
+_STORES = ("BOTKIT_SESSIONS_DIR", "BOTKIT_DATABASE_PATH", "BOTKIT_DATABASE_URL")
+
+
+@contextmanager
+def scratch_environment(folder: Path) -> Iterator[None]:
+    """While the block runs, ``Settings()`` (the environment and ``.env``) puts every store in
+    ``folder``: the sessions, the SQLite file, memory, media; no PostgreSQL."""
+    saved = {name: os.environ.get(name) for name in _STORES}
+    os.environ.update(
+        BOTKIT_SESSIONS_DIR=str(folder), BOTKIT_DATABASE_PATH=str(folder / "botkit.db")
+    )
+    os.environ["BOTKIT_DATABASE_URL"] = ""  # set (to nothing), so .env's value is not read
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class ScratchStore:
