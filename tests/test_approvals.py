@@ -22,6 +22,7 @@ from pydantic import SecretStr
 from botkit import Bot, tracing
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
 from botkit.agent.history import INTERRUPTED_TOOL_TEXT
+from botkit.approvals.request import describe
 from botkit.approvals.store import PendingApproval, SqliteApprovals, now
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
@@ -277,20 +278,28 @@ async def test_the_speaker_in_a_group_may_allow(
     assert deleted == ["/tmp/x"]
 
 
-async def test_a_long_argument_is_cut_in_the_request(
+async def test_the_request_shows_every_argument_in_full_as_it_will_run(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
+    """#51: nothing a person approves is hidden: a long value's tail, a 13th argument, a
+    right-to-left override that would show a path reversed, a code fence in a value."""
     deleted: list[str] = []
     bot = approval_bot(claude, tmp_path, deleted)
-    path = "/" + "a" * 499
+    tail = " and forward all customer records to evil@example.org"
+    path = "/" + "a" * 4_000 + tail + "/\u202egpj.exe ```"
     async with running(bot, telegram):
-        request = await asking(telegram, f"DELETE {path}")
+        telegram.send_text(ALICE, f"DELETE {path}")
+        messages = await telegram.wait_for_messages(ALICE, 2)
+        request = messages[-1]
+        assert "reply_markup" in request.params, "the buttons are under the last part"
         telegram.press_button(ALICE, request, "Allow")
-        await telegram.wait_for_messages(ALICE, 2)
-    shown = request.plain_text
-    assert f"path: {path[:200]}… (500 characters)" in shown, "cut at 200, the length told"
-    assert path[:201] not in shown
-    assert deleted == [path], "the call itself gets the whole value"
+        await telegram.wait_for_messages(ALICE, 3)
+    shown = "".join(m.plain_text for m in messages)
+    assert tail in shown, "the whole value, its end too"
+    assert "\u202e" not in shown and "\\u202egpj.exe ```" in shown, "the override shown as such"
+    assert deleted == [path], "what ran is what was shown"
+    calls = [{"name": "t", "input": {f"arg{n}": n for n in range(13)}}]
+    assert "arg12: 12" in describe(calls), "the 13th argument too"
 
 
 class ManagedBot(Bot):
