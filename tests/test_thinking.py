@@ -469,3 +469,38 @@ async def test_a_turn_killed_between_a_call_and_its_result_goes_on(
     assert (await llm.complete(_request(restarted, "S"))).message.text == "welcome"
     assert all("thinking" not in turn for turn in assistant_turns(claude.requests[-1]))
     await llm.close()
+
+
+async def test_a_call_cut_off_by_a_crash_is_reported_as_of_unknown_outcome(
+    claude: FakeAnthropicServer,
+) -> None:
+    """#51: a call that may have run when the process died is not "not run"; a tool that
+    declared itself idempotent is said to be safe to call again."""
+    from botkit.agent.history import INTERRUPTED_IDEMPOTENT_TEXT, INTERRUPTED_TOOL_TEXT
+
+    tools = ToolRegistry()
+
+    @tool(idempotent=True)
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    tools.register(lookup)
+    tools.register(pay)
+    llm = fake_llm(claude)
+    context = ContextManager(1)
+    await context.append(Message.user_text("pay and look up"))
+    claude.enqueue(FakeReply.tool_uses([("pay", {"amount": 5}), ("lookup", {"key": "k"})]))
+    await context.append((await llm.complete(_request(context, "S"))).message)
+    await context.append(Message.user_text("still there?"))  # the crash: no results
+    claude.enqueue(FakeReply.text("yes"))
+    await AgentLoop(llm).run(context, system="S", tools=tools, tool_context=CONTEXT)
+    results = {r["content"] for r in claude.requests[-1].tool_results()}
+    assert results == {INTERRUPTED_TOOL_TEXT, INTERRUPTED_IDEMPOTENT_TEXT}
+    assert "not run" not in INTERRUPTED_TOOL_TEXT and "unknown" in INTERRUPTED_TOOL_TEXT
+    await llm.close()

@@ -20,9 +20,25 @@ from botkit.types import (
     ToolResultBlock,
 )
 
-__all__ = ["INTERRUPTED_TOOL_TEXT", "normalize", "trim", "turn_start", "without_earlier_thinking"]
+__all__ = [
+    "INTERRUPTED_IDEMPOTENT_TEXT",
+    "INTERRUPTED_TOOL_TEXT",
+    "normalize",
+    "trim",
+    "turn_start",
+    "without_earlier_thinking",
+]
 
-INTERRUPTED_TOOL_TEXT = "This tool call was not run: the turn was interrupted."
+INTERRUPTED_TOOL_TEXT = (
+    "This tool call was cut off: the bot stopped while it ran or before it started, so "
+    "whether it took effect is unknown. Check before calling it again."
+)
+"""The result of a call whose turn was interrupted: it may have run (a SIGKILL mid-call)."""
+INTERRUPTED_IDEMPOTENT_TEXT = (
+    "This tool call was cut off before its result came back. The tool is idempotent: "
+    "calling it again is safe."
+)
+"""The same, for a tool that declared itself idempotent."""
 
 
 def normalize(messages: Sequence[Message]) -> list[Message]:

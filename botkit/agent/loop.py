@@ -28,7 +28,11 @@ from botkit.agent.events import (
     UsageEvent,
 )
 from botkit.agent.fitting import fit_media
-from botkit.agent.history import turn_start
+from botkit.agent.history import (
+    INTERRUPTED_IDEMPOTENT_TEXT,
+    INTERRUPTED_TOOL_TEXT,
+    turn_start,
+)
 from botkit.errors import MediaTooLargeError, PromptTooLongError
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink
 from botkit.tools import ToolContext, ToolRegistry
@@ -173,7 +177,7 @@ class AgentLoop:
             shrinkers = [self.compactor.shrink, self.compactor.truncate]
         newest_only = False
         while True:
-            messages = context.prepare()
+            messages = _idempotent_retries(context.prepare(), tools)
             request = LLMRequest(
                 system=system,
                 messages=fit_media(messages, newest_only=newest_only),
@@ -375,6 +379,29 @@ class _Turn:
         known = call.name in self.tools
         await self.notify(ToolEnd(call=call, result=result, known=known, **self.stamp))
         return result
+
+
+def _idempotent_retries(messages: list[Message], tools: ToolRegistry) -> list[Message]:
+    """``messages`` where a cut-off call of an idempotent tool says it may be made again."""
+    names = {c.id: c.name for m in messages if m.role == "assistant" for c in m.tool_uses}
+
+    def retry(block: object) -> bool:
+        return (
+            isinstance(block, ToolResultBlock)
+            and block.content == INTERRUPTED_TOOL_TEXT
+            and tools.is_idempotent(names.get(block.tool_use_id, ""))
+        )
+
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "user" and any(retry(b) for b in message.content):
+            content = [
+                b.model_copy(update={"content": INTERRUPTED_IDEMPOTENT_TEXT}) if retry(b) else b
+                for b in message.content
+            ]
+            message = message.model_copy(update={"content": content})
+        out.append(message)
+    return out
 
 
 def with_sources(message: Message) -> str:

@@ -62,6 +62,9 @@ class Tool(ABC):
     """Seconds before a running call is abandoned and reported to the model as an error."""
     approval: bool = False
     """Whether a person must press Allow before a call runs (see ``botkit.approvals``)."""
+    idempotent: bool = False
+    """Whether running a call twice does what running it once does: a call cut off by a
+    crash is then reported to the model as safe to make again (else: its outcome unknown)."""
 
     @property
     @abstractmethod

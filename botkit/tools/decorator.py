@@ -166,12 +166,14 @@ class FunctionTool(Tool):
         description: str | None = None,
         timeout: float | None = Tool.timeout,
         approval: bool = False,
+        idempotent: bool = False,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@tool needs a function, got {type(fn).__name__}")
         self.fn = fn
         self.timeout = timeout
         self.approval = approval
+        self.idempotent = idempotent
         self._instance: object | None = None
         self._is_method = _is_method(fn)
         tool_name: str = name or str(getattr(fn, "__name__", ""))
@@ -300,6 +302,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = Tool.timeout,
     approval: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -311,13 +314,21 @@ def tool(
     description: str | None = None,
     timeout: float | None = Tool.timeout,
     approval: bool = False,
+    idempotent: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a typed function (async or sync) a tool: ``@tool``, ``@tool()`` or ``@tool(...)``;
-    ``approval=True``: a person presses Allow before each call runs."""
+    ``approval=True``: a person presses Allow before each call runs; ``idempotent=True``: a
+    second run of a call does no more than the first (a call cut off by a crash may be made
+    again)."""
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(
-            f, name=name, description=description, timeout=timeout, approval=approval
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            approval=approval,
+            idempotent=idempotent,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -85,6 +85,11 @@ class ToolRegistry:
         found = self._tools.get(name)
         return found is not None and found.approval
 
+    def is_idempotent(self, name: str) -> bool:
+        """Whether the tool called ``name`` may run a call twice without harm."""
+        found = self._tools.get(name)
+        return found is not None and found.idempotent
+
     @property
     def names(self) -> list[str]:
         """Tool names in registration order."""
