@@ -162,6 +162,15 @@ class BotOptions:
         "Only this chat's admins and the bot's admins can end a handoff."
     )
     handoff_undelivered_text: str = "Not delivered to the user: {error}"
+    handoff_held_call_text: str = (
+        "A person from the team has taken over this conversation, so this call was not run."
+    )
+    """The result a call waiting for approval gets when it is decided during a handoff."""
+    handoff_held_call_note: str = (
+        "An approval was decided while you hold this conversation; the assistant did not run "
+        "its call ({tools}) and stays silent."
+    )
+    """Told in the user's topic when that happens."""
     approval_texts: ApprovalTexts = field(default_factory=ApprovalTexts)
     """What approval requests say, their buttons, and the answers to presses."""
     payment_texts: PaymentTexts = field(default_factory=PaymentTexts)

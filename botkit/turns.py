@@ -63,6 +63,7 @@ from botkit.types import (
 
 if TYPE_CHECKING:
     from botkit.handoff import Handoffs
+    from botkit.stores.handoffs import Handoff
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -326,6 +327,9 @@ class TurnPipeline:
         if rejection:
             await self._refuse_resumed(message, messenger, decided, rejection)
             return
+        if self.handoffs and (handoff := await self.handoffs.open_for(message)):
+            await self._hold_during_handoff(message, messenger, decided, handoff)
+            return  # a person answers this conversation now: no call runs, no LLM call
         message = replace(message, user=await self.access.user_record(message))
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
@@ -359,18 +363,43 @@ class TurnPipeline:
         """The turn's user may no longer use the bot: every call of the waiting answer gets
         an error result (the session stays valid), nothing runs, the model is not asked."""
         log.info("approval.user_rejected", user_id=message.user_id, chat_id=message.chat_id)
+        refusal = self.bot.options.loop_texts.unauthorized
+        if await self._refuse_waiting_calls(message, decided, refusal) is not None:
+            await self._reject(messenger, message, rejection)
+
+    async def _hold_during_handoff(
+        self,
+        message: Incoming,
+        messenger: Messenger,
+        decided: dict[str, str | None],
+        handoff: Handoff,
+    ) -> None:
+        """An approval decided while a person holds the conversation: its calls are refused
+        (the session stays valid), the model is not asked, the operators are told."""
+        log.info("approval.held_by_handoff", user_id=message.user_id)
+        options = self.bot.options
+        names = await self._refuse_waiting_calls(message, decided, options.handoff_held_call_text)
+        if names is not None and self.handoffs is not None:
+            note = options.handoff_held_call_note.format(tools=", ".join(names))
+            await self.handoffs.tell_operators(handoff, note, messenger)
+
+    async def _refuse_waiting_calls(
+        self, message: Incoming, decided: dict[str, str | None], refusal: str
+    ) -> list[str] | None:
+        """Answer every call of the waiting answer with ``refusal`` as an error result; the
+        names of the tools refused (``None`` when the turn no longer waits)."""
         context = await self.context_for(message)
         async with context.lock:
             if not _still_waiting(context, decided):
-                return
-            refusal = self.bot.options.loop_texts.unauthorized
+                return None
+            calls = context.messages[-1].tool_uses
             results = [
                 ToolResultBlock(tool_use_id=call.id, content=refusal, is_error=True)
-                for call in context.messages[-1].tool_uses
+                for call in calls
             ]
             await context.append(Message(role="user", content=[*results]), approval="denied")
             await context.keep()
-        await self._reject(messenger, message, rejection)
+        return list(dict.fromkeys(call.name for call in calls))
 
     async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
         """``message`` with its files fetched and read, or the text telling the user why not."""

@@ -484,3 +484,33 @@ async def test_the_handoffs_command_lists_the_open_ones(store: HandoffStore, sto
         "topic_id": 12,
         "first_reply_at": None,
     }
+
+
+async def test_an_approval_decided_during_a_handoff_runs_nothing(setup: Setup) -> None:
+    """#51: with a call waiting for Allow, Ann writes /human, then presses Allow: the tool does
+    not run, the model is not called, the bot says nothing to Ann, the operators are told."""
+    bot = setup.bot()
+    ran: list[str] = []
+
+    @bot.tool(approval=True)
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        ran.append(order)
+        return "refunded"
+
+    telegram, claude = setup.telegram, setup.claude
+    async with setup.serving(bot):
+        claude.enqueue(FakeReply.tool_use("refund", {"order": "A1"}))
+        telegram.send_text(ANN, "refund A1", first_name="Ann")
+        await until(lambda: any("reply_markup" in m.params for m in telegram.sent_messages(ANN)))
+        request = next(m for m in telegram.sent_messages(ANN) if "reply_markup" in m.params)
+        claude.enqueue(FakeReply.text("Ann wants A1 refunded."))
+        telegram.send_text(ANN, "/human", first_name="Ann")
+        await said_to(telegram, ANN, TEXTS.handoff_opened_text)
+        [topic] = telegram.topics.values()
+        calls, told = len(claude.requests), len(telegram.sent_messages(ANN))
+        telegram.press_button(ANN, request, "Allow")
+        await in_topic(telegram, topic.thread_id, "An approval was decided while you hold")
+    assert ran == [], "the tool did not run"
+    assert len(claude.requests) == calls, "the model was not called"
+    assert len(telegram.sent_messages(ANN)) == told, "Ann heard nothing from the assistant"

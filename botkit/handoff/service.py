@@ -158,6 +158,20 @@ class Handoffs:
             await self._to_operators(message, handoff, messenger)
         return True
 
+    async def open_for(self, message: Incoming) -> Handoff | None:
+        """The open handoff of ``message``'s private conversation, if any."""
+        if message.chat_type != "private":
+            return None
+        handoff = await (await self._store()).handoff_of(message.user_id)
+        return handoff if handoff is not None and handoff.is_open else None
+
+    async def tell_operators(self, handoff: Handoff, text: str, messenger: Messenger) -> None:
+        """A line in ``handoff``'s topic (logged, not raised, when it cannot be sent)."""
+        try:
+            await messenger.send_text(self.operators_chat, text, thread_id=handoff.topic_id)
+        except MessengerError as e:
+            log.error("handoff.note_not_sent", user_id=handoff.user_id, error=str(e))
+
     async def _to_operators(
         self, message: Incoming, handoff: Handoff, messenger: Messenger
     ) -> None:
