@@ -490,3 +490,47 @@ async def test_replay_shows_memory_calls_like_other_tool_calls(
     assert "/memories/me.md" in transcript and "memory" in transcript
     assert "↳ result of memory" in transcript
     assert "File created successfully at: /memories/me.md" in transcript
+
+
+async def test_parallel_writes_and_long_paths_keep_to_the_limits(
+    store_settings: dict[str, Any], tmp_path: Path
+) -> None:
+    """#51: eight parallel 40 KB creates against a 100 KB memory: each one that says it was
+    stored is stored, and the total stays under the limit; paths count and are capped, and
+    what was accepted exports."""
+    from datetime import UTC, datetime
+
+    from botkit.config import Settings
+    from botkit.errors import ToolError
+    from botkit.memory.store import memory_store_for
+    from botkit.memory.tool import MemoryLimits, MemoryTool
+    from botkit.privacy.parts import MemoryPart
+    from botkit.tools import ToolContext
+
+    settings = Settings(_env_file=None, sessions_dir=tmp_path / "s", **store_settings)
+    store = memory_store_for(settings)
+    tool = MemoryTool(store, "55", MemoryLimits(max_total_bytes=100 * 1024))
+    ctx = ToolContext(user_id=55, chat_id=55, timestamp=datetime.now(UTC))
+    text = "x" * 40 * 1024
+
+    async def create(n: int) -> bool:
+        try:
+            await tool.execute(
+                ctx, {"command": "create", "path": f"/memories/{n}.md", "file_text": text}
+            )
+        except ToolError:
+            return False
+        return True
+
+    accepted = await asyncio.gather(*(create(n) for n in range(8)))
+    files = await store.load("55")
+    assert len(files) == sum(accepted) == 2, "what was accepted is what is stored"
+    assert sum(len(p) + len(t) for p, t in files.items()) <= 100 * 1024
+    with pytest.raises(ToolError, match="Path too long"):
+        await tool.execute(
+            ctx, {"command": "create", "path": "/memories/" + "p" * 100_000, "file_text": ""}
+        )
+    await store.save("55", {"q" * 300: "accepted before paths were capped"})
+    described = await MemoryPart(memory_store_for(settings)).export(55, tmp_path / "export")
+    assert len(described) == 3, "every accepted file exports, a long name shortened"
+    await store.close()

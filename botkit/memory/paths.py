@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from botkit.errors import ToolError
 
-__all__ = ["ROOT", "display", "normalise"]
+__all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "ROOT", "display", "normalise"]
 
 ROOT = "/memories"
 """The one directory the memory tool works in."""
+MAX_PATH_BYTES = 512
+"""The longest path under ``/memories`` (UTF-8): paths count toward the memory's size too."""
+MAX_NAME_BYTES = 128
+"""The longest name of one directory or file in it (a file system takes 255 at most)."""
 
 
 def normalise(path: object) -> str:
@@ -25,7 +29,14 @@ def normalise(path: object) -> str:
     parts = [part for part in path[len(ROOT) :].split("/") if part not in ("", ".")]
     if ".." in parts:
         raise ToolError(f"Path {path} would escape /memories directory")
-    return "/".join(parts)
+    relative = "/".join(parts)
+    if len(relative.encode("utf-8")) > MAX_PATH_BYTES or any(
+        len(part.encode("utf-8")) > MAX_NAME_BYTES for part in parts
+    ):
+        raise ToolError(
+            f"Path too long: at most {MAX_PATH_BYTES} bytes, and {MAX_NAME_BYTES} a name."
+        )
+    return relative
 
 
 def display(relative: str) -> str:

@@ -7,6 +7,8 @@ implementation (``anthropic.lib.tools``), which the model was trained against.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,14 +88,19 @@ class MemoryTool(Tool):
         )
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> str:
-        """Run one command; a bad path, a missing file or a limit is a ``ToolError``."""
+        """Run one command; a bad path, a missing file or a limit is a ``ToolError``.
+
+        Commands on one memory run one at a time (parallel calls of one answer too): each
+        reads what the one before wrote, and the limits hold for the sum of them.
+        """
         command = args.get("command")
-        files = await self.store.load(self.key)
-        if command == "view":
-            return _view(files, normalise(args.get("path")), args.get("view_range"))
-        changes, result = self._change(str(command), files, args)
-        self._check_limits(files, changes)
-        await self.store.save(self.key, changes)
+        async with _write_lock(self.store, self.key):
+            files = await self.store.load(self.key)
+            if command == "view":
+                return _view(files, normalise(args.get("path")), args.get("view_range"))
+            changes, result = self._change(str(command), files, args)
+            self._check_limits(files, changes)
+            await self.store.save(self.key, changes)
         return result
 
     def _change(
@@ -129,8 +136,8 @@ class MemoryTool(Tool):
                 f"The memory holds {len(files)} files, the most it may hold is "
                 f"{limits.max_files}. Merge or delete files first."
             )
-        total = sum(len(text.encode("utf-8")) for text in kept.values())
-        if total > limits.max_total_bytes and total > _size(files):
+        total = _weight(kept)
+        if total > limits.max_total_bytes and total > _weight(files):
             raise ToolError(
                 f"The memory would hold {total // 1024} KB, more than its limit of "
                 f"{limits.max_total_bytes // 1024} KB. Shorten or delete files first."
@@ -139,6 +146,22 @@ class MemoryTool(Tool):
 
 def _size(files: dict[str, str]) -> int:
     return sum(len(text.encode("utf-8")) for text in files.values())
+
+
+def _weight(files: dict[str, str]) -> int:
+    """What a memory weighs against its limit: its files' text and their paths."""
+    return sum(len(f"{name}{text}".encode()) for name, text in files.items())
+
+
+_LOCKS: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def _write_lock(store: MemoryStore, key: str) -> asyncio.Lock:
+    """The lock of one memory in one store (held while a command reads and writes it)."""
+    lock = _LOCKS.get((id(store), key))
+    if lock is None:
+        lock = _LOCKS[(id(store), key)] = asyncio.Lock()
+    return lock
 
 
 def _text_arg(args: dict[str, Any], name: str) -> str:

@@ -9,6 +9,7 @@ wrote with a line about each.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sqlite3
@@ -130,11 +131,23 @@ class MemoryPart:
         described: Described = {}
         for key in _per_user_keys(await self.store.keys(), user_id):
             for path, text in (await self.store.load(key)).items():
-                target = folder / "memory" / key / path
+                target = folder / "memory" / key / _storable(path)
                 _write(target, text.encode("utf-8"))
                 described[str(target.relative_to(folder))] = "a file of the bot's memory of you"
         await self.store.close()
         return described
+
+
+def _storable(path: str) -> str:
+    """A memory path as a file system takes it: a name too long for one (accepted before
+    botkit capped them) keeps its start and gains a hash of the whole."""
+    parts = []
+    for part in path.split("/"):
+        if len(part.encode("utf-8")) > 128:
+            digest = hashlib.sha256(part.encode("utf-8")).hexdigest()[:16]
+            part = f"{part[:64]}-{digest}"
+        parts.append(part)
+    return "/".join(parts)
 
 
 class RecordsPart:
