@@ -537,7 +537,7 @@ async def test_forget_drops_the_context_every_queue_worker_holds(
 
 
 def test_export_and_forget_print_their_line_and_no_log_lines(tmp_path: Path) -> None:
-    """An operator at a terminal reads one line of what was done, not JSON log lines."""
+    """An operator reads one line of what was done, and no info log lines beside it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOTKIT_")}
     env["BOTKIT_SESSIONS_DIR"] = str(tmp_path / "sessions")
     for command in (["export", "5", str(tmp_path / "out")], ["forget", "5", "--yes"]):
@@ -550,5 +550,9 @@ def test_export_and_forget_print_their_line_and_no_log_lines(tmp_path: Path) -> 
             timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        printed = (done.stdout + done.stderr).splitlines()
+        printed = done.stdout.splitlines()
         assert len(printed) == 1 and not printed[0].startswith("{"), printed
+        logged = [json.loads(line)["event"] for line in done.stderr.splitlines()]
+        assert logged == (["privacy.user_forgotten"] if command[0] == "forget" else []), (
+            "no info lines; an erasure keeps its one audit line, on stderr"
+        )

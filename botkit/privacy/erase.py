@@ -67,9 +67,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``users forget`` or ``users export``; the exit status."""
     from botkit.log import configure_logging
 
-    # The command's own line says what it did: log lines (JSON, for the bot's logs) would only
-    # interleave with it in the terminal, so only failures are logged.
-    configure_logging("ERROR", secrets=settings.secret_values())
+    # The command's own line says what it did, so its info lines are not logged; an erasure's
+    # audit line (a warning) still is, on stderr (``2>/dev/null`` leaves the one line).
+    configure_logging("WARNING", secrets=settings.secret_values())
     parts = default_parts(settings)
     if args.action == "export":
         described = asyncio.run(export_user(args.user_id, Path(args.directory), parts))
