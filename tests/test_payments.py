@@ -792,3 +792,30 @@ async def test_a_checkout_the_bot_cannot_check_is_refused_not_left_waiting(
         query = telegram.start_checkout(USER, f"plan:pro:50:{USER}", 50)
         answer = await telegram.wait_for_checkout(query, timeout=20)
     assert answer == {"ok": False, "error_message": bot.options.error_text}
+
+
+async def test_a_refund_takes_off_exactly_the_days_its_charge_granted(
+    tmp_path: Path, store: dict[str, Any]
+) -> None:
+    """#51: Pro bought twice (ends in 30, then 60 days), the first charge refunded: the plan
+    runs 30 days from now, not 60; refunding the later one then ends it."""
+    from botkit.access import open_user_store
+    from botkit.payments.store import NewPayment, payment_store_for
+
+    users = await open_user_store(make_settings(tmp_path, **store))
+    payments = payment_store_for(users)
+    now = datetime.now(UTC)
+    try:
+        first = await payments.grant(NewPayment("first", USER, PRO, 50, now))
+        second = await payments.grant(NewPayment("second", USER, PRO, 50, now))
+        assert first is not None and second is not None
+        assert second.ends_at - now == timedelta(days=60), "stacked after the first"
+        await payments.revoke("first", now)
+        active = await payments.active(USER, now)
+        assert active is not None and active.charge_id == "second"
+        assert active.ends_at - now == timedelta(days=30), "the refunded 30 days are gone"
+        await payments.revoke("second", now)
+        assert await payments.active(USER, now) is None
+    finally:
+        await payments.close()
+        await users.close()

@@ -177,11 +177,9 @@ class SqlitePayments:
         return _sqlite_row(rows[0]) if rows else None
 
     async def revoke(self, charge_id: str, now: datetime) -> Grant | None:
-        """Mark a payment refunded; ``None`` if unknown or refunded before."""
-        sql = f"""UPDATE botkit_payments SET refunded_at = ?
-            WHERE charge_id = ? AND refunded_at IS NULL RETURNING {_COLUMNS}"""
-        rows = await self._run("revoking a payment", _write, sql, (_to_db(now), charge_id))
-        return _sqlite_row(rows[0]) if rows else None
+        """Mark a payment refunded, and take the days it granted off the same plan's later
+        grants stacked after it; ``None`` if unknown or refunded before."""
+        return await self._run("revoking a payment", _sqlite_revoke, charge_id, now)  # type: ignore[no-any-return]
 
     async def recent(self, limit: int = 50) -> list[Grant]:
         """The latest payments, newest first."""
@@ -294,6 +292,60 @@ def _sqlite_grant(db: sqlite3.Connection, payment: NewPayment) -> Grant | None:
             db.execute("ROLLBACK")
         raise
     return grant
+
+
+def _sqlite_revoke(db: sqlite3.Connection, charge_id: str, now: datetime) -> Grant | None:
+    """The refund, in one ``BEGIN IMMEDIATE`` transaction: the payment marked, the same
+    plan's later grants moved earlier by the days it had granted."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute(
+            f"""UPDATE botkit_payments SET refunded_at = ?
+            WHERE charge_id = ? AND refunded_at IS NULL RETURNING {_COLUMNS}""",
+            (_to_db(now), charge_id),
+        ).fetchone()
+        revoked = _sqlite_row(row) if row is not None else None
+        if revoked is not None:
+            others = db.execute(
+                f"""SELECT {_COLUMNS} FROM botkit_payments
+                WHERE user_id = ? AND plan_id = ? AND refunded_at IS NULL""",
+                (revoked.user_id, revoked.plan_id),
+            ).fetchall()
+            for stacked, ends_at in stacked_after(revoked, [_sqlite_row(r) for r in others]):
+                db.execute(
+                    "UPDATE botkit_payments SET ends_at = ? WHERE charge_id = ?",
+                    (_to_db(ends_at), stacked),
+                )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return revoked
+
+
+def stacked_after(revoked: Grant, others: Sequence[Grant]) -> list[tuple[str, datetime]]:
+    """The new end of each of the same plan's grants stacked after ``revoked`` (bought while
+    it ran, so they began where it ended): each loses exactly the days ``revoked`` granted.
+
+    ``others`` are the user's unrefunded grants of that plan. A subscription's period is
+    Telegram's and is not moved.
+    """
+    if revoked.subscription:
+        return []
+    earlier = [
+        g.ends_at
+        for g in others
+        if g.charge_id != revoked.charge_id
+        and g.paid_at <= revoked.paid_at
+        and revoked.paid_at < g.ends_at <= revoked.ends_at
+    ]
+    length = revoked.ends_at - max([revoked.paid_at, *earlier])
+    return [
+        (g.charge_id, g.ends_at - length)
+        for g in others
+        if g.charge_id != revoked.charge_id and not g.subscription and g.ends_at > revoked.ends_at
+    ]
 
 
 def _new_grant(payment: NewPayment, current_end: datetime | None) -> Grant:
@@ -419,15 +471,31 @@ class PostgresPayments:
         return None if row is None else _postgres_row(row)
 
     async def revoke(self, charge_id: str, now: datetime) -> Grant | None:
-        """Mark a payment refunded; ``None`` if unknown or refunded before."""
-        async with self._connection("revoking a payment") as conn:
+        """Mark a payment refunded, and take the days it granted off the same plan's later
+        grants stacked after it; ``None`` if unknown or refunded before."""
+        async with self._connection("revoking a payment") as conn, conn.transaction():
             row = await conn.fetchrow(
                 f"""UPDATE botkit_payments SET refunded_at = $2
                 WHERE charge_id = $1 AND refunded_at IS NULL RETURNING {_COLUMNS}""",
                 charge_id,
                 now,
             )
-        return None if row is None else _postgres_row(row)
+            if row is None:
+                return None
+            revoked = _postgres_row(row)
+            rows = await conn.fetch(
+                f"""SELECT {_COLUMNS} FROM botkit_payments WHERE user_id = $1 AND plan_id = $2
+                AND refunded_at IS NULL FOR UPDATE""",
+                revoked.user_id,
+                revoked.plan_id,
+            )
+            for stacked, ends_at in stacked_after(revoked, [_postgres_row(r) for r in rows]):
+                await conn.execute(
+                    "UPDATE botkit_payments SET ends_at = $2 WHERE charge_id = $1",
+                    stacked,
+                    ends_at,
+                )
+        return revoked
 
     async def recent(self, limit: int = 50) -> list[Grant]:
         """The latest payments, newest first."""
