@@ -410,13 +410,14 @@ class TurnPipeline:
 
     async def _over_media_quota(self, message: Incoming) -> str | None:
         """The text refusing the message's pictures and documents when, with what the sender
-        has stored in this conversation, they would pass BOTKIT_MAX_MEDIA_MB (before download)."""
+        has stored in every conversation, they would pass BOTKIT_MAX_MEDIA_MB (before
+        download)."""
         documents = [a for a in message.attachments if a.kind == "document"]
-        measure = getattr(self.contexts.sessions, "media_bytes", None)
+        measure = getattr(self.contexts.sessions, "user_media_bytes", None)
         if not (documents or message.photo_ids) or measure is None:
             return None
-        conversation = conversation_of(message, self.bot.settings.group_context)
-        stored: int = await measure(conversation.key or conversation.owner_id, message.user_id)
+        # what the sender stored anywhere: their private chat and every group they write in
+        stored: int = await measure(message.user_id)
         incoming = sum(a.file_size or 0 for a in documents)
         quota = int(self.bot.settings.max_media_mb * MB)
         if stored + incoming <= quota and stored < quota:

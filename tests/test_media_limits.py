@@ -424,6 +424,12 @@ async def test_each_store_counts_the_media_a_user_stored_in_a_conversation_once_
     assert await session_store.media_bytes(group, USER) == len(two)
     assert await session_store.media_bytes(group, USER + 1) == len(one)
     assert await session_store.media_bytes(USER + 2, USER + 2) == 0
+    # #51: the quota is the user's, across every conversation they write in
+    three = png(32, 30)
+    await session_store.append(said(USER, three, key="chat_-6"))
+    assert await session_store.user_media_bytes(USER) == len(one) + len(two) + len(three)
+    assert await session_store.user_media_bytes(USER + 1) == len(one)
+    assert await session_store.user_media_bytes(USER + 2) == 0
 
 
 async def test_a_refusal_of_older_media_is_retried_once_with_the_newest_messages_only(

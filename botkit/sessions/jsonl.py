@@ -359,6 +359,21 @@ class JsonlSessionStore:
         found = {name: self._media.get(name) for name in set(names)}
         return {name: data for name, data in found.items() if data is not None}
 
+    async def user_media_bytes(self, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in every conversation they write in
+        (their private one and the groups'), each file once: the quota is per user."""
+        paths = [self.path_for(user_id), *sorted(self.directory.glob("chat_*.jsonl"))]
+        names: set[str] = set()
+        for path in paths:
+            try:
+                lines = path.read_bytes().splitlines()
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise SessionError(f"cannot read session file {path}: {e}") from e
+            names |= stored_media((line for line in lines if b'"stored"' in line), user_id)
+        return sum(self._media.size(name) for name in names)
+
     async def media_bytes(self, key: int | str, user_id: int) -> int:
         """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
         try:

@@ -97,6 +97,9 @@ _DELETE_UNREFERENCED = "DELETE" + _UNREFERENCED + " RETURNING name, octet_length
 _MEDIA_BYTES = """
     SELECT coalesce(sum(octet_length(data)), 0) FROM botkit_session_media
     WHERE name = ANY($1::text[])"""
+_USER_MEDIA = """
+    SELECT entry FROM botkit_sessions
+    WHERE (conversation = $1 OR conversation LIKE 'chat\\_%') AND strpos(entry, '"stored"') > 0"""
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -263,6 +266,16 @@ class PostgresSessionStore:
                     await conn.execute(_MEDIA_SWEEP)
                     rows = await conn.fetch(_DELETE_UNREFERENCED, *gone)
         return sorted((row["name"], int(row["size"])) for row in rows)
+
+    async def user_media_bytes(self, user_id: int) -> int:
+        """The bytes of the media ``user_id`` has stored in every conversation they write in
+        (their private one and the groups'), each file once: the quota is per user."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(_USER_MEDIA, str(user_id))
+            names = stored_media((row["entry"] for row in rows), user_id)
+            if not names:
+                return 0
+            return int(await conn.fetchval(_MEDIA_BYTES, sorted(names)))
 
     async def media_bytes(self, key: int | str, user_id: int) -> int:
         """The bytes of the media ``user_id`` has stored in a conversation (for the quota)."""
