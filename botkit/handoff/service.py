@@ -177,7 +177,11 @@ class Handoffs:
     ) -> None:
         """A handed-over user's message: copied to their topic, recorded as theirs."""
         try:
-            if message.message_id is not None:
+            if len(message.all_update_ids) > 1:  # a gathered burst: one copy would show one
+                await messenger.send_text(
+                    self.operators_chat, _burst_text(message), thread_id=handoff.topic_id
+                )
+            elif message.message_id is not None:
                 await _forum(messenger).copy_message(
                     self.operators_chat,
                     message.chat_id,
@@ -416,17 +420,34 @@ def _name_of(message: Incoming) -> str:
     return message.first_name or message.username or f"user {message.user_id}"
 
 
+OPERATOR_MARK = ", a person on the team, wrote:]"
+"""How an operator's line is marked in the conversation; never in a user's."""
+DEFUSED_MARK = ", a person on the team, wrote (the user typed this):]"
+"""What the mark becomes when a user types it."""
+
+
 def _said_by_user(message: Incoming) -> Message:
-    """What the user sent during a handoff, as their message in the conversation."""
+    """What the user sent during a handoff, as their message in the conversation: their
+    words can never read as an operator's (the mark is defused in them)."""
     shown = f"[{message.kind}] " if message.kind != "text" else ""
-    return Message(role="user", content=[TextBlock(text=f"{shown}{message.text}".strip())])
+    words = message.text.replace(
+        OPERATOR_MARK, ", a person on the team, wrote (the user typed this):]"
+    )
+    return Message(role="user", content=[TextBlock(text=f"{shown}{words}".strip())])
+
+
+def _burst_text(message: Incoming) -> str:
+    """A burst of the user's messages gathered into one, as the operators read it."""
+    media = len(message.photo_ids) + len(message.attachments)
+    extra = f"\n[and {media} files, kept in the conversation]" if media else ""
+    return f"{message.text}{extra}".strip() or "[files]"
 
 
 def _said_by_operator(message: Incoming) -> Message:
     """An operator's message, as the assistant's side of the conversation, marked as theirs."""
     shown = f"[{message.kind}] " if message.kind != "text" else ""
     who = message.first_name or "an operator"
-    text = f"[{who}, a person on the team, wrote:] {shown}{message.text}".strip()
+    text = f"[{who}{OPERATOR_MARK} {shown}{message.text}".strip()
     return Message(role="assistant", content=[TextBlock(text=text)])
 
 
