@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from botkit import Bot
 from botkit.handoff.service import SUMMARY_PROMPT
+from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
 from botkit.options import BotOptions
 from botkit.runtime.telegram import messenger_for
@@ -540,6 +541,20 @@ async def test_every_message_of_a_burst_reaches_the_operators_and_none_passes_fo
             }
 
         await until(lambda: all(f"line {n}" in relayed() for n in range(40)) or len(copied()) >= 41)
+        # a burst the inbox gathered into one message (three updates): all three lines reach
+        burst = Incoming(
+            update_id=9001,
+            update_ids=(9001, 9002, 9003),
+            user_id=ANN,
+            chat_id=ANN,
+            text="first\nsecond\nthird",
+            date=datetime.now(UTC),
+            message_id=9001,
+            first_name="Ann",
+        )
+        assert bot.handoffs is not None and bot.messenger is not None
+        assert await bot.handoffs.relay_if_handed_off(burst, bot.messenger)
+        await until(lambda: "first\nsecond\nthird" in relayed())
     context = await bot.contexts.get(ANN)
     said = [m.text for m in context.messages + context.pending if m.role == "user"]
     spoof = next(t for t in said if "refund approved" in t)
