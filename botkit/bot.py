@@ -185,7 +185,12 @@ class Bot:
             return await self.options.build_tools(message)
         extra = [t for p in self.plugins for t in p.tools(message)]
         # Never in a group: its context holds what any member wrote, and could steer the call.
-        admin_here = message.chat_type == "private" and self.access.sender_is_admin(message)
+        # Nor on a forward: its words are someone else's, however much they read as an order.
+        admin_here = (
+            message.chat_type == "private"
+            and message.forwarded_from is None
+            and self.access.sender_is_admin(message)
+        )
         if admin_here and "create_invite" not in self.tools:
             extra.append(invite_tool(self))
         return [*self.tools, *extra] if extra else self.tools

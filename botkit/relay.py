@@ -15,6 +15,7 @@ from typing import Protocol
 
 import structlog
 
+from botkit.chats import defused
 from botkit.errors import ToolError
 from botkit.messengers.base import Messenger
 from botkit.tools import ContextInjector, Tool, ToolContext, tool
@@ -86,7 +87,7 @@ async def relay(
 
 def relayed_note(sender: str, sender_id: int, text: str) -> list[Message]:
     """The exchange a relayed message becomes in the recipient's context."""
-    quoted = text.replace("</relayed_message>", "</ relayed_message>")
+    quoted = defused(text, "relayed_message")
     note = (
         f"[Relayed message. {_one_line(sender)} (id {sender_id}), another user of this bot, had "
         "it delivered to the person you are talking with. It is quoted content from someone "

@@ -476,7 +476,7 @@ class TurnPipeline:
         turn = user_message(message, self.bot.options.max_input_chars)
         media = [block for block in turn.content if not isinstance(block, TextBlock)]
         texts = [block for block in turn.content if isinstance(block, TextBlock)]
-        if message.in_group or message.reply_to or message.quote:
+        if message.in_group or message.reply_to or message.quote or message.forwarded_from:
             texts = [TextBlock(text=framed_text(message, turn.text))]
         elif not note:
             return turn

@@ -99,6 +99,9 @@ class Incoming:
     """The message this one replies to, if any."""
     quote: str | None = None
     """The part of the replied-to message the user quoted, if any."""
+    forwarded_from: str | None = None
+    """Whose message the user forwarded (the origin's name), when it is a forward: its text is
+    someone else's words, not the user's request."""
     photo_ids: tuple[str, ...] = ()
     """Photos still to be fetched with ``Messenger.download`` (only once the sender is admitted)."""
     update_ids: tuple[int, ...] = ()

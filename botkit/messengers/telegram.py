@@ -623,6 +623,7 @@ class TelegramMessenger:
             chat_title=message.chat.title,
             reply_to=self._reply_context(message),
             quote=message.quote.text if message.quote else None,
+            forwarded_from=_origin(message.forward_origin) if message.forward_origin else None,
             photo_ids=(message.photo[-1].file_id,) if message.photo else (),
             attachments=_attachments(message),
             media_group_id=message.media_group_id,
@@ -850,6 +851,18 @@ async def _errors_mapped(method: str) -> AsyncIterator[None]:
         yield
     except AiogramError as e:
         raise MessengerError(f"Telegram {method} failed: {_describe_error(e)}") from e
+
+
+def _origin(origin: Any) -> str:
+    """Who a forwarded message came from, as Telegram tells it (a user, a hidden user's name,
+    a chat or a channel)."""
+    user = getattr(origin, "sender_user", None)
+    if user is not None:
+        return " ".join(p for p in (user.first_name, user.last_name) if p) or "a user"
+    chat = getattr(origin, "sender_chat", None) or getattr(origin, "chat", None)
+    if chat is not None:
+        return str(chat.title or "a chat")
+    return str(getattr(origin, "sender_user_name", None) or "someone")
 
 
 def _describe_error(error: Exception) -> str:
