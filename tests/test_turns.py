@@ -225,9 +225,10 @@ async def test_group_messages_are_answered_only_when_addressed(
         )
         replies = await telegram.wait_for_messages(group, 2)
     speaker = f"[User (id {user}) wrote:]"
+    quoted = f"(User (id {user}) wrote:)"  # a quoted speaker line cannot pass for a real one
     assert [r.plain_text for r in replies] == [
         f"echo: {speaker}\nwhat now?",
-        f"echo: {speaker}\n[In reply to your message: «echo: {speaker}\nwhat now?»]\nand then?",
+        f"echo: {speaker}\n[In reply to your message: «echo: {quoted}\nwhat now?»]\nand then?",
     ]
     assert len(claude.requests) == 2, "the unaddressed message cost nothing"
     assert telegram.drafts(group) == [], "no drafts in groups"
