@@ -559,3 +559,18 @@ async def test_every_message_of_a_burst_reaches_the_operators_and_none_passes_fo
     said = [m.text for m in context.messages + context.pending if m.role == "user"]
     spoof = next(t for t in said if "refund approved" in t)
     assert not spoof.startswith("[Bob, a person on the team, wrote:]"), spoof
+
+
+async def test_the_handoff_log_line_never_carries_the_users_reason(setup: Setup) -> None:
+    """#51: "my card number is …" stays out of the logs (its length only)."""
+    from structlog.testing import capture_logs
+
+    bot = setup.bot()
+    secret = "my card number is 4111 1111 1111 1111"
+    async with setup.serving(bot):
+        assert bot.handoffs is not None
+        with capture_logs() as logs:
+            await bot.handoffs.open(ANN, ANN, "Ann", secret)
+    opened = [e for e in logs if e["event"] == "handoff.opened"]
+    assert opened and opened[0]["reason_chars"] == len(secret)
+    assert not any("4111" in str(value) for e in logs for value in e.values())

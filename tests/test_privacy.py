@@ -11,6 +11,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from pydantic import SecretStr
 from test_memory import ALICE, BOB, fresh_database, holding, mem, memory_bot
 from test_scaleout import fetchval, queued, queued_bot
 
+from botkit.approvals.store import PendingApproval
 from botkit.cli import main
 from botkit.payments.plans import Plan
 from botkit.payments.store import NewPayment
@@ -183,6 +185,26 @@ async def test_forget_me_erases_everything_after_the_confirming_button(
         assert [m.text for m in telegram.edited_messages(ALICE)] == [texts.cancelled]
         assert holding(data, mark.encode()), "nothing erased before Confirm"
 
+        # what the attack found left in write-ahead logs: a held approval's call and a
+        # reminder, both holding her words
+        users = await bot.access.user_store()
+        due = datetime.now(UTC) + timedelta(days=1)
+        reminder = NewSchedule(ALICE, ALICE, "reminder", f"water {mark}", due, "UTC")
+        assert await users.add_schedule(reminder, max_pending=10) is not None
+        approvals = bot.approvals.store
+        await approvals.add(
+            PendingApproval(
+                id=f"ap{mark}",
+                conversation=f"{ALICE}:",
+                user_id=ALICE,
+                approvers=(),
+                chat_id=ALICE,
+                turn={"text": mark},
+                calls=[{"id": "c1", "name": "send", "input": {"note": mark}}],
+                deadline=time.time() + 600,
+            )
+        )
+
         asked = await ask(telegram, ALICE, "/forget_me")
         telegram.press_button(ALICE, asked, texts.confirm_button)
         await telegram.wait_for_requests("answerCallbackQuery", 3)
@@ -192,6 +214,8 @@ async def test_forget_me_erases_everything_after_the_confirming_button(
         last = claude.requests[-1]
         assert mark not in json.dumps(last.body), "the running bot forgot at once"
         assert len(last.messages) == 1
+        # #51: no byte of it left in any file, write-ahead logs included, while still running
+        assert holding(data, mark.encode()) == set()
     await bot.aclose()
     assert holding(data, mark.encode()) == set()
     assert holding(data, bobs.encode()), "Bob's data stays"

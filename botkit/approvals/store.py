@@ -403,6 +403,7 @@ async def _open(path: Path) -> aiosqlite.Connection:
     db = await aiosqlite.connect(path, timeout=30.0, isolation_level=None)
     try:
         await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA secure_delete=ON")  # deleted rows are zeroed, not left
         for statement in _SCHEMA:
             await db.execute(statement)
         for table, column, kind in _ADDED:

@@ -223,7 +223,8 @@ class Handoffs:
             return options.handoff_unavailable_text
         handoff = await store.open_handoff(user_id, chat_id, topic_id, name)
         tracing.tracer.event("botkit.handoff.opened", **{"botkit.handoff.topic_id": topic_id})
-        log.info("handoff.opened", user_id=user_id, topic_id=topic_id, reason=reason)
+        # the reason is the user's words: its length only, never the text, in the log
+        log.info("handoff.opened", user_id=user_id, topic_id=topic_id, reason_chars=len(reason))
         summary = await self._summary(user_id)
         text = options.handoff_topic_text.format(
             name=name, user_id=user_id, reason=reason, summary=summary

@@ -232,6 +232,7 @@ _SQLITE_SCHEMA = (
 
 def _open(path: str, busy_timeout: float) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA secure_delete = ON")  # deleted rows are zeroed, not left
     _use_wal(db, time.monotonic() + busy_timeout)
     for statement in _SQLITE_SCHEMA:
         db.execute(statement)

@@ -12,6 +12,7 @@ from typing import Any
 
 from botkit.config import Settings
 from botkit.privacy.parts import Described, _has_sender, _per_user_keys, _pg, _write
+from botkit.privacy.sqlite import leave_no_trace
 
 __all__ = ["ApprovalsPart"]
 
@@ -94,11 +95,13 @@ class ApprovalsPart:
             return
         db = sqlite3.connect(self._path)
         try:
+            db.execute("PRAGMA secure_delete = ON")  # the freed pages are zeroed
             with db:
                 db.executemany("DELETE FROM botkit_approvals WHERE id = ?", [(i,) for i in ids])
                 db.executemany(
                     "DELETE FROM botkit_held_messages WHERE seq = ?", [(s,) for s in seqs]
                 )
+            leave_no_trace(db)
         finally:
             db.close()
 

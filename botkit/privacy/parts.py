@@ -22,6 +22,7 @@ import orjson
 from botkit.config import Settings
 from botkit.memory.store import MemoryStore
 from botkit.privacy.sessions import media_of, own_conversations, own_keys, referenced_media
+from botkit.privacy.sqlite import leave_no_trace
 from botkit.sessions.jsonl import JsonlSessionStore
 
 __all__ = [
@@ -241,10 +242,13 @@ class RecordsPart:
         db = sqlite3.connect(path)
         db.row_factory = sqlite3.Row
         try:
+            if not fetch:
+                db.execute("PRAGMA secure_delete = ON")  # the freed pages are zeroed
             cursor = db.execute(query.format(*["?"] * len(args), true=1), args)
             if fetch:
                 return [dict(row) for row in cursor.fetchall()]
             db.commit()
+            leave_no_trace(db)
             return [{}] * max(cursor.rowcount, 0)
         finally:
             db.close()

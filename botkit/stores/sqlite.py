@@ -507,6 +507,7 @@ async def _prepare(db: aiosqlite.Connection, path: str) -> None:
     try:
         await db.execute("PRAGMA journal_mode = WAL")
         await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute("PRAGMA secure_delete = ON")  # deleted rows are zeroed, not left
         await db.execute("BEGIN IMMEDIATE")
         version = int(_one(await db.execute_fetchall("PRAGMA user_version"))[0])
         if version > SCHEMA_VERSION:
