@@ -223,6 +223,11 @@ class Settings(BaseSettings):
     )
     """BOTKIT_MAX_IMAGE_PIXELS: the most pixels (width x height) a picture users send may have;
     larger ones are refused from their header, before decoding."""
+    image_memory_mb: float = Field(
+        320.0, gt=0, validation_alias=AliasChoices("BOTKIT_IMAGE_MEMORY_MB", "image_memory_mb")
+    )
+    """BOTKIT_IMAGE_MEMORY_MB: the memory the whole process may use to decode pictures at
+    once; a picture waits for room (a minute at most, then it is refused)."""
     max_media_mb: float = Field(
         200.0, gt=0, validation_alias=AliasChoices("BOTKIT_MAX_MEDIA_MB", "max_media_mb")
     )

@@ -21,7 +21,13 @@ import structlog
 from botkit.agent.fitting import remember_pages
 from botkit.errors import ConfigError
 from botkit.extras import require_extra
-from botkit.images import DEFAULT_MAX_PIXELS, MAX_IMAGE_SIDE, image_size, scale_image
+from botkit.images import (
+    DEFAULT_MAX_PIXELS,
+    MAX_IMAGE_SIDE,
+    ImageDecodeBusy,
+    image_size,
+    scale_image,
+)
 from botkit.messengers.base import Attachment, Incoming, Messenger
 from botkit.pdfpages import count_pages
 from botkit.types import ContentBlock, DocumentBlock, DocumentSource
@@ -97,6 +103,10 @@ class FileTexts:
         "Sorry, {name} took too long to open as a PDF. Please send a smaller or simpler one."
     )
     bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
+    images_busy: str = (
+        "Sorry, I'm reading other large pictures right now and {name} does not fit beside "
+        "them: send it again in a minute."
+    )
     too_many_pixels: str = (
         "Sorry, {name} is {width:,} by {height:,} pixels: I can take pictures of up to {limit} "
         "million pixels."
@@ -328,7 +338,11 @@ class FileReader:
             limit = f"{most / 1_000_000:g}"
             text = self.texts.too_many_pixels
             raise _Refused(text.format(name=name, width=width, height=height, limit=limit))
-        scaled = scale_image(data, max_pixels=most)
+        try:
+            scaled = scale_image(data, max_pixels=most)
+        except ImageDecodeBusy as e:
+            log.warning("files.image_decode_busy", file=name, reason=str(e))
+            raise _Refused(self.texts.images_busy.format(name=name)) from None
         if scaled is None:
             raise _Refused(self.texts.bad_image.format(name=name))
         return scaled

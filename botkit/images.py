@@ -5,12 +5,21 @@ A picture's size is read from its header before it is decoded: one of more pixel
 limit is refused without the gigabyte its decoding would take, and a JPEG is decoded already
 reduced (draft mode) when it is larger than needed. A picture still over the API's 5 MB after
 scaling (noise, a photo saved as PNG) is re-encoded as JPEG in steps until it fits.
+
+Decoding a large picture takes its width x height x bands in memory at once (240 MB for a
+60-megapixel RGBA PNG of a few hundred KB). So every decode in the process draws on one
+budget (``DECODE_BUDGET``, BOTKIT_IMAGE_MEMORY_MB): a picture waits until its pixels fit
+beside the others being decoded, and one that waits too long is refused
+(``ImageDecodeBusy``), so many users sending such pictures at once cannot exhaust memory.
 """
 
 from __future__ import annotations
 
 import io
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import structlog
@@ -19,10 +28,13 @@ if TYPE_CHECKING:
     from PIL import Image
 
 __all__ = [
+    "DECODE_BUDGET",
     "DEFAULT_MAX_PIXELS",
     "IMAGE_FORMATS",
     "MAX_IMAGE_BYTES",
     "MAX_IMAGE_SIDE",
+    "DecodeBudget",
+    "ImageDecodeBusy",
     "image_size",
     "image_type",
     "scale_image",
@@ -38,6 +50,64 @@ DEFAULT_MAX_PIXELS = 60_000_000
 """BOTKIT_MAX_IMAGE_PIXELS's default: phone photos and A4 scans at 600 dpi fit."""
 IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """Pillow's format names of the pictures Claude reads, and their MIME types."""
+DEFAULT_DECODE_MB = 320
+"""BOTKIT_IMAGE_MEMORY_MB's default: one 60-megapixel RGBA picture at a time, with room."""
+DECODE_WAIT_SECONDS = 60.0
+"""How long a picture waits for room in the budget before it is refused."""
+_DECODE_OVERHEAD = 1.25
+"""The decoded picture plus the reduced copies scaling makes, over the decoded picture."""
+
+
+class ImageDecodeBusy(Exception):
+    """A picture could not be decoded now: its pixels do not fit in the decode budget (beside
+    the pictures being decoded, or at all)."""
+
+
+class DecodeBudget:
+    """Bytes of decoded pixels the whole process may hold at once, shared by every thread."""
+
+    def __init__(self, megabytes: float = DEFAULT_DECODE_MB) -> None:
+        self.total = int(megabytes * 1024 * 1024)
+        self.used = 0
+        self.peak = 0
+        """The most reserved at once so far (for tests and the bench)."""
+        self._room = threading.Condition()
+
+    def resize(self, megabytes: float) -> None:
+        """Set the budget to ``megabytes`` (BOTKIT_IMAGE_MEMORY_MB)."""
+        with self._room:
+            self.total = int(megabytes * 1024 * 1024)
+            self._room.notify_all()
+
+    @contextmanager
+    def reserve(self, need: int, timeout: float = DECODE_WAIT_SECONDS) -> Iterator[None]:
+        """Hold ``need`` bytes while the block decodes; ``ImageDecodeBusy`` when they never
+        fit, or do not fit within ``timeout`` seconds."""
+        if need > self.total:
+            raise ImageDecodeBusy(f"needs {need} bytes, more than the budget of {self.total}")
+        with self._room:
+            if not self._room.wait_for(lambda: self.used + need <= self.total, timeout):
+                raise ImageDecodeBusy(f"no room for {need} bytes within {timeout:g} s")
+            self.used += need
+            self.peak = max(self.peak, self.used)
+        try:
+            yield
+        finally:
+            with self._room:
+                self.used -= need
+                self._room.notify_all()
+
+
+DECODE_BUDGET = DecodeBudget()
+"""The process's budget (set from BOTKIT_IMAGE_MEMORY_MB when a bot is made)."""
+
+
+def decoded_bytes(size: tuple[int, int], mode: str) -> int:
+    """What decoding (and scaling) a picture of ``size`` in ``mode`` holds in memory."""
+    bands = {"1": 1, "L": 1, "P": 1, "LA": 2, "I;16": 2, "RGB": 3}.get(mode, 4)
+    return int(size[0] * size[1] * bands * _DECODE_OVERHEAD)
+
+
 _JPEG_STEPS = ((1.0, 85), (1.0, 70), (0.75, 70), (0.5, 70), (0.35, 60), (0.25, 50))
 """(scale, quality) tried in turn for a picture too large for the API as it is."""
 
@@ -57,14 +127,19 @@ def image_size(data: bytes) -> tuple[int, int] | None:
 
 
 def scale_image(
-    data: bytes, max_side: int = MAX_IMAGE_SIDE, max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes,
+    max_side: int = MAX_IMAGE_SIDE,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    budget: DecodeBudget | None = None,
 ) -> bytes | None:
     """The picture with its long side at most ``max_side`` and at most 5 MB, as JPEG, PNG, GIF
     or WebP.
 
     A picture in another format (BMP, TIFF…) becomes PNG (JPEG if that is too large); ``None``
     when it cannot be read, or has more than ``max_pixels`` pixels (refused undecoded).
+    Decoding draws on ``budget`` (the process's): ``ImageDecodeBusy`` when it has no room.
     """
+    budget = budget or DECODE_BUDGET
     from PIL import Image
 
     try:
@@ -76,13 +151,18 @@ def scale_image(
                 log.info("files.image_too_many_pixels", width=width, height=height)
                 return None
             fmt = image.format if image.format in IMAGE_FORMATS else None
-            if fmt is not None and max(image.size) <= max_side and len(data) <= MAX_IMAGE_BYTES:
-                image.load()  # a damaged file fails here, not at the API
-                return data
-            image.draft("RGB", _target(image.size, max_side))  # JPEG: decoded at 1/2…1/8
-            image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-            scaled = image.size != (width, height) or fmt is None
-            return _fitted(image, fmt, same_bytes=None if scaled else data)
+            fits = fmt is not None and max(image.size) <= max_side and len(data) <= MAX_IMAGE_BYTES
+            if not fits:
+                image.draft("RGB", _target(image.size, max_side))  # JPEG: decoded at 1/2…1/8
+            with budget.reserve(decoded_bytes(image.size, image.mode)):
+                if fits:
+                    image.load()  # a damaged file fails here, not at the API
+                    return data
+                image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+                scaled = image.size != (width, height) or fmt is None
+                return _fitted(image, fmt, same_bytes=None if scaled else data)
+    except ImageDecodeBusy:
+        raise
     except Exception as e:  # Pillow raises many kinds for a bad file: it is just unreadable
         log.info("files.image_unreadable", error=type(e).__name__)
         return None

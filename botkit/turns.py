@@ -42,7 +42,7 @@ from botkit.errors import (
     PromptTooLongError,
 )
 from botkit.files import MB, FileLimits, FileReader, megabytes
-from botkit.images import image_type
+from botkit.images import DECODE_BUDGET, image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
 from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
 from botkit.metrics import Metrics, TurnOutcome
@@ -202,6 +202,7 @@ class TurnPipeline:
         )
         transcribe = bot.transcribe if bot.can_transcribe else None
         self.files = FileReader(limits, bot.options.file_texts, transcribe)
+        DECODE_BUDGET.resize(bot.settings.image_memory_mb)  # one budget for the process
         """Reads what users send: documents, pictures, voice (through ``bot.transcribe``)."""
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:

@@ -15,8 +15,8 @@ from botkit import Bot, Message
 from botkit.runtime.inbox import Inbox
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.stores import SqliteUserStore
-from botkit.testing import FakeAnthropicServer, make_bot
-from botkit.testing.telegram import TINY_PNG
+from botkit.testing import FakeAnthropicServer, make_bot, running
+from botkit.testing.telegram import TINY_PNG, FakeTelegramServer
 from botkit.types import ImageBlock, ImageSource
 
 TINY_PNG_B64 = base64.b64encode(TINY_PNG).decode()
@@ -177,3 +177,53 @@ async def test_a_media_folder_left_readable_is_made_private_by_the_next_picture(
 
     [stored] = (folder / "media").iterdir()
     assert modes(folder, folder / "media", stored) == ["0o700", "0o700", "0o600"]
+
+
+USER_ID = 5151
+
+
+def test_decoding_draws_on_one_budget_for_the_process() -> None:
+    """#51: pictures just under the pixel limit decode one budget's worth at a time; one that
+    never fits, or waits too long, is refused instead of taking the memory."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import Image
+
+    from botkit.images import DecodeBudget, ImageDecodeBusy, decoded_bytes, scale_image
+
+    buffer = io.BytesIO()
+    Image.new("RGBA", (2000, 2000), (10, 20, 30, 255)).save(buffer, "PNG")
+    picture = buffer.getvalue()
+    need = decoded_bytes((2000, 2000), "RGBA")
+    budget = DecodeBudget(need * 1.5 / (1024 * 1024))  # room for one at a time
+    with ThreadPoolExecutor(4) as pool:
+        scaled = list(pool.map(lambda _: scale_image(picture, budget=budget), range(4)))
+    assert all(s is not None for s in scaled)
+    assert need <= budget.peak <= budget.total, "never two at once"
+    with pytest.raises(ImageDecodeBusy):
+        scale_image(picture, budget=DecodeBudget(need / 2 / (1024 * 1024)))
+
+
+async def test_a_picture_with_no_room_to_decode_gets_a_clear_reply(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGBA", (3000, 3000), (1, 2, 3, 255)).save(buffer, "PNG")
+    from botkit.images import DECODE_BUDGET
+
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset({USER_ID}), image_memory_mb=1)
+    try:
+        async with running(bot, telegram):
+            telegram.send_document(
+                USER_ID, buffer.getvalue(), file_name="big.png", mime_type="image/png"
+            )
+            [reply] = await telegram.wait_for_messages(USER_ID)
+    finally:
+        DECODE_BUDGET.resize(320)  # the process's budget back to its default for other tests
+    assert reply.text == bot.options.file_texts.images_busy.format(name="big.png")
+    assert not claude.requests

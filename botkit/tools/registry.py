@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from botkit import tracing
 from botkit.errors import ToolError
-from botkit.images import image_type, scale_image
+from botkit.images import ImageDecodeBusy, image_type, scale_image
 from botkit.tools.base import Tool, ToolContext
 from botkit.tools.decorator import FunctionTool, ToolSet, tool
 from botkit.tools.files import ToolFile, ToolImage
@@ -201,7 +201,10 @@ async def _deliver(call: ToolUseBlock, file: ToolFile, ctx: ToolContext) -> Tool
 
 async def _for_the_model(image: ToolImage) -> tuple[ImageBlock, ...] | None:
     """The picture as the model may see it (scaled, its real type), unless it should not."""
-    scaled = await asyncio.to_thread(scale_image, image.data) if image.show_model else None
+    try:
+        scaled = await asyncio.to_thread(scale_image, image.data) if image.show_model else None
+    except ImageDecodeBusy:  # the chat got it; the model is told it was sent, not shown it
+        scaled = None
     media_type = image_type(scaled) if scaled is not None else None
     if scaled is None or media_type is None:
         return None
