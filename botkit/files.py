@@ -25,6 +25,7 @@ from botkit.images import (
     DEFAULT_MAX_PIXELS,
     MAX_IMAGE_SIDE,
     ImageDecodeBusy,
+    ImageTooLargeToDecode,
     image_size,
     scale_image,
 )
@@ -103,6 +104,10 @@ class FileTexts:
         "Sorry, {name} took too long to open as a PDF. Please send a smaller or simpler one."
     )
     bad_image: str = "Sorry, I couldn't open {name} as a picture. Please send it as a photo."
+    too_large_to_decode: str = (
+        "Sorry, {name} would take {size} of memory to read (a large PNG, GIF or WebP is read "
+        "whole): send it as a JPEG, or smaller."
+    )
     images_busy: str = (
         "Sorry, I'm reading other large pictures right now and {name} does not fit beside "
         "them: send it again in a minute."
@@ -340,6 +345,10 @@ class FileReader:
             raise _Refused(text.format(name=name, width=width, height=height, limit=limit))
         try:
             scaled = scale_image(data, max_pixels=most)
+        except ImageTooLargeToDecode as e:
+            log.info("files.image_too_large_to_decode", file=name, need=e.need)
+            text = self.texts.too_large_to_decode
+            raise _Refused(text.format(name=name, size=megabytes(e.need))) from None
         except ImageDecodeBusy as e:
             log.warning("files.image_decode_busy", file=name, reason=str(e))
             raise _Refused(self.texts.images_busy.format(name=name)) from None
