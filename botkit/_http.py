@@ -33,7 +33,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from botkit.config import Settings
 
-__all__ = ["BoundedServer", "HttpLimits"]
+__all__ = ["BoundedServer", "HttpLimits", "Throttled"]
 
 log = structlog.get_logger(__name__)
 
@@ -71,8 +71,9 @@ class BoundedServer:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._open: dict[RequestHandler, _Connection] = {}
-        self._refused = _Throttled(f"{name}.connections_full", "refused")
-        self._timed_out = _Throttled(f"{name}.request_timeout", "closed")
+        self._refused = Throttled(f"{name}.connections_full", "refused")
+        self._evicted = Throttled(f"{name}.connections_evicted", "evicted")
+        self._timed_out = Throttled(f"{name}.request_timeout", "closed")
 
     @property
     def open_connections(self) -> int:
@@ -111,9 +112,16 @@ class BoundedServer:
         return _Connection(self, self._runner.server())
 
     def _admit(self, connection: _Connection) -> bool:
+        """Take a new connection; at the cap, in place of the oldest one still waiting for a
+        whole request (one slow or silent client cannot hold every slot), else refuse it."""
         if len(self._open) >= self.limits.max_connections:
-            self._refused.count(limit=self.limits.max_connections)
-            return False
+            idle = next((c for c in self._open.values() if c.waiting), None)
+            if idle is None:
+                self._refused.count(limit=self.limits.max_connections)
+                return False
+            self._evicted.count(limit=self.limits.max_connections)
+            self._forget(idle)
+            idle.evict()
         self._open[connection.handler] = connection
         return True
 
@@ -184,6 +192,17 @@ class _Connection(asyncio.Protocol):
             self._deadline.cancel()
             self._deadline = None
 
+    @property
+    def waiting(self) -> bool:
+        """Whether it waits for a request's headers (no request of it is being handled)."""
+        return self._deadline is not None
+
+    def evict(self) -> None:
+        """Close it to make room for a newer connection."""
+        self.disarm()
+        if self._transport is not None:
+            self._transport.abort()
+
     def _expire(self) -> None:
         self._deadline = None
         if self._transport is not None:
@@ -191,7 +210,7 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
 
-class _Throttled:
+class Throttled:
     """A warning logged at its first occurrence, then at most once a minute with a count."""
 
     def __init__(self, event: str, counted: str) -> None:

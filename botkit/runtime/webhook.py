@@ -23,7 +23,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from botkit._http import BoundedServer, HttpLimits
+from botkit._http import BoundedServer, HttpLimits, Throttled
 from botkit.config import Settings
 from botkit.errors import ConfigError, StoreError
 from botkit.runtime.queue import TurnQueue
@@ -54,6 +54,10 @@ class WebhookServer:
         self.path = path
         self.secret = secret.encode()
         self.limits = limits or HttpLimits()
+        # Repeated refusals are counted, not each logged: a flood of them is no log flood.
+        self._bad_secret = Throttled("webhook.bad_secret", "refused")
+        self._body_timeout = Throttled("webhook.body_timeout", "closed")
+        self._not_an_update = Throttled("webhook.not_an_update", "refused")
         self._server: BoundedServer | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -74,7 +78,7 @@ class WebhookServer:
         # Bytes that are not UTF-8 (aiohttp keeps them as surrogates) are just a wrong secret.
         given = request.headers.get(SECRET_HEADER, "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, self.secret):
-            log.warning("webhook.bad_secret", remote=request.remote)
+            self._bad_secret.count(remote=request.remote)
             return web.Response(status=401, text="wrong or missing secret token")
         if (request.content_length or 0) > MAX_BODY:
             return web.Response(status=413, text="body over 1 MB")
@@ -84,13 +88,13 @@ class WebhookServer:
         except web.HTTPRequestEntityTooLarge:
             return web.Response(status=413, text="body over 1 MB")
         except TimeoutError:
-            log.warning("webhook.body_timeout", seconds=self.limits.read_timeout)
+            self._body_timeout.count(seconds=self.limits.read_timeout)
             response = web.Response(status=408, text="body not received in time")
             response.force_close()
             return response
         update = _update_of(body)
         if update is None:
-            log.warning("webhook.not_an_update", size=len(body))
+            self._not_an_update.count(size=len(body))
             return web.Response(status=400, text="not a Telegram update")
         try:
             await self.receiver.take_once(update["update_id"], update)
