@@ -534,3 +534,32 @@ async def test_parallel_writes_and_long_paths_keep_to_the_limits(
     described = await MemoryPart(memory_store_for(settings)).export(55, tmp_path / "export")
     assert len(described) == 3, "every accepted file exports, a long name shortened"
     await store.close()
+
+
+async def test_export_shows_the_memory_of_a_shared_group_the_user_writes_in(
+    store_settings: dict[str, Any], tmp_path: Path
+) -> None:
+    """#51: an erasure leaves a shared group's memory (the guide says so); ``users export``
+    shows it to each member who wrote there, and to nobody else."""
+    from botkit.config import Settings
+    from botkit.memory.store import memory_store_for
+    from botkit.privacy.parts import MemoryPart
+    from botkit.sessions.configured import session_store_for
+    from botkit.sessions.jsonl import SessionEntry
+    from botkit.types import Message
+
+    settings = Settings(_env_file=None, sessions_dir=tmp_path / "s", **store_settings)
+    sessions = session_store_for(settings)
+    said = SessionEntry.of(42, Message.user_text("hi all"), conversation="chat_-5")
+    await sessions.append(said)
+    await sessions.close()
+    store = memory_store_for(settings)
+    await store.save("chat_-5", {"notes.md": "the group plans a trip"})
+    await store.close()
+    part = MemoryPart(memory_store_for(settings), settings)
+    shown = await part.export(42, tmp_path / "export42")
+    assert (
+        list(shown) == ["memory/chat_-5/notes.md"] and "group" in shown["memory/chat_-5/notes.md"]
+    )
+    other = MemoryPart(memory_store_for(settings), settings)
+    assert await other.export(43, tmp_path / "export43") == {}

@@ -18,7 +18,7 @@ def default_parts(settings: Settings) -> list[Part]:
     return [
         SessionsPart(settings),
         GroupsPart(settings),
-        MemoryPart(memory_store_for(settings)),
+        MemoryPart(memory_store_for(settings), settings),
         ApprovalsPart(settings),
         RecordsPart(settings),
         InboxPart(settings.sessions_dir / "inbox.jsonl"),

@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -116,8 +117,10 @@ class MemoryPart:
 
     name = "memory"
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, settings: Settings | None = None) -> None:
         self.store = store
+        self.settings = settings
+        """Where the sessions are, to find the shared groups the user writes in (export)."""
 
     async def forget(self, user_id: int, *, keep_block: bool = False) -> int:
         """Delete those memories."""
@@ -128,15 +131,51 @@ class MemoryPart:
         return len(keys)
 
     async def export(self, user_id: int, folder: Path) -> Described:
-        """Each memory file as a file."""
+        """Each memory file as a file: their own, and those of the shared groups they write in
+        (which an erasure does not edit: the model wrote them from what every member said)."""
         described: Described = {}
-        for key in _per_user_keys(await self.store.keys(), user_id):
+        keys = await self.store.keys()
+        groups = await self._shared_groups(user_id, keys)
+        for key in [*_per_user_keys(keys, user_id), *groups]:
+            about = (
+                "a file of the memory of a group you write in (the model's notes from what "
+                "its members said; an erasure keeps it)"
+                if key in groups
+                else "a file of the bot's memory of you"
+            )
             for path, text in (await self.store.load(key)).items():
                 target = folder / "memory" / key / _storable(path)
                 _write(target, text.encode("utf-8"))
-                described[str(target.relative_to(folder))] = "a file of the bot's memory of you"
+                described[str(target.relative_to(folder))] = about
         await self.store.close()
         return described
+
+    async def _shared_groups(self, user_id: int, keys: list[str]) -> list[str]:
+        """The shared group conversations with a memory that ``user_id`` wrote in."""
+        shared = [k for k in keys if k.startswith("chat_") and "_user_" not in k]
+        if self.settings is None or not shared:
+            return []
+        if self.settings.database_url is None:
+            return await asyncio.to_thread(self._written_in_files, user_id, shared)
+        async with _pg(self.settings) as conn:
+            rows = await conn.fetch(
+                """SELECT DISTINCT conversation FROM botkit_sessions
+                WHERE conversation = ANY($1::text[]) AND strpos(entry, $2) > 0""",
+                shared,
+                f'"user_id":{user_id},',
+            )
+        return sorted(row["conversation"] for row in rows)
+
+    def _written_in_files(self, user_id: int, shared: list[str]) -> list[str]:
+        assert self.settings is not None
+        mark = f'"user_id":{user_id},'.encode()
+        found = []
+        for key in shared:
+            path = self.settings.sessions_dir / f"{key}.jsonl"
+            with suppress(FileNotFoundError):
+                if mark in path.read_bytes():
+                    found.append(key)
+        return found
 
 
 def _storable(path: str) -> str:
