@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +116,7 @@ class BoundedServer:
         """Take a new connection; at the cap, in place of the oldest one still waiting for a
         whole request (one slow or silent client cannot hold every slot), else refuse it."""
         if len(self._open) >= self.limits.max_connections:
-            idle = next((c for c in self._open.values() if c.waiting), None)
+            idle = _to_evict(list(self._open.values()))
             if idle is None:
                 self._refused.count(limit=self.limits.max_connections)
                 return False
@@ -141,6 +142,18 @@ class BoundedServer:
             connection.arm()
 
 
+def _to_evict(connections: list[_Connection]) -> _Connection | None:
+    """The connection a newcomer replaces at the cap: the oldest one still waiting for a whole
+    request, from the address that holds the most such (a flood from one address makes room
+    from its own); ``None`` when every one is being answered."""
+    waiting = [c for c in connections if c.waiting]
+    if not waiting:
+        return None
+    held = Counter(c.peer for c in waiting)
+    busiest = max(held.values())
+    return next(c for c in waiting if held[c.peer] == busiest)
+
+
 class _Connection(asyncio.Protocol):
     """One client connection, passed through to aiohttp's handler unless over the limits."""
 
@@ -149,9 +162,13 @@ class _Connection(asyncio.Protocol):
         self.handler = handler
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self.peer = ""
+        """The client's address (behind a proxy: the proxy's)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        address = transport.get_extra_info("peername")
+        self.peer = str(address[0]) if isinstance(address, tuple) and address else ""
         if not self.server._admit(self):
             transport.abort()
             return

@@ -425,3 +425,18 @@ async def test_a_signed_update_gets_in_past_a_flood_and_bad_secrets_are_not_a_lo
     assert status == 200 and took < 3.0, (status, took)
     bad = [e for e in logs if e["event"] == "webhook.bad_secret"]
     assert 1 <= len(bad) <= 2, len(bad)
+
+
+def test_at_the_cap_the_busiest_address_makes_room() -> None:
+    """#51: a flood from one address evicts its own oldest waiting connection, not another
+    client's; a connection being answered is never evicted."""
+    from types import SimpleNamespace
+
+    from botkit._http import _to_evict
+
+    def conn(peer: str, waiting: bool = True) -> Any:
+        return SimpleNamespace(peer=peer, waiting=waiting)
+
+    telegram, flood = conn("149.154.160.1"), [conn("10.9.9.9") for _ in range(3)]
+    assert _to_evict([telegram, *flood]) is flood[0]
+    assert _to_evict([conn("a", waiting=False), conn("b", waiting=False)]) is None
