@@ -504,3 +504,49 @@ async def test_a_call_cut_off_by_a_crash_is_reported_as_of_unknown_outcome(
     assert results == {INTERRUPTED_TOOL_TEXT, INTERRUPTED_IDEMPOTENT_TEXT}
     assert "not run" not in INTERRUPTED_TOOL_TEXT and "unknown" in INTERRUPTED_TOOL_TEXT
     await llm.close()
+
+
+async def test_a_tool_turn_on_opus_in_the_queued_runtime_on_postgresql(
+    telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    """The receive/work runtime on PostgreSQL, on Opus 5.5 (notes before a call arrive as
+    thinking, forced tool choice refused): a three-call chain sends its blocks back whole."""
+    from pydantic import SecretStr
+
+    from botkit.messengers.flood import FloodControl
+    from botkit.runtime.cluster import queue_for, serve_queued
+    from botkit.runtime.telegram import messenger_for
+
+    async with FakeAnthropicServer(responder=counting) as claude:
+        bot = counting_bot(
+            claude,
+            tmp_path,
+            model="claude-opus-5-5",
+            database_url=SecretStr(db),
+            telegram_bot_token=SecretStr(telegram.token),
+            telegram_api_base=telegram.base_url,
+            poll_timeout=1,
+        )
+        messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            serve_queued(
+                bot,
+                stop,
+                receive=True,
+                work=True,
+                concurrency=2,
+                messenger=messenger,
+                queue=queue_for(bot.settings, concurrency=2),
+                grace_period=5,
+            )
+        )
+        try:
+            telegram.send_text(ALICE, "count 3")
+            [reply] = await telegram.wait_for_messages(ALICE, timeout=30)
+        finally:
+            stop.set()
+            await task
+    assert reply.text == "counted to 3"
+    last = claude.requests[-1]
+    assert [turn[0] for turn in assistant_turns(last)] == ["thinking"] * 3
