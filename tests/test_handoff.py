@@ -569,6 +569,7 @@ async def test_the_handoff_log_line_never_carries_the_users_reason(setup: Setup)
     secret = "my card number is 4111 1111 1111 1111"
     async with setup.serving(bot):
         assert bot.handoffs is not None
+        await until(lambda: bot.messenger is not None)  # the runtime connected to Telegram
         with capture_logs() as logs:
             await bot.handoffs.open(ANN, ANN, "Ann", secret)
     opened = [e for e in logs if e["event"] == "handoff.opened"]
