@@ -33,8 +33,8 @@ FREE_RATE = 30.0
 """Messages per second Telegram allows a bot across all chats without paid broadcasts."""
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-NOT_SETTINGS = frozenset({"BOTKIT_TEST_DATABASE_URL"})
-"""BOTKIT_ names that are not settings but are known: the test suite's own database."""
+NOT_SETTINGS = frozenset({"BOTKIT_TEST_DATABASE_URL", "BOTKIT_CI_VENV"})
+"""BOTKIT_ names that are not settings but are known: the test suite's database, CI's venv."""
 
 IdList = Annotated[frozenset[int], NoDecode]
 DomainList = Annotated[tuple[str, ...], NoDecode]
