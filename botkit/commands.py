@@ -14,7 +14,7 @@ from botkit.chats import conversation_of
 from botkit.config import Settings
 from botkit.messengers.base import ButtonPress, Incoming, Messenger, Reply
 from botkit.options import BotOptions
-from botkit.pricing import estimate
+from botkit.pricing import cache_savings, estimate
 from botkit.skills import SkillLibrary
 from botkit.types import Usage
 
@@ -173,8 +173,15 @@ def usage_report(usage_by_model: dict[str, Usage], *, whose: str = "Your usage")
     total = sum(usage_by_model.values(), Usage())
     dollars, known = estimate(usage_by_model)
     cost = f"about ${dollars:.4f}" + ("" if known else " (some prices unknown)")
+    prompt = total.input_tokens + total.cache_creation_input_tokens + total.cache_read_input_tokens
+    cached = ""
+    if prompt and (total.cache_read_input_tokens or total.cache_creation_input_tokens):
+        share = round(100 * total.cache_read_input_tokens / prompt)
+        saved = cache_savings(usage_by_model)
+        effect = f"saved about ${saved:.4f}" if saved >= 0 else f"cost ${-saved:.4f} more"
+        cached = f" The cache held {share} % of the prompts and {effect}."
     return (
         f"{whose}: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
         f"tokens, {total.cache_creation_input_tokens:,} written to and "
-        f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}."
+        f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}.{cached}"
     )

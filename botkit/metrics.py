@@ -102,6 +102,9 @@ class _ModelChildren:
     output: Any
     cache_read: Any
     cache_creation: Any
+    cache_read_any: Any
+    cache_written_5m: Any
+    cache_written_1h: Any
     cost: Any
     price: Price
 
@@ -130,6 +133,13 @@ class Metrics:
         )
         self.llm_tokens = Counter(
             "botkit_llm_tokens", "Tokens billed, by model and kind", ["model", "kind"], registry=r
+        )
+        self.llm_cache_tokens = Counter(
+            "botkit_llm_cache_tokens",
+            "Prompt cache tokens by model, operation (read, write) and lifetime (5m, 1h; any for "
+            "reads, which the API does not split)",
+            ["model", "op", "ttl"],
+            registry=r,
         )
         self.llm_cost = Counter(
             "botkit_llm_cost_usd", "Estimated spend from the price table", ["model"], registry=r
@@ -236,8 +246,14 @@ class Metrics:
             children.output.inc(usage.output_tokens)
         if usage.cache_read_input_tokens:
             children.cache_read.inc(usage.cache_read_input_tokens)
+            children.cache_read_any.inc(usage.cache_read_input_tokens)
         if usage.cache_creation_input_tokens:
             children.cache_creation.inc(usage.cache_creation_input_tokens)
+            written_1h = min(usage.cache_write_1h_tokens, usage.cache_creation_input_tokens)
+            if written_1h:
+                children.cache_written_1h.inc(written_1h)
+            if usage.cache_creation_input_tokens > written_1h:
+                children.cache_written_5m.inc(usage.cache_creation_input_tokens - written_1h)
         children.cost.inc(children.price.cost(usage))
 
     def _model_children(self, model: str) -> _ModelChildren:
@@ -248,6 +264,9 @@ class Metrics:
             output=tokens.labels(model, "output"),
             cache_read=tokens.labels(model, "cache_read"),
             cache_creation=tokens.labels(model, "cache_creation"),
+            cache_read_any=self.llm_cache_tokens.labels(model, "read", "any"),
+            cache_written_5m=self.llm_cache_tokens.labels(model, "write", "5m"),
+            cache_written_1h=self.llm_cache_tokens.labels(model, "write", "1h"),
             cost=self.llm_cost.labels(model),
             price=price_for(model) or FALLBACK,
         )

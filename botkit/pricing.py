@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from botkit.types import Usage
 
-__all__ = ["PRICES", "PRICES_READ_ON", "Price", "estimate", "price_for"]
+__all__ = ["PRICES", "PRICES_READ_ON", "Price", "cache_savings", "estimate", "price_for"]
 
 PRICES_READ_ON = "2026-11-28"
 """When the table below was read off the pricing page."""
@@ -103,3 +103,17 @@ def estimate(usage_by_model: Mapping[str, Usage]) -> tuple[float, bool]:
         known = known and price is not None
         total += (price or FALLBACK).cost(usage)
     return total, known
+
+
+def cache_savings(usage_by_model: Mapping[str, Usage]) -> float:
+    """Dollars the prompt cache saved on this usage: what its prompts would have cost uncached,
+    less what they cost (negative when writes cost more than reads saved)."""
+    saved = 0.0
+    for model, usage in usage_by_model.items():
+        price = price_for(model) or FALLBACK
+        prompt = (
+            usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        )
+        uncached = Usage(input_tokens=prompt, output_tokens=usage.output_tokens)
+        saved += price.cost(uncached) - price.cost(usage)
+    return saved

@@ -112,6 +112,13 @@ async def test_usage_reports_this_users_tokens_and_cost(
     assert f"{used.cache_read_input_tokens:,} read from" in report
     dollars = PRICES["claude-sonnet-5"].cost(used)
     assert f"${dollars:.4f}" in report
+    # what the cache did for this user (#49): its share of the prompts, and the dollars
+    prompt = used.input_tokens + used.cache_creation_input_tokens + used.cache_read_input_tokens
+    share = round(100 * used.cache_read_input_tokens / prompt)
+    assert f"The cache held {share} % of the prompts and " in report, report
+    uncached = Usage(input_tokens=prompt, output_tokens=used.output_tokens)
+    saved = PRICES["claude-sonnet-5"].cost(uncached) - dollars
+    assert (f"saved about ${saved:.4f}" if saved >= 0 else f"cost ${-saved:.4f} more") in report
     assert len(claude.requests) == 2, "/usage cost nothing"
 
 

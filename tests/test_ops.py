@@ -96,6 +96,13 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
         usage.output_tokens
     )
     assert value(samples, "botkit_llm_cost_usd_total", model=model) > 0
+    cache = {
+        (op, ttl): value(samples, "botkit_llm_cache_tokens_total", model=model, op=op, ttl=ttl)
+        for op, ttl in (("write", "1h"), ("write", "5m"), ("read", "any"))
+    }
+    assert cache[("write", "1h")] == usage.cache_write_1h_tokens > 0, "the tools and prompt"
+    assert cache[("write", "5m")] + cache[("write", "1h")] == usage.cache_creation_input_tokens
+    assert cache[("read", "any")] == usage.cache_read_input_tokens
     assert value(samples, "botkit_tool_calls_total", tool="broken", outcome="error") == 1
     assert value(samples, "botkit_tool_seconds_count") == 1
     assert value(samples, "botkit_telegram_requests_total", method="sendMessage", outcome="ok") == 4
@@ -114,6 +121,7 @@ async def test_metrics_count_turns_calls_tools_and_telegram_requests(
     assert value(samples, "botkit_inbox_unfinished") == 0
     labels = {label for key in samples for label, _ in key[1]}
     bounded = {"outcome", "model", "kind", "tool", "method", "reason", "decision", "plan", "le"}
+    bounded |= {"op", "ttl"}  # the cache's operation and lifetime (#49)
     assert labels <= bounded  # values from small fixed sets or the configuration, never a user
 
 
