@@ -383,6 +383,14 @@ class _Turn:
 
 def _idempotent_retries(messages: list[Message], tools: ToolRegistry) -> list[Message]:
     """``messages`` where a cut-off call of an idempotent tool says it may be made again."""
+    cut_off = any(
+        isinstance(b, ToolResultBlock) and b.content == INTERRUPTED_TOOL_TEXT
+        for m in messages
+        if m.role == "user"
+        for b in m.content
+    )
+    if not cut_off:  # nearly every call: nothing to rewrite, no map of calls to build
+        return messages
     names = {c.id: c.name for m in messages if m.role == "assistant" for c in m.tool_uses}
 
     def retry(block: object) -> bool:

@@ -149,10 +149,8 @@ class Handoffs:
     async def relay_if_handed_off(self, message: Incoming, messenger: Messenger) -> bool:
         """Whether the sender's conversation is handed over (then ``message`` was copied to
         their topic and recorded, and the assistant stays silent)."""
-        if message.chat_type != "private":
-            return False
-        handoff = await (await self._store()).handoff_of(message.user_id)
-        if handoff is None or not handoff.is_open:
+        handoff = await self.open_for(message)
+        if handoff is None:
             return False
         with _relay_span("to_operators", handoff):
             await self._to_operators(message, handoff, messenger)

@@ -351,7 +351,8 @@ class _Call:
 def _readable(messages: list[Message], model: str) -> list[Message]:
     """``messages`` without the thinking blocks another model wrote, for a model that has no
     adaptive thinking (models that have it drop what they cannot read, without an error)."""
-    if traits_for(model).thinks_by_default or "adaptive" in traits_for(model).thinking:
+    traits = traits_for(model)
+    if traits.thinks_by_default or "adaptive" in traits.thinking:
         return messages
     return [
         _without_thinking(m, keep=model)
