@@ -38,7 +38,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botkit.agent.compaction import Compactor
@@ -47,6 +47,7 @@ from botkit.agent.loop import AgentLoop
 from botkit.bot import BotOptions
 from botkit.config import DEFAULT_MODEL
 from botkit.llm.anthropic import AnthropicLLM
+from botkit.llm.caching import CacheTTL
 from botkit.pricing import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR, estimate
 from botkit.testing import FakeAnthropicServer, FakeReply
 from botkit.testing.anthropic import _segments, _tokens  # the fake's own prefix accounting
@@ -54,7 +55,6 @@ from botkit.tools import ToolContext, ToolRegistry, tool
 from botkit.types import Message, Usage
 
 USER_ID = 4242
-TARGET = 0.15
 WRITE_1H_FACTOR = 2.0
 """A 1-hour cache write costs twice the input price (5-minute writes: ``CACHE_WRITE_FACTOR``)."""
 SEED = 7
@@ -486,6 +486,8 @@ class Run:
     """Of the cache writes, those kept an hour (as the fake reported them)."""
     floor: float = 0.0
     """The least any breakpoints could bill for the prompts this run sent (:func:`cache_floor`)."""
+    thinking_blocks: int = 0
+    """Thinking blocks in the model's answers (today's models send them unasked)."""
 
     @property
     def written_5m(self) -> int:
@@ -531,7 +533,8 @@ async def converse(
     label: str,
     max_messages: int | None = None,
     transform_context: TransformContext | None = None,
-    pause_minutes: float = 0.0,
+    pause_minutes: float | list[float] = 0.0,
+    cache_ttl: CacheTTL = "auto",
 ) -> Run:
     """The whole conversation through botkit's loop, against a fresh fake Messages API."""
     options = BotOptions()
@@ -544,6 +547,7 @@ async def converse(
             base_url=fake.base_url,
             max_retries=0,
             prompt_caching=caching,
+            cache_ttl=cache_ttl,
         )
         loop = AgentLoop(
             llm,
@@ -562,11 +566,14 @@ async def converse(
         async def sink(delta: str) -> None:
             streamed.append(delta)
 
+        pauses = _pauses(pause_minutes, len(turns))
+        clock = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)  # the user's: it moves as the cache's
         started = time.perf_counter()
         try:
             for number, turn in enumerate(turns, start=1):
                 fake.enqueue(*turn.replies)
-                await context.append(Message.user_text(turn.user_text), update_id=number)
+                message = Message.user_text(turn.user_text)
+                await context.append(message, update_id=number, timestamp=clock)
                 result = await loop.run(
                     context,
                     system=system,
@@ -576,7 +583,8 @@ async def converse(
                 )
                 if result.text != turn.answer or fake.queued:
                     raise RuntimeError(f"turn {number} went off script: {result.text[:80]!r}")
-                fake.advance(pause_minutes * 60)
+                fake.advance(pauses[number - 1] * 60)
+                clock += timedelta(minutes=pauses[number - 1])
         finally:
             await llm.close()
         seconds = time.perf_counter() - started
@@ -591,7 +599,13 @@ async def converse(
     dollars, known = estimate(context.usage_by_model)
     # botkit.pricing prices every cache write as a 5-minute one: add what the hour costs more
     dollars += _extra_for_hour_writes(written_1h, model)
-    return Run(label, total, per_call, dollars, known, seconds, written_1h, floor)
+    thinking = sum(len(m.thinking) for m in context.messages if m.role == "assistant")
+    return Run(label, total, per_call, dollars, known, seconds, written_1h, floor, thinking)
+
+
+def _pauses(minutes: float | list[float], turns: int) -> list[float]:
+    """The pause after each turn: one figure for all, or one per turn."""
+    return [minutes] * turns if isinstance(minutes, int | float) else list(minutes)
 
 
 def cache_floor(bodies: list[dict[str, Any]]) -> float:
@@ -669,7 +683,9 @@ def fixed_prefix_reads(run: Run) -> list[int]:
     ]
 
 
-async def diagnose(turns: list[Turn], plain: Run, cached: Run, args: argparse.Namespace) -> None:
+async def diagnose(
+    turns: list[Turn], plain: Run, cached: Run, args: argparse.Namespace, pauses: list[float]
+) -> None:
     """Why the target was missed: where the cache stopped hitting, and what would fix it."""
     options = BotOptions()
     misses = fixed_prefix_reads(cached)
@@ -703,7 +719,7 @@ async def diagnose(turns: list[Turn], plain: Run, cached: Run, args: argparse.Na
             model=args.model,
             stream=not args.no_stream,
             label=label,
-            pause_minutes=args.pause_minutes,
+            pause_minutes=pauses,
             **extra,
         )
         print(
@@ -723,11 +739,86 @@ def parse_args() -> argparse.Namespace:
         "--no-stream", action="store_true", help="non-streamed calls (Bot streams by default)"
     )
     parser.add_argument("--calls", action="store_true", help="print every call's usage")
-    parser.add_argument("--target", type=float, default=TARGET, help="max cached/uncached ratio")
     parser.add_argument(
-        "--pause-minutes", type=float, default=0.0, help="minutes the cache ages after each turn"
+        "--paces",
+        default="0,10,mixed",
+        help="comma-separated paces: minutes the cache ages after each turn, or 'mixed' "
+        f"(seeded pauses of {MIXED[0]:g}-{MIXED[1]:g} minutes)",
     )
+    parser.add_argument(
+        "--pause-minutes", type=float, help="one pace only (same as --paces N)", default=None
+    )
+    parser.add_argument("--diagnose", action="store_true", help="rerun with other history windows")
     return parser.parse_args()
+
+
+MIXED = (1.0, 30.0)
+"""The range of the mixed pace's pauses, in minutes."""
+NEAR_FLOOR = 1.5
+"""Turns at once: billed input within this many points of the floor (#49)."""
+PAUSED_SHARE = 0.25
+"""Pauses of ten minutes: billed input at most this share of the uncached input (#49)."""
+PAUSED_VS_5M = 0.55
+"""Pauses of ten minutes: billed input at most this multiple of a fixed 5-minute lifetime's."""
+
+
+def pace_pauses(pace: str, turns: int) -> list[float]:
+    """The pause after each turn, in minutes, for a pace given on the command line."""
+    if pace == "mixed":
+        rng = random.Random(SEED)
+        return [round(rng.uniform(*MIXED), 1) for _ in range(turns)]
+    return [float(pace)] * turns
+
+
+async def run_pace(turns: list[Turn], pace: str, args: argparse.Namespace) -> bool:
+    """One pace: uncached, botkit's default (auto lifetimes) and a fixed 5-minute lifetime."""
+    pauses = pace_pauses(pace, len(turns))
+    common: dict[str, Any] = {
+        "model": args.model,
+        "stream": not args.no_stream,
+        "pause_minutes": pauses,
+    }
+    label = "turns at once" if set(pauses) == {0.0} else f"pauses of {pace} minutes"
+    if pace == "mixed":
+        label = f"mixed pace (pauses {min(pauses):g}-{max(pauses):g} min, seed {SEED})"
+    print(f"\n== {label}")
+    plain = await converse(turns, caching=False, label="caching off (yardstick)", **common)
+    auto = await converse(turns, caching=True, label="botkit default (auto)", **common)
+    fixed = await converse(
+        turns, caching=True, label="fixed 5-minute lifetime", cache_ttl="5m", **common
+    )
+    for run in (plain, auto, fixed):
+        describe(run)
+    if args.calls:
+        print_calls(auto)
+    uncached = plain.billed_input
+    share, fixed_share = auto.billed_input / uncached, fixed.billed_input / uncached
+    floor = auto.floor / uncached
+    versus = auto.billed_input / fixed.billed_input
+    print(f"  shares of the uncached input (auto): {auto.shares(uncached)}")
+    print(f"  shares of the uncached input (5m):   {fixed.shares(uncached)}")
+    print(
+        f"  billed input: auto {share:.1%}, fixed 5m {fixed_share:.1%} (auto / 5m = "
+        f"{versus:.2f}x), floor {floor:.1%}; cost ${auto.dollars:.4f} auto, ${fixed.dollars:.4f} "
+        f"5m, ${plain.dollars:.4f} uncached; thinking blocks in the answers: "
+        f"{auto.thinking_blocks}"
+    )
+    if pace == "mixed":
+        ok, target = True, "printed beside the others (no target)"
+    elif set(pauses) == {0.0}:
+        ok = (share - floor) * 100 <= NEAR_FLOOR
+        target = f"target: within {NEAR_FLOOR:g} points of the floor"
+    else:
+        ok = share <= PAUSED_SHARE and versus <= PAUSED_VS_5M
+        target = f"target: <= {PAUSED_SHARE:.0%} of uncached and <= {PAUSED_VS_5M}x fixed 5m"
+    verdict = "" if pace == "mixed" else (" PASS" if ok else " FAIL")
+    print(
+        f"RESULT caching pace={pace} billed={share:.1%} of uncached, floor={floor:.1%}, fixed "
+        f"5m={fixed_share:.1%}, auto/5m={versus:.2f}x ({target}){verdict}"
+    )
+    if args.diagnose:
+        await diagnose(turns, plain, auto, args, pauses)
+    return ok
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -738,8 +829,9 @@ async def main(args: argparse.Namespace) -> int:
     answer_chars = [len(t.answer) for t in turns]
     tool_turns = sum(len(t.replies) > 1 for t in turns)
     print("bench/caching.py: one user's scripted conversation through AgentLoop + AnthropicLLM")
-    print("  against FakeAnthropicServer (tokens = chars / 4, cache usage as the real API);")
-    print(f"  model {args.model}, {'streamed' if stream else 'non-streamed'} calls")
+    print("  against FakeAnthropicServer (tokens = chars / 4, cache usage as the real API, each")
+    print("  entry kept for its lifetime on a clock the bench moves: a read refreshes only the")
+    print(f"  entry it hits); model {args.model}, {'streamed' if stream else 'non-streamed'} calls")
     print(
         f"system prompt: {len(system):,} chars (~{len(system) // 4:,} tokens); "
         f"3 tools ({', '.join(ToolRegistry([lookup_order, search_catalog, check_shipping]).names)})"
@@ -748,60 +840,19 @@ async def main(args: argparse.Namespace) -> int:
         f"conversation: {len(turns)} turns, {tool_turns} with a tool call first; user messages "
         f"{min(user_chars)}-{max(user_chars)} chars, answers {min(answer_chars)}-"
         f"{max(answer_chars)} chars; BotOptions defaults (max_messages="
-        f"{BotOptions().max_messages}, max_iterations={BotOptions().max_iterations})"
+        f"{BotOptions().max_messages}, max_iterations={BotOptions().max_iterations}); "
+        "BOTKIT_CACHE_TTL=auto (the default) beside 5m"
     )
-    pause = args.pause_minutes
-    print(f"pause after each turn: {pause:g} minutes (of the cache's clock)")
-    plain = await converse(
-        turns,
-        caching=False,
-        model=args.model,
-        stream=stream,
-        label="caching off (yardstick)",
-        pause_minutes=pause,
-    )
-    cached = await converse(
-        turns,
-        caching=True,
-        model=args.model,
-        stream=stream,
-        label="caching on (botkit default)",
-        pause_minutes=pause,
-    )
-    describe(plain)
-    describe(cached)
-    if args.calls:
-        print_calls(cached)
     print(
         "billed input tokens = input + 1.25 x 5-minute cache writes + 2 x 1-hour cache writes "
-        "+ 0.1 x cache reads (the Messages API's prices)"
+        "+ 0.1 x cache reads; floor = the least any breakpoints could bill for the prompts sent "
+        "(each call reads all an earlier one sent, writes at 1.25x only what a later one sends "
+        "again, nothing expires)"
     )
-    ratio = cached.billed_input / plain.billed_input
-    print(f"shares of the uncached input: {cached.shares(plain.billed_input)}")
-    saved = plain.dollars - cached.dollars
-    print(
-        f"billed input, caching on / caching off: {cached.billed_input:,.0f} / "
-        f"{plain.billed_input:,.0f} = {ratio:.1%}"
-    )
-    print(
-        f"estimated cost (botkit.pricing, {args.model}): ${cached.dollars:.4f} with caching, "
-        f"${plain.dollars:.4f} without ({cached.dollars / plain.dollars:.1%}; saves "
-        f"${saved:.4f} per such conversation)"
-    )
-    print(
-        f"floor: the least any breakpoints could bill for the prompts botkit sent (each call "
-        f"reads all an earlier one sent, writes at 1.25x only what a later one sends again): "
-        f"{cached.floor:,.0f} = {cached.floor / plain.billed_input:.1%} of the uncached input"
-    )
-    ok = ratio <= args.target
-    if not ok:
-        await diagnose(turns, plain, cached, args)
-    print(
-        f"RESULT caching billed={ratio:.1%} of uncached ({cached.billed_input:,.0f} / "
-        f"{plain.billed_input:,.0f}; {cached.shares(plain.billed_input)}; pause "
-        f"{pause:g} min) (target<={args.target:.0%}) {'PASS' if ok else 'FAIL'}"
-    )
-    return 0
+    paces = [f"{args.pause_minutes:g}"] if args.pause_minutes is not None else args.paces.split(",")
+    for pace in paces:
+        await run_pace(turns, pace.strip(), args)
+    return 0  # figures are printed (RESULT lines), not asserted
 
 
 if __name__ == "__main__":

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     )
     """BOTKIT_THINKING_DISPLAY: summarized to get the model's reasoning as text (shown while
     tools run, kept in the session), omitted for none; unset: the model's default."""
+    cache_ttl: Literal["auto", "5m", "1h"] = Field(
+        "auto", validation_alias=AliasChoices("BOTKIT_CACHE_TTL", "cache_ttl")
+    )
+    """BOTKIT_CACHE_TTL: how long the prompt cache keeps a conversation (auto: an hour for
+    conversations that lately paused longer than five minutes, else five minutes; 5m; 1h)."""
     web_search: bool = Field(
         False, validation_alias=AliasChoices("BOTKIT_WEB_SEARCH", "web_search")
     )

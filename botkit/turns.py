@@ -837,7 +837,7 @@ def _with_note(system: str, note: str | None) -> str:
 
 def _turn_meta(message: Incoming) -> dict[str, Any]:
     """What the session records with a user message: its update, and in a group its speaker."""
-    meta: dict[str, Any] = {"update_id": message.update_id}
+    meta: dict[str, Any] = {"update_id": message.update_id, "sent_at": message.date}
     if message.in_group:
         meta.update(user_id=message.user_id, speaker=speaker_name(message))
     return meta

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from botkit.agent.history import normalize, trim, without_earlier_thinking
@@ -15,6 +17,8 @@ from botkit.types import Message, TextBlock, Usage
 __all__ = ["SUMMARY_PREFIX", "ContextManager", "ConvertToLLM", "OnAppend", "TransformContext"]
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
+PACE_TURNS = 5
+"""The latest turns whose beginnings a context remembers, for its pace."""
 
 Entry = SessionEntry | ResetEntry | CompactionEntry
 FetchMedia = Callable[[Iterable[str]], Awaitable[Mapping[str, bytes]]]
@@ -61,6 +65,8 @@ class ContextManager:
         """Everything this user's calls cost, per model, resets and compactions included."""
         self._provisional: tuple[SessionEntry, int] | None = None
         """A message added but not recorded yet, and its index."""
+        self._turn_times: deque[float] = deque(maxlen=PACE_TURNS)
+        """When the latest turns began (POSIX seconds, from their records)."""
 
     @classmethod
     def restore(cls, user_id: int, entries: Iterable[Entry], **options: Any) -> ContextManager:
@@ -70,8 +76,10 @@ class ContextManager:
         start = needed_from(entries)  # what came before no longer shapes the context
         for entry in entries[:start]:
             context._count(entry)
+            context._clock(entry)
         for entry in entries[start:]:
             context._count(entry)
+            context._clock(entry)
             if isinstance(entry, SessionEntry) and entry.deferred:
                 context.pending.append(entry.to_message())
             elif isinstance(entry, SessionEntry):
@@ -147,7 +155,18 @@ class ContextManager:
         else:
             await self._record(entry)
         self._add(message, entry.update_id)
+        self._clock(entry)
         return entry
+
+    def pauses(self) -> tuple[float, ...]:
+        """Seconds between the latest turns' beginnings, oldest first (the conversation's
+        pace: how long its prompt cache should live)."""
+        times = list(self._turn_times)
+        return tuple(max(later - earlier, 0.0) for earlier, later in pairwise(times))
+
+    def _clock(self, entry: Entry) -> None:
+        if isinstance(entry, SessionEntry) and _starts_turn(entry) and not entry.deferred:
+            self._turn_times.append((entry.sent_at or entry.timestamp).timestamp())
 
     async def keep(self) -> None:
         """Record the provisional message, if any (its call was accepted, or failed otherwise)."""

@@ -183,6 +183,7 @@ class AgentLoop:
                 messages=fit_media(messages, newest_only=newest_only),
                 tools=[*tools.definitions(), *self.server_tools],
                 model=self.model,
+                pauses=context.pauses(),
             )
             try:
                 return await self.llm.complete(request, on_text)

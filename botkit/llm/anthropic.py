@@ -36,6 +36,7 @@ from botkit.errors import (
     PromptTooLongError,
 )
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
+from botkit.llm.caching import CacheTTL, conversation_lifetime, mark_cache_points
 from botkit.llm.thinking import (
     BINDING_BETA,
     ThinkingSettings,
@@ -88,6 +89,7 @@ class AnthropicLLM:
         max_retries: int = 2,
         max_concurrency: int | None = 64,
         prompt_caching: bool = True,
+        cache_ttl: CacheTTL = "auto",
         client: anthropic.AsyncAnthropic | None = None,
         on_auth_failure: AuthFailureHandler | None = None,
         thinking: ThinkingSettings | None = None,
@@ -100,6 +102,8 @@ class AnthropicLLM:
         self._auth_reported = False
         self.max_tokens = max_tokens
         self.prompt_caching = prompt_caching
+        self.cache_ttl: CacheTTL = cache_ttl
+        """How long the conversation's cache entries live: ``auto`` picks by its pace."""
         self.client = client or anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries
         )
@@ -119,6 +123,7 @@ class AnthropicLLM:
             base_url=settings.anthropic_base_url,
             max_concurrency=settings.max_concurrent_turns,
             thinking=settings.thinking_settings(),
+            cache_ttl=settings.cache_ttl,
         )
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
@@ -309,7 +314,7 @@ class _Call:
         self.params = params
         self._bind(force=repair is not None and repair.missing_at is None)
         if llm.prompt_caching:
-            _mark_cache_points(params)
+            mark_cache_points(params, conversation_lifetime(llm.cache_ttl, request.pauses))
 
     def _bind(self, *, force: bool) -> None:
         """Ask the API to drop blocks bound to a prefix that changed (an operator edited the
@@ -480,34 +485,6 @@ def _quoted(e: anthropic.APIStatusError) -> str:
     """The API's message with the request id operators can quote to Anthropic."""
     detail = _detail(e)
     return f"{detail} (request {e.request_id})" if e.request_id else detail
-
-
-_EPHEMERAL = {"type": "ephemeral"}
-_FOR_AN_HOUR = {"type": "ephemeral", "ttl": "1h"}
-
-
-def _mark_cache_points(params: dict[str, Any]) -> None:
-    """Cache breakpoints after the tools, the system prompt and the conversation so far.
-
-    The next call of the same user starts with this whole prefix, so it is read from the
-    cache (0.1x the price) instead of billed again; only the new messages are full price.
-    The tools and the system prompt, the same for every user, are kept for an hour (written at
-    2x instead of 1.25x, once an hour while anyone talks to the bot): a user who pauses longer
-    than five minutes still reads them; the conversation itself is kept five minutes (1-hour
-    entries must come before 5-minute ones).
-    """
-    if params.get("tools"):
-        params["tools"][-1] = {**params["tools"][-1], "cache_control": _FOR_AN_HOUR}
-    system = params.get("system")
-    if isinstance(system, str):
-        params["system"] = [{"type": "text", "text": system, "cache_control": _FOR_AN_HOUR}]
-    elif isinstance(system, list) and system:
-        system[-1] = {**system[-1], "cache_control": _FOR_AN_HOUR}
-    messages = params["messages"]
-    if messages and messages[-1]["content"]:
-        last = messages[-1]["content"]
-        if last[-1].get("type") not in ("thinking", "redacted_thinking"):  # never markable
-            last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
 
 
 async def _create(

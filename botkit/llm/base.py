@@ -46,6 +46,9 @@ class LLMRequest:
     """Overrides the client's default model for this call."""
     max_tokens: int | None = None
     """Overrides the client's default output limit for this call."""
+    pauses: tuple[float, ...] = ()
+    """Seconds between the conversation's latest turns, oldest first: its pace, by which
+    the prompt cache's lifetime is chosen."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,9 @@ class SessionEntry(_Entry):
     stop_reason: str | None = None
     speaker: str | None = None
     """Who wrote a user message in a group conversation (their display name)."""
+    sent_at: datetime | None = None
+    """When the user sent a user message (the messenger's date; ``timestamp`` is when it was
+    recorded): the conversation's pace, by which its prompt cache lifetime is chosen."""
     deferred: bool | None = None
     """Injected from outside the conversation (a relayed note): recorded at once, it joins the
     context at the start of the conversation's next turn, never inside a running one."""

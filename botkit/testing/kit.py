@@ -204,6 +204,7 @@ def make_bot(
         model=settings.model,
         max_tokens=settings.max_tokens,
         thinking=settings.thinking_settings(),
+        cache_ttl=settings.cache_ttl,
     )
     return bot_class(settings=settings, llm=llm, **rest)
 

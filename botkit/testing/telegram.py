@@ -423,6 +423,8 @@ class FakeTelegramServer(LoopbackServer):
         self.flood_ratio = 0.0
         self.flood_retry_after = 1
         self.latency = 0.0
+        self.skew = 0.0
+        """Seconds :meth:`advance` moved the fake's clock (message dates) ahead of real time."""
         self._random = random.Random(seed)
         self._next_update_id = 1
         self._faults: dict[str, list[_Fault]] = {}
@@ -484,6 +486,15 @@ class FakeTelegramServer(LoopbackServer):
         """Links made with ``createInvoiceLink``, with their parameters."""
 
     # ------------------------------------------------------------------ lifecycle
+
+    def now(self) -> float:
+        """The fake's clock (POSIX seconds), which dates messages: real time plus ``skew``."""
+        return time.time() + self.skew
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the dates of the messages from now on (a user who pauses;
+        move ``FakeAnthropicServer``'s cache clock by as much with its own ``advance``)."""
+        self.skew += seconds
 
     async def start(self) -> None:
         """Start listening on a random free port of 127.0.0.1 and set :attr:`base_url`."""
@@ -1043,7 +1054,7 @@ class FakeTelegramServer(LoopbackServer):
             chat["title"] = chat_title
         message: dict[str, Any] = {
             "message_id": self._next_message_id(chat_id),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": chat,
         }
         if chat_type == "channel":
@@ -1062,7 +1073,7 @@ class FakeTelegramServer(LoopbackServer):
             return target
         return {
             "message_id": message_id,
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": self._chat(chat_id),
         }
 
@@ -1202,7 +1213,7 @@ class FakeTelegramServer(LoopbackServer):
         message: dict[str, Any] = {
             "message_id": self._next_message_id(chat_id),
             "from": self._bot_user(),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": self._chat(chat_id),
             "text": plain,
         }
@@ -1258,7 +1269,7 @@ class FakeTelegramServer(LoopbackServer):
             )
         message = {key: value for key, value in old.items() if key not in ("entities",)}
         message["text"] = plain
-        message["edit_date"] = int(time.time())
+        message["edit_date"] = int(self.now())
         if entities:
             message["entities"] = entities
         message.pop("reply_markup", None)
@@ -1431,7 +1442,7 @@ class FakeTelegramServer(LoopbackServer):
         message: dict[str, Any] = {
             "message_id": self._next_message_id(chat_id),
             "from": self._bot_user(),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": self._chat(chat_id),
         }
         if isinstance(caption, str) and caption:
@@ -1505,7 +1516,7 @@ class FakeTelegramServer(LoopbackServer):
             raise _ApiError(400, "Bad Request: TOPIC_NAME_INVALID")
         thread_id = self._next_message_id(chat_id)  # a topic's id is its first message's
         created = {"name": name, "icon_color": 7322096}
-        service = {"message_id": thread_id, "from": self._bot_user(), "date": int(time.time())}
+        service = {"message_id": thread_id, "from": self._bot_user(), "date": int(self.now())}
         service.update(chat=self._chat(chat_id), forum_topic_created=created)
         service.update(message_thread_id=thread_id, is_topic_message=True)
         self._messages[(chat_id, thread_id)] = _StoredMessage(service, from_bot=True)
@@ -1543,7 +1554,7 @@ class FakeTelegramServer(LoopbackServer):
             raise _ApiError(400, "Bad Request: message can't be copied")
         message: dict[str, Any] = {"message_id": self._next_message_id(chat_id)}
         message.update(_bot_copy(source, params), chat=self._chat(chat_id))
-        message.update({"from": self._bot_user(), "date": int(time.time())})
+        message.update({"from": self._bot_user(), "date": int(self.now())})
         thread_id = self._place_in_topic(chat_id, message, params)
         self._record_copy(chat_id, message, kind, params, thread_id)
         return {"message_id": message["message_id"]}
@@ -1687,7 +1698,7 @@ class FakeTelegramServer(LoopbackServer):
         if not answer.get("ok"):
             return None
         period = invoice.get("subscription_period")
-        expires = int(time.time()) + int(period) if period else None
+        expires = int(self.now()) + int(period) if period else None
         return self.complete_payment(
             user_id,
             payload,
@@ -1714,7 +1725,7 @@ class FakeTelegramServer(LoopbackServer):
         message: dict[str, Any] = {
             "message_id": message_id,
             "from": self._bot_user(),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": self._chat(chat_id),
             "invoice": {
                 "title": params.get("title", ""),

@@ -1,0 +1,149 @@
+"""Cache lifetimes chosen per conversation (#49): a conversation that pauses keeps its prompt
+cache for an hour; one whose turns follow quickly keeps five minutes. Through the real Bot on
+both stores and runtimes, with the fakes' clocks moved as a user who pauses would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from botkit.llm.caching import conversation_lifetime, mark_cache_points
+from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, ask, make_bot
+from botkit.testing.harness import running
+from tests.test_scaleout import queued, queued_bot
+
+SYSTEM = "You answer questions about the shop's opening hours, briefly and kindly. " * 60
+PAUSE = 10 * 60
+
+
+def test_auto_keeps_an_hour_only_after_a_pause_longer_than_five_minutes() -> None:
+    assert conversation_lifetime("auto", ()) == "5m", "nothing known yet"
+    assert conversation_lifetime("auto", (20.0, 240.0)) == "5m"
+    assert conversation_lifetime("auto", (20.0, 601.0)) == "1h"
+    assert conversation_lifetime("auto", (601.0, 1.0, 1.0, 1.0, 1.0)) == "5m", "the latest 4"
+    assert conversation_lifetime("5m", (3_000.0,)) == "5m"
+    assert conversation_lifetime("1h", ()) == "1h"
+
+
+def test_the_entry_the_next_turn_reads_is_kept_longest_and_breakpoints_stay_in_order() -> None:
+    def body(*messages: dict[str, Any]) -> dict[str, Any]:
+        return {"system": "rules", "tools": [{"name": "t"}], "messages": list(messages)}
+
+    def user(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "a"}]}
+    call = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "", "signature": "s"},
+            {"type": "tool_use", "id": "t1", "name": "t", "input": {}},
+        ],
+    }
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]}
+
+    first = body(user("q1"), answer, user("q2"))
+    mark_cache_points(first, "1h")
+    # q1 opened the turn before: marked too, so the call finds it however long that turn was
+    assert [_mark(m) for m in first["messages"]] == ["1h", None, "1h"]
+    first_prev = body(user("q0"), answer, user("q1"), answer, user("q2"))
+    mark_cache_points(first_prev, "1h")
+    assert [_mark(m) for m in first_prev["messages"]] == [None, None, "1h", None, "1h"]
+
+    cycle = body(user("q1"), answer, user("q2"), call, result)
+    mark_cache_points(cycle, "1h")
+    # the turn's opening for an hour; the tool cycle (its thinking will not be sent again) 5m
+    assert [_mark(m) for m in cycle["messages"]] == [None, None, "1h", None, "5m"]
+    assert cycle["system"][-1]["cache_control"]["ttl"] == "1h"
+    assert cycle["tools"][-1]["cache_control"]["ttl"] == "1h"
+
+    quick = body(user("q2"), call, result)
+    mark_cache_points(quick, "5m")
+    assert [_mark(m) for m in quick["messages"]] == ["5m", None, "5m"]
+
+
+def _mark(message: dict[str, Any]) -> str | None:
+    control = message["content"][-1].get("cache_control")
+    if control is None:
+        return None
+    return str(control.get("ttl", "5m"))
+
+
+async def _pausing_conversation(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, user: int, turns: int = 4
+) -> list[dict[str, Any]]:
+    """``turns`` questions, ten minutes apart on both fakes' clocks; the usage of each call."""
+    claude.responder = lambda request: FakeReply.text(f"Open until six ({request.model}).")
+    for n in range(turns):
+        reply = await ask(telegram, user, f"Question {n}: are you open on day {n}?", timeout=20)
+        assert reply.text.startswith("Open until six")
+        telegram.advance(PAUSE)
+        claude.advance(PAUSE)
+    return list(claude.usages)
+
+
+def _conversation_reread(usages: list[dict[str, Any]]) -> list[bool]:
+    """For each call after the first: whether it read more than the tools and system prompt
+    from the cache (the conversation so far, not written again)."""
+    shared = usages[1]["cache_read_input_tokens"]  # the first call wrote; the second read these
+    return [u["cache_read_input_tokens"] > shared for u in usages[2:]]
+
+
+async def test_a_conversation_that_pauses_reads_itself_from_the_cache_after_each_pause(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM)
+    async with running(bot, telegram):
+        usages = await _pausing_conversation(claude, telegram, 71)
+    # turn 2 knew of no pause yet (5 minutes: expired); from turn 3 on, an hour
+    assert _conversation_reread(usages) == [True, True]
+    assert usages[2]["cache_creation"]["ephemeral_1h_input_tokens"] > 0
+    sent = [r.body["messages"][-1]["content"][-1]["cache_control"] for r in claude.requests]
+    assert [c.get("ttl", "5m") for c in sent] == ["5m", "1h", "1h", "1h"]
+
+
+async def test_with_a_fixed_five_minute_lifetime_each_pause_writes_the_conversation_again(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM, cache_ttl="5m")
+    async with running(bot, telegram):
+        usages = await _pausing_conversation(claude, telegram, 72)
+    assert _conversation_reread(usages) == [False, False]
+    assert all(u["cache_creation"]["ephemeral_1h_input_tokens"] == 0 for u in usages[1:])
+
+
+async def test_turns_that_follow_quickly_keep_five_minutes(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM)
+    claude.responder = lambda request: FakeReply.text("Yes.")
+    async with running(bot, telegram):
+        for n in range(4):
+            await ask(telegram, 73, f"quick {n}")
+    sent = [r.body["messages"][-1]["content"][-1]["cache_control"] for r in claude.requests]
+    assert all("ttl" not in control for control in sent), "five minutes, the API's default"
+    assert all(u["cache_creation"]["ephemeral_1h_input_tokens"] == 0 for u in claude.usages[1:])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_the_pace_is_read_from_the_session_records_in_the_queued_runtime(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    workers: int,
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db, system_prompt=SYSTEM)
+    others = [
+        queued_bot(claude, telegram, tmp_path / f"w{n}", db, system_prompt=SYSTEM)
+        for n in range(workers)
+    ]
+    if workers == 1:
+        async with queued(receiver):
+            usages = await _pausing_conversation(claude, telegram, 74)
+    else:
+        async with queued(receiver, work=False), queued(others[0]), queued(others[1]):
+            usages = await _pausing_conversation(claude, telegram, 75)
+    assert _conversation_reread(usages) == [True, True]
