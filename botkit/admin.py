@@ -467,6 +467,14 @@ class _UsageReport:
                 mine[model] = mine.get(model, Usage()) + usage
         return dict(sorted(totals.items(), key=lambda item: (-estimate(item[1])[0], item[0])))
 
+    def by_model(self) -> dict[tuple[date, str], Usage]:
+        """Usage per day and model, all users together."""
+        found: dict[tuple[date, str], Usage] = {}
+        for (day, _), models in self.days.items():
+            for model, usage in models.items():
+                found[(day, model)] = found.get((day, model), Usage()) + usage
+        return dict(sorted(found.items()))
+
     @property
     def basis(self) -> str:
         """How costs were estimated, in one sentence."""
@@ -490,6 +498,10 @@ class _UsageReport:
             [str(user), self.names.get(user, ""), *_cells(models)]
             for user, models in self.totals().items()
         ]
+        models = [
+            [day.isoformat(), model, *_cells({model: usage}), _cache_share(usage)]
+            for (day, model), usage in self.by_model().items()
+        ]
         kinds = ["INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "COST"]
         return "\n".join(
             [
@@ -497,7 +509,9 @@ class _UsageReport:
                 "",
                 format_table(["USER", "NAME", *kinds], users, right={0, 2, 3, 4, 5, 6}),
                 "",
-                self.basis,
+                format_table(["DAY", "MODEL", *kinds, "CACHED"], models, right={2, 3, 4, 5, 6, 7}),
+                "",
+                self.basis + "; CACHED: the share of the prompts read from the cache",
             ]
         )
 
@@ -512,7 +526,28 @@ class _UsageReport:
             {"scope": "total", "user_id": user, **_as_json(models), **common}
             for user, models in self.totals().items()
         ]
-        return days + totals
+        by_model = [
+            {
+                "scope": "model",
+                "day": day.isoformat(),
+                "model": model,
+                **_as_json({model: usage}),
+                "cache_share": round(_share(usage), 4),
+                **common,
+            }
+            for (day, model), usage in self.by_model().items()
+        ]
+        return days + totals + by_model
+
+
+def _share(usage: Usage) -> float:
+    """The share of the prompts' tokens read from the cache."""
+    prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    return usage.cache_read_input_tokens / prompt if prompt else 0.0
+
+
+def _cache_share(usage: Usage) -> str:
+    return f"{_share(usage):.0%}"
 
 
 def _cells(models: dict[str, Usage]) -> list[str]:

@@ -450,3 +450,28 @@ async def test_a_block_from_the_cli_reaches_the_workers_of_a_queued_bot(
         await task
 
     assert len(claude.requests) == answered, "no request to the model once the block was seen"
+
+
+async def test_usage_gives_each_days_cost_by_model_with_the_cache_share(
+    backend: Backend, store: UserStore
+) -> None:
+    today = datetime.now(UTC).date()
+    sonnet, haiku = "claude-sonnet-5", "claude-haiku-4-5"
+    await store.add_model_usage(
+        [
+            ModelUsage(ANN, today, sonnet, Usage(input_tokens=100, cache_read_input_tokens=300)),
+            ModelUsage(BOB, today, sonnet, Usage(cache_creation_input_tokens=100)),
+            ModelUsage(BOB, today, haiku, Usage(input_tokens=50)),
+        ]
+    )
+
+    as_json, table = await asyncio.gather(
+        backend.acli("usage", "--days", "1", "--json"), backend.acli("usage", "--days", "1")
+    )
+
+    models = [r for r in json_lines(as_json.stdout) if r["scope"] == "model"]
+    assert [(m["model"], m["tokens"], m["cache_share"]) for m in models] == [
+        (haiku, 50, 0.0),
+        (sonnet, 500, 0.6),  # both users: 300 of 500 prompt tokens read from the cache
+    ]
+    assert "CACHED" in table.stdout and "60%" in table.stdout
