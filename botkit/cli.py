@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="check the configuration: tokens, model, database, MCP servers, skills"
     )
     doctor.add_argument("target", nargs="?", help="your bot as 'package.module:name'")
+    doctor.add_argument(
+        "--conversation",
+        metavar="KEY",
+        help="also check that this conversation's cached prompt prefix stays put (a user id, "
+        "or a group conversation's key): its record, and its prompt and tools built twice",
+    )
     migrate = commands.add_parser("migrate", help="apply the PostgreSQL migrations, in order")
     migrate.add_argument("--dsn", help="PostgreSQL URL (default: BOTKIT_DATABASE_URL)")
     migrate.add_argument(
@@ -223,7 +229,7 @@ def _command(argv: Sequence[str] | None) -> int:
         if args.command == "doctor":
             from botkit.doctor import doctor
 
-            return doctor(args.target)
+            return doctor(args.target, conversation=args.conversation)
         if args.command == "migrate":
             return _migrate(args.dsn, args.from_sqlite)
         if args.command == "invite":

@@ -44,8 +44,11 @@ class CheckResult:
         return f"{OK if self.ok else FAILED} {self.name}: {self.detail}"
 
 
-def doctor(target: str | None, out: TextIO | None = None) -> int:
-    """Run every check and print one line each; 0 when all passed, 1 otherwise."""
+def doctor(
+    target: str | None, out: TextIO | None = None, *, conversation: str | None = None
+) -> int:
+    """Run every check and print one line each; 0 when all passed, 1 otherwise (with
+    ``conversation``, also whether that conversation's cached prompt prefix stays put)."""
     from botkit.log import configure_logging
     from botkit.targets import load_settings
 
@@ -59,7 +62,11 @@ def doctor(target: str | None, out: TextIO | None = None) -> int:
         settings = _settings_anyway(e)
     secrets = settings.secret_values()
     configure_logging("CRITICAL", secrets=secrets)
-    results = [*invalid, *_unknown_names(), *asyncio.run(run_checks(target, settings))]
+    results = [
+        *invalid,
+        *_unknown_names(),
+        *asyncio.run(run_checks(target, settings, conversation)),
+    ]
     for result in results:
         out.write(_redacted(result.line(), secrets) + "\n")
     failed = sum(not r.ok for r in results)
@@ -94,10 +101,13 @@ def _unknown_names() -> list[CheckResult]:
     return [CheckResult("configuration", False, problem) for problem in unknown_setting_names()]
 
 
-async def run_checks(target: str | None, settings: Settings) -> list[CheckResult]:
+async def run_checks(
+    target: str | None, settings: Settings, conversation: str | None = None
+) -> list[CheckResult]:
     """Every check, in the order they are printed."""
     built, bot = await _check_bot(target)
     settings = bot.settings if bot is not None else settings
+    prefix: list[CheckResult] = []
     try:
         telegram, anthropic, database, mcp = await asyncio.gather(
             _check_telegram(settings),
@@ -105,6 +115,8 @@ async def run_checks(target: str | None, settings: Settings) -> list[CheckResult
             _check_database(settings),
             _check_mcp(settings),
         )
+        if conversation is not None and bot is not None:
+            prefix.append(await _check_prefix(bot, conversation))
     finally:
         if bot is not None:
             await bot.aclose()
@@ -116,7 +128,20 @@ async def run_checks(target: str | None, settings: Settings) -> list[CheckResult
         _check_sessions(settings),
         *mcp,
         *_skills(settings),
+        *prefix,
     ]
+
+
+async def _check_prefix(bot: Bot, conversation: str) -> CheckResult:
+    """The conversation's cached prefix stays put between turns (#49)."""
+    from botkit.prefixcheck import prefix_report
+
+    try:
+        steady, detail = await prefix_report(bot, conversation)
+    except Exception as e:
+        return CheckResult("cache prefix", False, then(e, "check the session store settings"))
+    hint = "" if steady else " (per-turn material belongs in a plugin's turn_note)"
+    return CheckResult(f"cache prefix of {conversation}", steady, detail + hint)
 
 
 async def _check_bot(target: str | None) -> tuple[CheckResult, Bot | None]:

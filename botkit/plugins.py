@@ -7,7 +7,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from botkit.messengers.base import Incoming
 from botkit.tools import Tool, ToolRegistry, ToolSet
 
-__all__ = ["Plugin", "PromptPlugin", "ToolPlugin", "compose_prompt", "turn_notes"]
+__all__ = [
+    "Plugin",
+    "PromptPlugin",
+    "ToolPlugin",
+    "compose_prompt",
+    "prompt_parts",
+    "turn_notes",
+]
 
 PromptSource = str | Callable[[Incoming], Awaitable[str | None]]
 
@@ -61,9 +68,23 @@ class ToolPlugin(Plugin):
 
 async def compose_prompt(prompt: str, plugins: Sequence[Plugin], message: Incoming) -> str:
     """``prompt`` (the bot's ``build_prompt``) followed by each plugin's part, blank-line apart."""
-    parts = [prompt] if prompt else []
-    parts += [part for plugin in plugins if (part := await plugin.prompt(message))]
-    return "\n\n".join(parts)
+    return join_parts(await prompt_parts(prompt, plugins, message))
+
+
+async def prompt_parts(
+    prompt: str, plugins: Sequence[Plugin], message: Incoming
+) -> list[tuple[str, str]]:
+    """The system prompt's parts, named: ``build_prompt``, then each plugin's (by its class)."""
+    parts = [("build_prompt", prompt)] if prompt else []
+    for plugin in plugins:
+        if part := await plugin.prompt(message):
+            parts.append((type(plugin).__name__, part))
+    return parts
+
+
+def join_parts(parts: Sequence[tuple[str, str]]) -> str:
+    """The system prompt made of its parts, blank-line apart."""
+    return "\n\n".join(text for _, text in parts)
 
 
 async def turn_notes(plugins: Sequence[Plugin], message: Incoming) -> str | None:

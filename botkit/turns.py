@@ -48,7 +48,8 @@ from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, Outg
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.payments.service import Payments
-from botkit.plugins import Plugin, compose_prompt, turn_notes
+from botkit.plugins import Plugin, join_parts, prompt_parts, turn_notes
+from botkit.prefixwatch import PrefixWatch
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
@@ -193,6 +194,8 @@ class TurnPipeline:
         """Where turns and LLM calls are counted."""
         self.usage_by_model: dict[str, Usage] = {}
         """What this process's turns cost, per model."""
+        self.prefix_watch = PrefixWatch()
+        """Names, once, a part of the cached prompt (prompt part, tool) that changes most turns."""
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
         limits = FileLimits.from_megabytes(
@@ -270,8 +273,10 @@ class TurnPipeline:
             return "unsupported"
         extra = await self.bot.build_extra(message)
         tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.system_prompt(message), group_note(message))
+        parts = await self._prompt_parts(message)
+        system = _with_note(join_parts(parts), group_note(message))
         context = await self.context_for(message)
+        self.prefix_watch.observe(context.key, [*parts, *_tool_parts(tools)])
         note = await turn_notes(self.bot.plugins, message)
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         # A draft shows "Thinking…" at once; "typing…" is for chats without one.
@@ -714,10 +719,13 @@ class TurnPipeline:
     async def system_prompt(self, message: Incoming) -> str:
         """The bot's ``build_prompt``, then the features' parts (its plugins': reminders and
         time zone, skills...) unless ``BotOptions.feature_prompts`` is off."""
+        return join_parts(await self._prompt_parts(message))
+
+    async def _prompt_parts(self, message: Incoming) -> list[tuple[str, str]]:
         prompt = await self.bot.build_prompt(message)
         if not self.bot.options.feature_prompts:
-            return prompt
-        return await compose_prompt(prompt, self.bot.plugins, message)
+            return [("build_prompt", prompt)]
+        return await prompt_parts(prompt, self.bot.plugins, message)
 
     def _tool_context(
         self, message: Incoming, extra: Any, messenger: Messenger | None = None
@@ -833,6 +841,11 @@ def _still_waiting(context: ContextManager, decided: dict[str, str | None]) -> b
 
 def _with_note(system: str, note: str | None) -> str:
     return f"{system}\n\n{note}" if note else system
+
+
+def _tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
+    """Each tool's definition, named, as the prefix watch compares them."""
+    return [(f"tool {d.name}", repr(d)) for d in tools.definitions()]
 
 
 def _turn_meta(message: Incoming) -> dict[str, Any]:

@@ -4,14 +4,20 @@ both stores and runtimes, with the fakes' clocks moved as a user who pauses woul
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
+from botkit import Bot, Incoming
 from botkit.llm.caching import conversation_lifetime, mark_cache_points
+from botkit.prefixwatch import PrefixWatch
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, ask, make_bot
 from botkit.testing.harness import running
+from tests.test_doctor import environment, lines, run_doctor
 from tests.test_scaleout import queued, queued_bot
 
 SYSTEM = "You answer questions about the shop's opening hours, briefly and kindly. " * 60
@@ -147,3 +153,85 @@ async def test_the_pace_is_read_from_the_session_records_in_the_queued_runtime(
         async with queued(receiver, work=False), queued(others[0]), queued(others[1]):
             usages = await _pausing_conversation(claude, telegram, 75)
     assert _conversation_reread(usages) == [True, True]
+
+
+# --- a prefix that stays put (#49 point 2) ----------------------------------------------------
+
+
+class ClockBot(Bot):
+    """A bot that puts the time, to the microsecond, into its system prompt: a common mistake."""
+
+    async def build_prompt(self, message: Incoming) -> str:
+        return f"{SYSTEM}\nIt is now {datetime.now(UTC).isoformat()}."
+
+
+async def test_a_build_prompt_that_changes_every_turn_is_reported_once_naming_it(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, bot_class=ClockBot, access="open")
+    claude.responder = lambda request: FakeReply.text("ok")
+    with capture_logs() as logs:
+        async with running(bot, telegram):
+            for n in range(8):
+                await ask(telegram, 81, f"turn {n}")
+    reports = [e for e in logs if e["event"] == "cache.prefix_unstable"]
+    assert [(e["part"], e["conversation"]) for e in reports] == [("build_prompt", "81")]
+    assert reports[0]["changed"] == "4 of the last 6 turns"
+
+
+async def test_a_steady_prompt_is_never_reported(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM)
+    claude.responder = lambda request: FakeReply.text("ok")
+    with capture_logs() as logs:
+        async with running(bot, telegram):
+            for n in range(8):
+                await ask(telegram, 82, f"turn {n}")
+    assert not [e for e in logs if e["event"] == "cache.prefix_unstable"]
+
+
+def test_the_watch_names_a_tool_whose_definition_changes_and_forgets_old_conversations() -> None:
+    watch = PrefixWatch()
+    reported: list[str] = []
+    for n in range(6):
+        reported += watch.observe("u1", [("build_prompt", "same"), ("tool clock", f"v{n}")])
+    assert reported == ["tool clock"]
+    assert watch.observe("u1", [("build_prompt", "same"), ("tool clock", "v9")]) == []
+
+
+async def test_doctor_checks_a_conversations_prefix_from_its_record_and_two_builds(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    module = tmp_path / "clockbot.py"
+    module.write_text(
+        "from datetime import UTC, datetime\n"
+        "from botkit import Bot\n\n"
+        "class ClockBot(Bot):\n"
+        "    async def build_prompt(self, message):\n"
+        "        return f'Be brief. It is {datetime.now(UTC).isoformat()}.'\n\n"
+        "class SteadyBot(Bot):\n"
+        "    async def build_prompt(self, message):\n"
+        "        return 'Be brief.'\n\n"
+        "clock = ClockBot()\n"
+        "steady = SteadyBot()\n"
+    )
+    bot = make_bot(claude, tmp_path, bot_class=ClockBot, access="open")
+    claude.responder = lambda request: FakeReply.text("ok")
+    async with running(bot, telegram):
+        for n in range(3):
+            await ask(telegram, 83, f"turn {n}")
+    env = environment(
+        telegram, claude, tmp_path, BOTKIT_SESSIONS_DIR=str(bot.settings.sessions_dir)
+    )
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+
+    clock = await run_doctor(tmp_path, env, "clockbot:clock", "--conversation", "83")
+    steady = await run_doctor(tmp_path, env, "clockbot:steady", "--conversation", "83")
+
+    [line] = lines(clock, "cache prefix of 83")
+    assert line.startswith("✗") and "system prompt changed 2 time(s)" in line
+    assert "these parts differ: build_prompt" in line
+    [line] = lines(steady, "cache prefix of 83")
+    assert "came out the same" in line, "the steady bot builds the same prompt twice"
+    assert "changed 2 time(s)" in line and line.startswith("✗"), "the record still shows it"

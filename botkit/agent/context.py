@@ -121,6 +121,11 @@ class ContextManager:
         return len(self._messages)
 
     @property
+    def key(self) -> str:
+        """The conversation's name: its session file's, without ``.jsonl``."""
+        return self.conversation or str(self.user_id)
+
+    @property
     def messages(self) -> list[Message]:
         """A copy of the conversation so far, oldest first."""
         return list(self._messages)
