@@ -479,8 +479,8 @@ class _UsageReport:
     def basis(self) -> str:
         """How costs were estimated, in one sentence."""
         basis = (
-            "cost estimated from each model's list prices (cache writes at 1.25x and cache "
-            "reads at 0.1x the input price)"
+            "cost estimated from each model's list prices (cache writes at 1.25x the input "
+            "price, or 2x those kept an hour; cache reads at the model's read price)"
         )
         if self.unknown:
             basis += f"; no price known for {', '.join(self.unknown)}: priced as Sonnet"

@@ -18,6 +18,7 @@ import pytest
 
 from botkit.approvals.postgres import PostgresApprovals
 from botkit.errors import ConfigError, StoreError
+from botkit.pricing import estimate
 from botkit.stores import (
     INVITE_CODE_PATTERN,
     DailyUsage,
@@ -625,7 +626,11 @@ async def test_usage_per_model_adds_up_by_kind_and_is_listed_from_a_day_on(
 ) -> None:
     sunday, monday = date(2025, 3, 2), date(2025, 3, 3)
     some = Usage(
-        input_tokens=10, output_tokens=2, cache_read_input_tokens=100, cache_creation_input_tokens=5
+        input_tokens=10,
+        output_tokens=2,
+        cache_read_input_tokens=100,
+        cache_creation_input_tokens=5,
+        cache_write_1h_tokens=3,  # of the writes, kept an hour: priced at 2x, not 1.25x
     )
     await store.add_model_usage(
         [
@@ -644,6 +649,8 @@ async def test_usage_per_model_adds_up_by_kind_and_is_listed_from_a_day_on(
         ModelUsage(2, monday, "claude-sonnet-5", Usage(input_tokens=3)),
     ]
     assert len(await store.model_usage_since(sunday)) == 4
+    [kept] = [u for u in await store.model_usage_since(monday) if u.usage.cache_write_1h_tokens]
+    assert estimate({"claude-sonnet-5": kept.usage}) == estimate({"claude-sonnet-5": some + some})
     with pytest.raises(ValueError, match="negative"):
         await store.add_model_usage([ModelUsage(1, monday, "m", Usage(input_tokens=-1))])
 
@@ -1296,6 +1303,31 @@ async def test_an_older_sqlite_schedule_table_gets_the_pause_and_trace_columns(
         (claimed,) = await store.claim_due_schedules(T0, lease=LEASE)
         assert await store.pause_schedule(claimed, until=T0 + LEASE)
         assert [s.paused for s in await store.pending_schedules()] == [True]
+    finally:
+        await store.close()
+
+
+async def test_an_older_sqlite_usage_table_gets_the_hour_writes_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            """CREATE TABLE botkit_model_usage (user_id INTEGER NOT NULL, day TEXT NOT NULL,
+            model TEXT NOT NULL, input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0, cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_creation_tokens INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user_id, day, model))"""
+        )
+        db.execute("INSERT INTO botkit_model_usage VALUES (1, '2026-11-27', 'm', 5, 0, 0, 4)")
+        db.execute("PRAGMA user_version = 2")
+    store = await SqliteUserStore.connect(path)
+    try:
+        day = date(2026, 11, 28)
+        hour = Usage(cache_creation_input_tokens=8, cache_write_1h_tokens=8)
+        await store.add_model_usage([ModelUsage(1, day, "m", hour)])
+        rows = await store.model_usage_since(date(2026, 11, 27))
+        assert [r.usage for r in rows] == [
+            Usage(input_tokens=5, cache_creation_input_tokens=4),  # written before: 5 minutes
+            hour,
+        ]
     finally:
         await store.close()
 

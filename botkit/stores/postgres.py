@@ -113,15 +113,17 @@ _ADD_USAGE = """
     ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
 _ADD_MODEL_USAGE = """
     INSERT INTO botkit_model_usage AS u (user_id, day, model, input_tokens, output_tokens,
-        cache_read_tokens, cache_creation_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7)
+        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
     ON CONFLICT (user_id, day, model) DO UPDATE SET
         input_tokens = u.input_tokens + excluded.input_tokens,
         output_tokens = u.output_tokens + excluded.output_tokens,
         cache_read_tokens = u.cache_read_tokens + excluded.cache_read_tokens,
-        cache_creation_tokens = u.cache_creation_tokens + excluded.cache_creation_tokens"""
+        cache_creation_tokens = u.cache_creation_tokens + excluded.cache_creation_tokens,
+        cache_write_1h_tokens = u.cache_write_1h_tokens + excluded.cache_write_1h_tokens"""
 _MODEL_USAGE_SINCE = """
     SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
-        cache_creation_tokens FROM botkit_model_usage WHERE day >= $1
+        cache_creation_tokens, cache_write_1h_tokens FROM botkit_model_usage WHERE day >= $1
     ORDER BY day, user_id, model"""
 
 
@@ -359,6 +361,7 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
                     output_tokens=row["output_tokens"],
                     cache_read_input_tokens=row["cache_read_tokens"],
                     cache_creation_input_tokens=row["cache_creation_tokens"],
+                    cache_write_1h_tokens=row["cache_write_1h_tokens"],
                 ),
             )
             for row in rows

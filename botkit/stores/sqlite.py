@@ -91,6 +91,7 @@ _SCHEMA = (
         output_tokens         INTEGER NOT NULL DEFAULT 0,
         cache_read_tokens     INTEGER NOT NULL DEFAULT 0,
         cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (user_id, day, model)
     )""",
 )
@@ -132,24 +133,28 @@ _ADD_USAGE = """
 
 _ADD_MODEL_USAGE = """
     INSERT INTO botkit_model_usage (user_id, day, model, input_tokens, output_tokens,
-        cache_read_tokens, cache_creation_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (user_id, day, model) DO UPDATE SET
         input_tokens = input_tokens + excluded.input_tokens,
         output_tokens = output_tokens + excluded.output_tokens,
         cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
-        cache_creation_tokens = cache_creation_tokens + excluded.cache_creation_tokens"""
+        cache_creation_tokens = cache_creation_tokens + excluded.cache_creation_tokens,
+        cache_write_1h_tokens = cache_write_1h_tokens + excluded.cache_write_1h_tokens"""
 _MODEL_USAGE_SINCE = """
     SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
-        cache_creation_tokens FROM botkit_model_usage WHERE day >= ? ORDER BY day, user_id, model"""
+        cache_creation_tokens, cache_write_1h_tokens FROM botkit_model_usage WHERE day >= ?
+    ORDER BY day, user_id, model"""
 
 
 def _model_usage(user_id: int, day: date, model: str, *tokens: int) -> ModelUsage:
-    inputs, outputs, reads, writes = (int(t) for t in tokens)
+    inputs, outputs, reads, writes, hour_writes = (int(t) for t in tokens)
     usage = Usage(
         input_tokens=inputs,
         output_tokens=outputs,
         cache_read_input_tokens=reads,
         cache_creation_input_tokens=writes,
+        cache_write_1h_tokens=hour_writes,
     )
     return ModelUsage(int(user_id), day, model, usage)
 
@@ -520,10 +525,21 @@ async def _prepare(db: aiosqlite.Connection, path: str) -> None:
         for statement in _SCHEMA:
             await db.execute(statement)
         await upgrade_schedule_table(db)
+        await _upgrade_usage_table(db)
         await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         await db.execute("COMMIT")
     except sqlite3.Error as e:
         raise ConfigError(f"cannot use {path} as the user store: {e}") from e
+
+
+async def _upgrade_usage_table(db: aiosqlite.Connection) -> None:
+    """Add the 1-hour cache writes to a usage table an earlier botkit made."""
+    rows = await db.execute_fetchall("PRAGMA table_info(botkit_model_usage)")
+    if "cache_write_1h_tokens" not in {row[1] for row in rows}:
+        await db.execute(
+            "ALTER TABLE botkit_model_usage "
+            "ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0"
+        )
 
 
 async def _hash_invite_codes(db: aiosqlite.Connection) -> None:
