@@ -619,6 +619,57 @@ def sample_breakdown(columns: dict[str, tuple[Sequence[Path], float]]) -> str:
     return "\n".join(lines)
 
 
+STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
+    ("the whole turn (TurnPipeline.handle)", 0, (("turns.py", "handle"),)),
+    ("gates: handle_start, authorize", 1, (("access.py", "authorize"), ("access.py", "redeem"))),
+    ("user record", 1, (("access.py", "user_record"),)),
+    ("handoff checks", 1, (("service.py", "take_operator_message"),
+                           ("service.py", "relay_if_handed_off"))),
+    ("budget", 1, (("access.py", "over_budget"),)),
+    ("files and quotas", 1, (("turns.py", "_read_files"),)),
+    ("build_extra, build_tools", 1, (("turns.py", "build_extra"), ("turns.py", "build_tools"),
+                                     ("bot.py", "build_extra"), ("bot.py", "build_tools"))),
+    ("prompt parts (build_prompt, plugins', notes)", 1, (("turns.py", "_prompt_parts"),
+                                                          ("plugins.py", "turn_notes"))),
+    ("context_for", 1, (("turns.py", "context_for"),)),
+    ("approvals check", 1, (("service.py", "holds"),)),
+    ("the answer (_answer: loop, draft, reply)", 1, (("turns.py", "_answer"),)),
+    ("the LLM call (AnthropicLLM.complete)", 2, (("anthropic.py", "complete"),)),
+    ("draft updates", 2, (("telegram.py", "update"), ("telegram.py", "finish"))),
+    ("the reply (_reply)", 2, (("turns.py", "_reply"),)),
+    ("end of turn (_end_turn: usage, hooks)", 1, (("turns.py", "_end_turn"),)),
+    ("session lines (JsonlSessionStore.append)", 1, (("jsonl.py", "append"),)),
+    ("log lines (structlog render)", 1, (("log.py", "_json"), ("log.py", "__call__"))),
+)
+"""The steps of a turn as ``step_breakdown`` names them: label, depth, and the functions
+(file, name) whose cumulative cProfile time is the step's (coroutines: the time their frames
+ran, not the time they waited)."""
+
+
+def step_breakdown(path: Path, turns: int, cpu_ms: float) -> str:
+    """A turn's CPU by step, from a cProfile file of ``turns`` turns: µs per turn as profiled,
+    and scaled to ``cpu_ms`` (the unprofiled bot's CPU per turn)."""
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    cumulative: dict[tuple[str, str], float] = {}
+    for (file, _, name), (_, _, _, ct, _) in stats.items():
+        key = (Path(file).name, name)
+        cumulative[key] = cumulative.get(key, 0.0) + ct
+    scale = cpu_ms * 1000 / (total / turns * 1e6) if total else math.nan
+    lines = [f"  {'step':<52}{'profiled µs/turn':>18}{'scaled µs/turn':>16}"]
+    for label, depth, functions in STEPS:
+        seconds = sum(cumulative.get(f, 0.0) for f in functions)
+        per_turn = seconds / turns * 1e6
+        lines.append(
+            f"  {'  ' * depth + label:<52}{per_turn:>18,.0f}{per_turn * scale:>16,.0f}"
+        )
+    lines.append(
+        f"  {'all of the process (profiled)':<52}{total / turns * 1e6:>18,.0f}"
+        f"{cpu_ms * 1000:>16,.0f}"
+    )
+    return "\n".join(lines)
+
+
 def profile_summary(path: Path, top: int = 25) -> str:
     """Top ``top`` functions of a cProfile file by cumulative and by own time."""
     out = io.StringIO()

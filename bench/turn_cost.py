@@ -59,6 +59,7 @@ from _common import (
     profile_summary,
     sample_breakdown,
     sample_path,
+    step_breakdown,
     user_ids,
 )
 
@@ -198,6 +199,10 @@ async def main(args: argparse.Namespace) -> int:
         if "botkit-prof" in results:
             print(f"botkit under cProfile: {cpu['botkit-prof']:.2f} ms per turn (slowed)")
             profile_file = profile_path(args, work)
+            if profile_file is not None and profile_file.exists():
+                measured = args.rounds * args.users
+                print(f"a turn by step ({args.profile_variant}, {measured} profiled turns):")
+                print(step_breakdown(profile_file, measured, cpu[args.profile_variant]))
             assert profile_file is not None
             print(profile_summary(profile_file))
         if "botkit-sampled" in results:
