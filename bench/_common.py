@@ -623,14 +623,28 @@ STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
     ("the whole turn (TurnPipeline.handle)", 0, (("turns.py", "handle"),)),
     ("gates: handle_start, authorize", 1, (("access.py", "authorize"), ("access.py", "redeem"))),
     ("user record", 1, (("access.py", "user_record"),)),
-    ("handoff checks", 1, (("service.py", "take_operator_message"),
-                           ("service.py", "relay_if_handed_off"))),
+    (
+        "handoff checks",
+        1,
+        (("service.py", "take_operator_message"), ("service.py", "relay_if_handed_off")),
+    ),
     ("budget", 1, (("access.py", "over_budget"),)),
     ("files and quotas", 1, (("turns.py", "_read_files"),)),
-    ("build_extra, build_tools", 1, (("turns.py", "build_extra"), ("turns.py", "build_tools"),
-                                     ("bot.py", "build_extra"), ("bot.py", "build_tools"))),
-    ("prompt parts (build_prompt, plugins', notes)", 1, (("turns.py", "_prompt_parts"),
-                                                          ("plugins.py", "turn_notes"))),
+    (
+        "build_extra, build_tools",
+        1,
+        (
+            ("turns.py", "build_extra"),
+            ("turns.py", "build_tools"),
+            ("bot.py", "build_extra"),
+            ("bot.py", "build_tools"),
+        ),
+    ),
+    (
+        "prompt parts (build_prompt, plugins', notes)",
+        1,
+        (("turns.py", "_prompt_parts"), ("plugins.py", "turn_notes")),
+    ),
     ("context_for", 1, (("turns.py", "context_for"),)),
     ("approvals check", 1, (("service.py", "holds"),)),
     ("the answer (_answer: loop, draft, reply)", 1, (("turns.py", "_answer"),)),
@@ -660,9 +674,7 @@ def step_breakdown(path: Path, turns: int, cpu_ms: float) -> str:
     for label, depth, functions in STEPS:
         seconds = sum(cumulative.get(f, 0.0) for f in functions)
         per_turn = seconds / turns * 1e6
-        lines.append(
-            f"  {'  ' * depth + label:<52}{per_turn:>18,.0f}{per_turn * scale:>16,.0f}"
-        )
+        lines.append(f"  {'  ' * depth + label:<52}{per_turn:>18,.0f}{per_turn * scale:>16,.0f}")
     lines.append(
         f"  {'all of the process (profiled)':<52}{total / turns * 1e6:>18,.0f}"
         f"{cpu_ms * 1000:>16,.0f}"

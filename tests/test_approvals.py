@@ -29,7 +29,7 @@ from botkit.messengers.flood import FloodControl
 from botkit.replay import format_transcript, read_session
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
-from botkit.testing import make_bot, running
+from botkit.testing import ask, make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer, SentMessage
 from botkit.tools import Tool, ToolContext, ToolRegistry, tool
@@ -360,6 +360,42 @@ async def test_a_waiting_approval_holds_no_slot_and_later_messages_wait_in_order
         ["echo: first after\n\nsecond after"],
     )
     assert deleted == ["/tmp/x"]
+
+
+async def test_a_conversation_with_nothing_waiting_asks_the_approvals_file_nothing(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deleted: list[str] = []
+    bot = approval_bot(claude, tmp_path, deleted)
+    asked: list[str] = []
+    real_rows = SqliteApprovals._rows
+
+    async def counted(self: SqliteApprovals, sql: str, *params: Any) -> list[Any]:
+        asked.append(sql)
+        return await real_rows(self, sql, *params)
+
+    monkeypatch.setattr(SqliteApprovals, "_rows", counted)
+    async with running(bot, telegram):
+        await ask(telegram, BOB, "hello")  # the first turn reads who waits, once
+        read_once = len(asked)
+        for n in range(5):
+            await ask(telegram, BOB, f"hello {n}")
+        assert len(asked) == read_once, "idle turns: no round trip to approvals.db"
+        request = await asking(telegram, "DELETE /tmp/y")  # Alice now waits
+        telegram.send_text(ALICE, "behind it")
+        await asyncio.sleep(0.5)
+        assert len(telegram.sent_messages(ALICE)) == 1, "held behind the request, as before"
+        telegram.press_button(ALICE, request, "Allow")
+        await telegram.wait_for_messages(ALICE, 3, timeout=30)
+        before = len(asked)
+        await ask(telegram, ALICE, "and now")  # finished: one look, then none
+        await ask(telegram, ALICE, "again")
+    assert deleted == ["/tmp/y"]
+    waits = [sql for sql in asked[before:] if "EXISTS" in sql]
+    assert len(waits) <= 1, "after its approval finished, the conversation is idle again"
 
 
 async def test_a_press_after_a_restart_resumes_the_turn_from_the_record(

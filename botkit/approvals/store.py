@@ -219,6 +219,11 @@ class SqliteApprovals:
         self.path = Path(path)
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._busy: set[str] | None = None
+        """Conversations that may wait (read once, then kept by this process, the only
+        writer that adds): a turn of any other conversation asks the file nothing."""
+        self._added: set[str] = set()
+        """Conversations this process made wait while the first read was under way."""
 
     @asynccontextmanager
     async def _connected(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -261,6 +266,7 @@ class SqliteApprovals:
             approval.decision,
             approval.resuming_until,
         )
+        self._may_wait(approval.conversation)
 
     async def set_message(self, approval_id: str, message_id: int | None) -> None:
         """Note the message its buttons are under."""
@@ -322,6 +328,15 @@ class SqliteApprovals:
 
     async def waiting(self, conversation: str) -> bool:
         """Whether the conversation waits: an unfinished request, or messages held."""
+        if self._busy is None:
+            rows = await self._rows(
+                "SELECT conversation FROM botkit_approvals WHERE state <> 'done' "
+                "UNION SELECT conversation FROM botkit_held_messages"
+            )
+            self._busy = {row[0] for row in rows} | self._added
+            self._added.clear()
+        if conversation not in self._busy:
+            return False
         rows = await self._rows(
             "SELECT EXISTS (SELECT 1 FROM botkit_approvals WHERE conversation = ? "
             "AND state <> 'done') OR EXISTS (SELECT 1 FROM botkit_held_messages "
@@ -329,7 +344,12 @@ class SqliteApprovals:
             conversation,
             conversation,
         )
+        if not rows[0][0]:
+            self._busy.discard(conversation)  # finished, released or erased since
         return bool(rows[0][0])
+
+    def _may_wait(self, conversation: str) -> None:
+        (self._added if self._busy is None else self._busy).add(conversation)
 
     async def unfinished(self, conversation: str) -> PendingApproval | None:
         """The conversation's request not finished yet, if any."""
@@ -347,6 +367,7 @@ class SqliteApprovals:
             conversation,
             json.dumps(update),
         )
+        self._may_wait(conversation)
 
     async def next_held(self, conversation: str) -> HeldMessage | None:
         """The conversation's oldest held message."""
