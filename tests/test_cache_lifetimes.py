@@ -83,7 +83,7 @@ async def _pausing_conversation(
     """``turns`` questions, ten minutes apart on both fakes' clocks; the usage of each call."""
     claude.responder = lambda request: FakeReply.text(f"Open until six ({request.model}).")
     for n in range(turns):
-        reply = await ask(telegram, user, f"Question {n}: are you open on day {n}?", timeout=20)
+        reply = await ask(telegram, user, f"Question {n} of {user}: open on day {n}?", timeout=20)
         assert reply.text.startswith("Open until six")
         telegram.advance(PAUSE)
         claude.advance(PAUSE)
@@ -235,3 +235,25 @@ async def test_doctor_checks_a_conversations_prefix_from_its_record_and_two_buil
     [line] = lines(steady, "cache prefix of 83")
     assert "came out the same" in line, "the steady bot builds the same prompt twice"
     assert "changed 2 time(s)" in line and line.startswith("✗"), "the record still shows it"
+
+
+async def test_usage_tells_the_user_what_the_cache_held_across_their_pauses(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    claude.responder = lambda request: FakeReply.text("We are open until six. " * 30)
+    shares: dict[str, int] = {}
+    for user, ttl in ((84, "auto"), (85, "5m")):
+        bot = make_bot(
+            claude, tmp_path / ttl, access="open", system_prompt=f"[{ttl}] {SYSTEM}", cache_ttl=ttl
+        )
+        async with running(bot, telegram):
+            for n in range(6):
+                await ask(telegram, user, f"Question {n}: " + "are you open on Sunday? " * 20)
+                telegram.advance(PAUSE)
+                claude.advance(PAUSE)
+            report = (await ask(telegram, user, "/usage")).text
+        assert "saved about $" in report
+        shares[ttl] = int(report.split("The cache held ")[1].split(" %")[0])
+    # Kept an hour, the conversation is read back after each pause; kept five minutes, each
+    # pause writes it again and only the tools and system prompt are read.
+    assert shares["auto"] >= shares["5m"] + 10, shares
