@@ -64,6 +64,7 @@ from botkit.types import (
 if TYPE_CHECKING:
     from botkit.handoff import Handoffs
     from botkit.stores.handoffs import Handoff
+    from botkit.voice.service import Voice
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -85,6 +86,7 @@ class BotSteps(Protocol):
     approvals: Approvals
     payments: Payments
     plugins: list[Plugin]
+    voice: Voice | None
 
     @property
     def llm(self) -> LLM:
@@ -201,9 +203,17 @@ class TurnPipeline:
             max_image_pixels=bot.settings.max_image_pixels,
         )
         transcribe = bot.transcribe if bot.can_transcribe else None
-        self.files = FileReader(limits, bot.options.file_texts, transcribe)
+        self.voice = bot.voice
+        """Voice notes heard (unless the bot transcribes itself) and answers spoken."""
+        if self.voice is not None:
+            self.voice.charge = self._charge  # seconds heard, characters spoken: as LLM calls
+            self.voice.metrics = self.metrics
+        hearing = self.voice if self.voice is not None and self.voice.hears else None
+        show_heard = bot.settings.show_transcript
+        self.files = FileReader(limits, bot.options.file_texts, transcribe, hearing, show_heard)
+        """Reads what users send: documents, pictures, voice (``bot.transcribe``, else
+        ``botkit.voice``)."""
         DECODE_BUDGET.resize(bot.settings.image_memory_mb)  # one budget for the process
-        """Reads what users send: documents, pictures, voice (through ``bot.transcribe``)."""
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """``handle``, but a failure is logged and the user gets a polite message."""
@@ -311,6 +321,18 @@ class TurnPipeline:
             await self.bot.approvals.request(message, context, tools, messenger)
             return
         await self._reply(messenger, message, reply)
+        if outcome == "answered":
+            await self._speak(message, messenger, reply)
+
+    async def _speak(self, message: Incoming, messenger: Messenger, reply: str) -> None:
+        """The reply spoken too, as voice notes after its text (``/voice``,
+        BOTKIT_VOICE_REPLIES); whatever fails, the text was sent and stands."""
+        if self.voice is None or not await self.voice.wants_spoken(message):
+            return
+        try:
+            await self.voice.speak_reply(message, reply, messenger)
+        except Exception as e:  # the voice note refused (the text already went)
+            log.warning("turn.voice_not_sent", user_id=message.user_id, error=str(e))
 
     async def resume(
         self,
@@ -492,7 +514,8 @@ class TurnPipeline:
             return await self._run_command(command, message)
         menu = "\n".join(f"/{c.name} — {c.description}" for c in visible)
         if message.command == "start":
-            return f"{help_intro(self.bot.options, self.bot.can_transcribe)}\n{menu}"
+            hears = self.bot.can_transcribe or self.files.hearing is not None
+            return f"{help_intro(self.bot.options, hears)}\n{menu}"
         return f"{self.bot.options.unknown_command_text.format(command=message.command)}\n{menu}"
 
     async def _answer(

@@ -287,13 +287,25 @@ class TelegramMessenger:
     async def send_file(
         self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
     ) -> None:
-        """Send a picture (``sendPhoto``) or a file (``sendDocument``) with its caption.
+        """Send a picture (``sendPhoto``), a voice note (``sendVoice``) or a file
+        (``sendDocument``) with its caption.
 
         A picture Telegram refuses as a photo (too large, odd proportions) goes as a file.
         """
         placement = self._placement(thread_id, None)
         caption = file.caption[:MAX_CAPTION_LENGTH] or None
         upload = BufferedInputFile(file.data, filename=file.filename)
+        if file.as_voice:  # OGG/Opus, played as a voice note
+            voice = partial(
+                self.api.send_voice,
+                chat_id,
+                upload,
+                caption=caption,
+                duration=file.duration,
+                **placement,
+            )
+            await self.flood.send(chat_id, voice)
+            return
         if file.as_photo:
             photo = partial(self.api.send_photo, chat_id, upload, caption=caption, **placement)
             try:
@@ -1052,12 +1064,17 @@ def _kind(message: TgMessage) -> str:
 
 
 def _attachments(message: TgMessage) -> tuple[Attachment, ...]:
-    """The document, voice note or audio file a message carries, as still to be fetched."""
-    for kind in ("document", "voice", "audio"):
+    """The document, voice note, audio file or video note a message carries, as still to be
+    fetched (a video note has no MIME type: Telegram records them as MPEG-4)."""
+    for kind in ("document", "voice", "audio", "video_note"):
         item = getattr(message, kind, None)
         if item is not None:
             name = getattr(item, "file_name", None)
-            return (Attachment(item.file_id, kind, name, item.mime_type, item.file_size),)
+            mime = getattr(item, "mime_type", None) or (
+                "video/mp4" if kind == "video_note" else None
+            )
+            duration = getattr(item, "duration", None)
+            return (Attachment(item.file_id, kind, name, mime, item.file_size, duration),)
     return ()
 
 
