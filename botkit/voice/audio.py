@@ -41,7 +41,7 @@ def ogg_opus_seconds(data: bytes) -> float | None:
     if not is_ogg_opus(data):
         return None
     head = _PAGE_HEADER.size + data[26]
-    pre_skip = struct.unpack_from("<H", data, head + 10)[0]
+    pre_skip = int(struct.unpack_from("<H", data, head + 10)[0])
     last = data.rfind(b"OggS")
     while last > 0 and last + _PAGE_HEADER.size > len(data):
         last = data.rfind(b"OggS", 0, last)
