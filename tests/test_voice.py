@@ -184,6 +184,7 @@ async def test_a_video_note_and_an_audio_file_are_heard_too(
         await telegram.wait_for_messages(USER, 4)
     video, audio = speech.calls("/audio/transcriptions")
     assert video.fields["file"].startswith(b"\x00\x00\x00\x18ftyp")
+    assert audio.fields["file"] == b"ID3-fake-mp3"
     assert len(claude.requests) == 2
 
 
