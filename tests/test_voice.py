@@ -324,3 +324,21 @@ def test_a_long_answer_is_spoken_up_to_the_limit_and_says_the_rest_is_in_the_tex
 def test_ogg_opus_length_is_read_from_the_file() -> None:
     assert ogg_opus_seconds(tone_ogg_opus(4.0)) == 4.0
     assert ogg_opus_seconds(b"ID3 not ogg") is None
+
+
+async def test_a_conversations_voice_choice_outlives_a_restart(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    speech: FakeSpeechServer,
+    tmp_path: Path,
+) -> None:
+    async with running(voice_bot(claude, tmp_path, speech), telegram):
+        telegram.send_text(USER, "/voice mirror")
+        await telegram.wait_for_messages(USER)
+    restarted = voice_bot(claude, tmp_path, speech)  # same user store, fresh memory
+    async with running(restarted, telegram):
+        telegram.send_voice(USER, VOICE_NOTE)
+        await telegram.wait_for_requests("sendVoice", 1)
+        telegram.send_text(USER, "/voice")
+        replies = await telegram.wait_for_messages(USER, 4)
+    assert "Voice answers here: mirror" in replies[-1].text

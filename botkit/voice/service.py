@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 import structlog
 
 from botkit import tracing
-from botkit.chats import conversation_of
+from botkit.chats import Conversation, conversation_of
 from botkit.errors import VoiceError
 from botkit.messengers.base import Attachment, Incoming, Messenger, OutgoingFile
 from botkit.tracing.base import AttributeValue
@@ -35,6 +35,11 @@ __all__ = ["VOICE_KINDS", "Voice", "VoiceConfig", "VoiceMode", "VoiceModes"]
 log = structlog.get_logger(__name__)
 
 VoiceMode = Literal["off", "mirror", "always"]
+PRIVATE = "private"
+"""The key a private conversation's choice is kept under (a group's is its context key)."""
+MODE_CACHE_SECONDS = 30.0
+"""How long a conversation's ``/voice`` choice is trusted from memory."""
+MODES_CACHED = 10_000
 VOICE_KINDS = frozenset({"voice", "audio", "video_note"})
 """What is heard: voice notes, audio files and round video notes."""
 Charge = Callable[[int, str, Usage], Awaitable[None]]
@@ -88,12 +93,12 @@ class VoiceConfig:
 class ModeStore(Protocol):
     """Where a conversation's ``/voice`` choice is kept (the user store, when it can)."""
 
-    async def get_voice_mode(self, conversation: str) -> str | None:
-        """The mode chosen for ``conversation``, or ``None``."""
+    async def get_voice_mode(self, owner_id: int, conversation: str) -> str | None:
+        """The mode chosen for ``owner_id``'s ``conversation``, or ``None``."""
         ...
 
-    async def set_voice_mode(self, conversation: str, mode: str) -> None:
-        """Remember ``mode`` for ``conversation``."""
+    async def set_voice_mode(self, owner_id: int, conversation: str, mode: str) -> None:
+        """Remember ``mode`` for ``owner_id``'s ``conversation``."""
         ...
 
 
@@ -102,24 +107,35 @@ class VoiceModes:
 
     def __init__(self, store: Callable[[], Awaitable[Any]] | None = None) -> None:
         self._store = store
-        self._known: dict[str, VoiceMode] = {}
+        self._known: dict[Conversation, tuple[VoiceMode | None, float]] = {}
 
-    async def get(self, conversation: str) -> VoiceMode | None:
+    async def get(self, conversation: Conversation) -> VoiceMode | None:
         """The mode chosen for ``conversation``, or ``None`` (the bot's default applies)."""
-        if conversation in self._known:
-            return self._known[conversation]
+        known = self._known.get(conversation)
+        if known is not None and known[1] > time.monotonic():
+            return known[0]
         store = await self._kept()
-        stored = await store.get_voice_mode(conversation) if store is not None else None
-        if stored in ("off", "mirror", "always"):
-            self._known[conversation] = cast(VoiceMode, stored)
-        return self._known.get(conversation)
+        key = conversation.key or PRIVATE
+        stored = await store.get_voice_mode(conversation.owner_id, key) if store else None
+        mode = cast(VoiceMode, stored) if stored in ("off", "mirror", "always") else None
+        self._remember(conversation, mode)
+        return mode
 
-    async def set(self, conversation: str, mode: VoiceMode) -> None:
+    async def set(self, conversation: Conversation, mode: VoiceMode) -> None:
         """Remember ``mode`` for ``conversation``."""
         store = await self._kept()
         if store is not None:
-            await store.set_voice_mode(conversation, mode)
-        self._known[conversation] = mode
+            await store.set_voice_mode(conversation.owner_id, conversation.key or PRIVATE, mode)
+        self._remember(conversation, mode)
+
+    def _remember(self, conversation: Conversation, mode: VoiceMode | None) -> None:
+        """Cache a choice for a while (another process may change it, as a worker's ``/voice``
+        does); with no store to read it back from, for good."""
+        self._known.pop(conversation, None)
+        while len(self._known) >= MODES_CACHED and self._store is not None:
+            del self._known[next(iter(self._known))]
+        lasts = MODE_CACHE_SECONDS if self._store is not None else float("inf")
+        self._known[conversation] = (mode, time.monotonic() + lasts)
 
     async def _kept(self) -> ModeStore | None:
         if self._store is None:
@@ -218,10 +234,9 @@ class Voice:
         chosen = await self.modes.get(self.conversation(message))
         return chosen or self.config.replies
 
-    def conversation(self, message: Incoming) -> str:
-        """The key a conversation's ``/voice`` choice is kept under."""
-        conversation = conversation_of(message, self.config.group_context)
-        return f"{conversation.owner_id}:{conversation.key or 'private'}"
+    def conversation(self, message: Incoming) -> Conversation:
+        """The conversation ``message`` belongs to, whose ``/voice`` choice applies."""
+        return conversation_of(message, self.config.group_context)
 
     async def wants_spoken(self, message: Incoming) -> bool:
         """Whether the reply to ``message`` is spoken too (``always``, or ``mirror`` and it was
