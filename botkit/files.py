@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
@@ -184,6 +185,10 @@ class _Refused(Exception):
     """A file the user is told about instead of a turn (never leaves this module)."""
 
 
+class _NotAddressed(Exception):
+    """A group voice note that did not say the bot's name: no turn, no reply."""
+
+
 class FileReader:
     """Fetches an admitted message's files and turns them into content blocks, or refuses."""
 
@@ -218,8 +223,11 @@ class FileReader:
         files = message.photo_ids or any(self.answers(a.kind) for a in message.attachments)
         return bool(message.text or message.images or message.content or files)
 
-    async def read(self, message: Incoming, messenger: Messenger, notify: Notify) -> Incoming | str:
-        """``message`` with its files fetched and read, or the text telling the user why not.
+    async def read(
+        self, message: Incoming, messenger: Messenger, notify: Notify
+    ) -> Incoming | str | None:
+        """``message`` with its files fetched and read, or the text telling the user why not;
+        ``None`` for a group voice note that did not say the bot's name (``listen_for``).
 
         ``notify`` tells the user what a voice note was understood as.
         """
@@ -241,6 +249,9 @@ class FileReader:
                 images += [image] if image is not None else []
         except _Refused as refusal:
             return str(refusal)
+        except _NotAddressed:
+            log.info("files.voice_not_addressed", chat_id=message.chat_id)
+            return None
         text = "\n\n".join([*said, message.text] if message.text else said)
         return replace(message, images=tuple(images), content=tuple(content), text=text)
 
@@ -320,6 +331,8 @@ class FileReader:
             else:  # the speech API's failure, already said in one line
                 log.warning("files.transcribe_failed", mime=mime, size=len(data), error=str(e))
             text = ""
+        if message.listen_for and not names_said(text, message.listen_for):
+            raise _NotAddressed
         if not text:
             raise _Refused(self.texts.not_heard)
         if self.show_heard:
@@ -403,6 +416,20 @@ class FileReader:
         if scaled is None:
             raise _Refused(self.texts.bad_image.format(name=name))
         return scaled
+
+
+def names_said(text: str, names: tuple[str, ...]) -> bool:
+    """Whether ``text`` (a transcript) says one of ``names`` as words, in any case."""
+    spoken = f" {_words(text)} "
+    return any(f" {_words(name)} " in spoken for name in names if _words(name))
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> str:
+    """``text``'s words, lower case, one space apart (punctuation and ``_`` dropped)."""
+    return " ".join(_WORD.findall(text.lower()))
 
 
 def is_text_file(file_name: str | None, mime_type: str | None) -> bool:

@@ -50,11 +50,13 @@ TurnOutcome = Literal[
     "waiting",
     "held",
     "payment",
+    "unaddressed",
 ]
 """How a turn ended; ``cancelled``: cut off when the process stopped; ``handoff``: relayed
 between a handed-over user and the operators (no LLM call); ``waiting``: a call waits for a
 person's Allow; ``held``: its conversation waits, the message runs after; ``payment``: a
-``successful_payment`` recorded (no LLM call)."""
+``successful_payment`` recorded (no LLM call); ``unaddressed``: a group voice note that did
+not name the bot (heard, not answered)."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")

@@ -253,7 +253,8 @@ class TurnPipeline:
         rejection = await self.bot.authorize(message)
         tracing.tracer.gate("authorize", not rejection)
         if rejection:
-            await self._reject(messenger, message, rejection)
+            if not message.listen_for:  # a group voice note not known to be for the bot: silent
+                await self._reject(messenger, message, rejection)
             return "rejected"
         message = replace(message, user=await self.access.user_record(message))
         if not self.files.readable(message):
@@ -268,9 +269,12 @@ class TurnPipeline:
         over_budget = await self.access.over_budget(message.user_id)
         tracing.tracer.gate("budget", not over_budget)
         if over_budget:
-            await self._reply(messenger, message, self.access.budget_text)
+            if not message.listen_for:
+                await self._reply(messenger, message, self.access.budget_text)
             return "budget"
         read = await self._read_files(message, messenger)
+        if read is None:
+            return "unaddressed"  # a group voice note that did not say the bot's name
         if isinstance(read, str):
             await self._reply(messenger, message, read)  # a file over a limit, or unreadable
             return "unsupported"
@@ -424,8 +428,9 @@ class TurnPipeline:
             await context.keep()
         return list(dict.fromkeys(call.name for call in calls))
 
-    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
-        """``message`` with its files fetched and read, or the text telling the user why not."""
+    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str | None:
+        """``message`` with its files fetched and read, or the text telling the user why not
+        (``None``: a group voice note that did not say the bot's name)."""
         refusal = await self._over_media_quota(message)
         if refusal is not None:
             return refusal

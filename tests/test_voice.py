@@ -223,13 +223,39 @@ async def test_mirror_in_a_group_answers_a_voice_note_that_replies_to_the_bot(
     async with running(bot, telegram):
         telegram.send_text(USER, "@botkit_test_bot hello", chat_id=GROUP, chat_type="group")
         await telegram.wait_for_messages(GROUP)
-        telegram.send_voice(USER, VOICE_NOTE, chat_id=GROUP)  # not addressed: ignored
         telegram.send_voice(USER, VOICE_NOTE, chat_id=GROUP, reply_to_bot=True)
         await telegram.wait_for_requests("sendVoice", 1)
-    assert len(speech.calls("/audio/transcriptions")) == 1
     [note] = telegram.sent_voices(GROUP)
     assert decoded_seconds(note.data) > 0.5
     assert "[Voice message, transcribed]" in claude.requests[-1].last_user_text()
+    assert telegram.sent_voices(USER) == []  # in the group, not in private
+
+
+async def test_a_group_voice_note_is_answered_only_when_it_says_the_bots_name(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    speech: FakeSpeechServer,
+    tmp_path: Path,
+) -> None:
+    chatter, addressed = tone_ogg_opus(2.0, 300.0), tone_ogg_opus(2.0, 500.0)
+    speech.transcripts[chatter] = "see you all at seven"
+    speech.transcripts[addressed] = "Botkit test bot, what is seven times six?"
+    stranger = 999  # not allowed: turned away in silence, never heard
+    bot = voice_bot(claude, tmp_path, speech, voice_replies="mirror")
+    async with running(bot, telegram):
+        telegram.send_voice(stranger, addressed, chat_id=GROUP)
+        telegram.send_voice(USER, chatter, chat_id=GROUP)
+        telegram.send_voice(USER, addressed, chat_id=GROUP)
+        await telegram.wait_for_requests("sendVoice", 1)
+    assert [call.fields["file"] for call in speech.calls("/audio/transcriptions")] == [
+        chatter,
+        addressed,
+    ]
+    assert len(claude.requests) == 1
+    assert "what is seven times six" in claude.requests[0].last_user_text()
+    heard, answer = telegram.sent_messages(GROUP)
+    assert heard.text.startswith("🎤 I understood: “Botkit test bot")
+    assert answer.text.startswith("echo:")
 
 
 async def test_a_slow_speech_api_leaves_the_text_reply_alone_with_one_log_line(

@@ -128,6 +128,10 @@ class Incoming:
     """A W3C ``traceparent`` this turn's span links to (a task's: the turn that scheduled it)."""
     payment: StarPayment | None = None
     """A payment the user made (``successful_payment``): no turn, a plan granted once."""
+    listen_for: tuple[str, ...] = ()
+    """A group voice note that neither replies to the bot nor mentions it in a caption: the
+    names of the bot, one of which it must say to be addressed (heard after the gates, which
+    turn it away silently); empty for every other message."""
 
     @property
     def in_group(self) -> bool:

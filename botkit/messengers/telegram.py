@@ -135,6 +135,7 @@ class TelegramMessenger:
         known_commands: frozenset[str] = frozenset(),
         download_timeout: int = 30,
         operators_chat: int | None = None,
+        listen_in_groups: bool = False,
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         session = _Session(api=server)
@@ -156,6 +157,9 @@ class TelegramMessenger:
         """How long another instance may hold the poll (409) before this one gives up."""
         self.paid_broadcast = paid_broadcast
         """Send ``allow_paid_broadcast`` (Telegram charges Stars for messages over 30/s)."""
+        self.listen_in_groups = listen_in_groups
+        """Pass on group voice notes that do not address the bot otherwise, to be heard (they
+        are answered only if they say its name)."""
         self.known_commands = known_commands
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.download_timeout = download_timeout
@@ -608,6 +612,7 @@ class TelegramMessenger:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
+        listen_for: tuple[str, ...] = ()
         if (
             message.chat.type in GROUP_CHATS
             and message.chat.id != self.operators_chat
@@ -615,8 +620,10 @@ class TelegramMessenger:
         ):
             addressed = self._addressed_text(message, text)
             if addressed is None:
-                return None
-            text = addressed
+                listen_for = self._names_to_hear(message)
+                if not listen_for:
+                    return None
+            text = addressed if addressed is not None else text
             self._remember_album(message)
         return Incoming(
             received_at=time.monotonic(),
@@ -640,7 +647,19 @@ class TelegramMessenger:
             attachments=_attachments(message),
             media_group_id=message.media_group_id,
             payment=payment_of(paid) if (paid := message.successful_payment) else None,
+            listen_for=listen_for,
         )
+
+    def _names_to_hear(self, message: TgMessage) -> tuple[str, ...]:
+        """For a group voice or video note that did not address the bot: the names it must say
+        (its username, spelt or spoken, and its name); else nothing."""
+        if not self.listen_in_groups or self.me is None:
+            return ()
+        if message.voice is None and message.video_note is None:
+            return ()
+        username = self.me.username or ""
+        names = (username, username.replace("_", " "), self.me.first_name)
+        return tuple(dict.fromkeys(name for name in names if name))
 
     def _addressed_text(self, message: TgMessage, text: str) -> str | None:
         """In a group: the text without the mention if the bot was addressed, else ``None``.
