@@ -21,7 +21,6 @@ from botkit.errors import VoiceError
 from botkit.messengers.base import Attachment, Incoming, Messenger, OutgoingFile
 from botkit.tracing.base import AttributeValue
 from botkit.types import Usage
-from botkit.voice.api import SpeechAPI
 from botkit.voice.audio import is_ogg_opus, ogg_opus_seconds
 from botkit.voice.spoken import speakable, spoken_parts
 from botkit.voice.texts import VoiceTexts
@@ -29,6 +28,7 @@ from botkit.voice.texts import VoiceTexts
 if TYPE_CHECKING:
     from botkit.config import Settings
     from botkit.metrics import Metrics
+    from botkit.voice.api import SpeechAPI
 
 __all__ = ["VOICE_KINDS", "Voice", "VoiceConfig", "VoiceMode", "VoiceModes"]
 
@@ -159,15 +159,8 @@ class Voice:
         self.charge: Charge | None = None
         """Set by the turn pipeline: where the seconds heard and characters spoken count."""
         self.metrics: Metrics | None = None
-        timeout = config.timeout
-        self.listener = (
-            SpeechAPI(config.transcribe_url, config.transcribe_key, timeout)
-            if config.transcribe_url
-            else None
-        )
-        self.speaker = (
-            SpeechAPI(config.speech_url, config.speech_key, timeout) if config.speech_url else None
-        )
+        self.listener = _api(config.transcribe_url, config.transcribe_key, config.timeout)
+        self.speaker = _api(config.speech_url, config.speech_key, config.timeout)
 
     @property
     def hears(self) -> bool:
@@ -344,6 +337,15 @@ def _file_name(attachment: Attachment) -> str:
     if attachment.file_name:
         return attachment.file_name
     return {"voice": "voice.ogg", "video_note": "video_note.mp4"}.get(attachment.kind, "audio.mp3")
+
+
+def _api(url: str | None, key: str | None, timeout: float) -> SpeechAPI | None:
+    """The speech API at ``url`` (its HTTP client loaded only then), or ``None``."""
+    if not url:
+        return None
+    from botkit.voice.api import SpeechAPI
+
+    return SpeechAPI(url, key, timeout)
 
 
 def _secret(value: Any) -> str | None:
