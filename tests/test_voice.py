@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import av
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
-from botkit import Bot
+from botkit import Bot, tracing
 from botkit.messengers.base import OutgoingFile
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
 from botkit.testing.harness import running
@@ -368,3 +371,36 @@ async def test_a_conversations_voice_choice_outlives_a_restart(
         telegram.send_text(USER, "/voice")
         replies = await telegram.wait_for_messages(USER, 4)
     assert "Voice answers here: mirror" in replies[-1].text
+
+
+async def test_a_voice_turn_has_spans_for_transcription_and_speech_and_metrics_of_both(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    speech: FakeSpeechServer,
+    tmp_path: Path,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    bot = voice_bot(claude, tmp_path, speech, voice_replies="mirror", tracer_provider=provider)
+    try:
+        async with running(bot, telegram):
+            telegram.send_voice(USER, VOICE_NOTE, duration=3)
+            await telegram.wait_for_requests("sendVoice", 1)
+    finally:
+        tracing.reset()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    turn = next(span for name, span in spans.items() if name.startswith("invoke_agent"))
+    heard, spoken = spans["transcribe"], spans["speak"]
+    assert turn.context is not None
+    for span in (heard, spoken):
+        assert span.parent is not None and span.parent.trace_id == turn.context.trace_id
+    assert dict(heard.attributes or {})["botkit.audio.seconds"] == 3
+    assert dict(spoken.attributes or {})["botkit.speech.chars"] > 0
+    metrics = bot.metrics.render().decode()
+    assert 'botkit_voice_audio_seconds_total{model="whisper-1"} 3.0' in metrics
+    assert (
+        'botkit_voice_calls_total{model="gpt-4o-mini-tts",operation="speak",outcome="ok"} 1.0'
+        in (metrics)
+    )
+    assert 'botkit_voice_spoken_chars_total{model="gpt-4o-mini-tts"}' in metrics
