@@ -14,7 +14,9 @@ import av
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import SecretStr
 from structlog.testing import capture_logs
+from test_approvals import queued
 
 from botkit import Bot, tracing
 from botkit.messengers.base import OutgoingFile
@@ -25,6 +27,7 @@ from botkit.testing.speech import FakeSpeechServer
 from botkit.testing.telegram import FakeTelegramServer
 from botkit.voice.audio import ogg_opus_seconds, tone_ogg_opus
 from botkit.voice.spoken import speakable, spoken_parts
+from botkit.voice.texts import VoiceTexts
 
 USER = 601
 GROUP = -601
@@ -404,3 +407,32 @@ async def test_a_voice_turn_has_spans_for_transcription_and_speech_and_metrics_o
         in (metrics)
     )
     assert 'botkit_voice_spoken_chars_total{model="gpt-4o-mini-tts"}' in metrics
+
+
+async def test_queued_on_postgres_a_voice_note_is_heard_and_spoken_and_voice_off_is_kept(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    speech: FakeSpeechServer,
+    tmp_path: Path,
+    db: str,
+) -> None:
+    """receive/work on PostgreSQL: the worker hears, answers and speaks; ``/voice off`` is kept
+    in the database, so the next voice note (on a worker with a fresh memory) gets text only."""
+    queued_settings: dict[str, Any] = {
+        "database_url": SecretStr(db),
+        "telegram_bot_token": SecretStr(telegram.token),
+        "telegram_api_base": telegram.base_url,
+        "poll_timeout": 1,
+        "voice_replies": "mirror",
+    }
+    async with queued(voice_bot(claude, tmp_path / "one", speech, **queued_settings)):
+        telegram.send_voice(USER, VOICE_NOTE)
+        await telegram.wait_for_requests("sendVoice", 1, timeout=30)
+        telegram.send_text(USER, "/voice off")
+        await telegram.wait_for_messages(USER, 3, timeout=30)
+    async with queued(voice_bot(claude, tmp_path / "two", speech, **queued_settings)):
+        telegram.send_voice(USER, VOICE_NOTE)
+        await telegram.wait_for_messages(USER, 5, timeout=30)
+    assert len(telegram.sent_voices(USER)) == 1
+    assert len(speech.calls("/audio/transcriptions")) == 2
+    assert telegram.sent_messages(USER)[2].text == VoiceTexts().voice_off
