@@ -76,8 +76,8 @@ class CommandHost(Protocol):
     messenger: Messenger | None
 
     @property
-    def can_transcribe(self) -> bool:
-        """Whether voice notes are understood."""
+    def understands_voice(self) -> bool:
+        """Whether voice notes are understood (its own ``transcribe``, or a speech API)."""
         ...
 
     def command(
@@ -117,7 +117,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
     async def help_(message: Incoming, args: str) -> str:
         visible = visible_commands(bot.commands, admin=bot.access.sender_is_admin(message))
         lines = [f"/{c.name} — {c.description}" for c in visible]
-        return "\n".join([help_intro(bot.options, bot.can_transcribe), *lines])
+        return "\n".join([help_intro(bot.options, bot.understands_voice), *lines])
 
     async def clear(message: Incoming, args: str) -> str:
         if message.in_group and not await bot.access.is_group_admin(message, bot.messenger):

@@ -436,3 +436,22 @@ async def test_queued_on_postgres_a_voice_note_is_heard_and_spoken_and_voice_off
     assert len(telegram.sent_voices(USER)) == 1
     assert len(speech.calls("/audio/transcriptions")) == 2
     assert telegram.sent_messages(USER)[2].text == VoiceTexts().voice_off
+
+
+async def test_help_says_voice_is_understood_and_offers_voice_when_the_bot_can_speak(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    speech: FakeSpeechServer,
+    tmp_path: Path,
+) -> None:
+    hears_only = make_bot(
+        claude, tmp_path / "a", allowed_users=ALLOWED, transcribe_url="http://x/v1"
+    )
+    bot = voice_bot(claude, tmp_path / "b", speech)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "/help")
+        [help_text] = await telegram.wait_for_messages(USER)
+    assert bot.options.voice_help_text in help_text.text
+    assert "/voice — Answer with voice notes" in help_text.text
+    assert "voice" not in hears_only.commands  # nothing to switch without a speech API
+    assert hears_only.understands_voice
