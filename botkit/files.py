@@ -248,6 +248,9 @@ class FileReader:
                 content += [block] if block is not None else []
                 images += [image] if image is not None else []
         except _Refused as refusal:
+            if message.listen_for:  # not known to be for the bot: refused in silence
+                log.info("files.voice_not_addressed", chat_id=message.chat_id, refused=True)
+                return None
             return str(refusal)
         except _NotAddressed:
             log.info("files.voice_not_addressed", chat_id=message.chat_id)

@@ -250,6 +250,7 @@ async def test_a_group_voice_note_is_answered_only_when_it_says_the_bots_name(
     bot = voice_bot(claude, tmp_path, speech, voice_replies="mirror")
     async with running(bot, telegram):
         telegram.send_voice(stranger, addressed, chat_id=GROUP)
+        telegram.send_voice(USER, addressed, chat_id=GROUP, duration=900)  # too long: silent
         telegram.send_voice(USER, chatter, chat_id=GROUP)
         telegram.send_voice(USER, addressed, chat_id=GROUP)
         await telegram.wait_for_requests("sendVoice", 1)
