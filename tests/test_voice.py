@@ -18,13 +18,15 @@ from pydantic import SecretStr
 from structlog.testing import capture_logs
 from test_approvals import queued
 
-from botkit import Bot, tracing
+from botkit import Bot, BotOptions, tracing
+from botkit.access import Access, today
 from botkit.messengers.base import OutgoingFile
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
 from botkit.testing.harness import running
-from botkit.testing.kit import make_bot
+from botkit.testing.kit import make_bot, make_settings
 from botkit.testing.speech import FakeSpeechServer
 from botkit.testing.telegram import FakeTelegramServer
+from botkit.types import Usage
 from botkit.voice.audio import ogg_opus_seconds, tone_ogg_opus
 from botkit.voice.spoken import speakable, spoken_parts
 from botkit.voice.texts import VoiceTexts
@@ -456,3 +458,17 @@ async def test_help_says_voice_is_understood_and_offers_voice_when_the_bot_can_s
     assert "/voice — Answer with voice notes" in help_text.text
     assert "voice" not in hears_only.commands  # nothing to switch without a speech API
     assert hears_only.understands_voice
+
+
+async def test_seconds_heard_and_characters_spoken_count_against_the_budget(tmp_path: Path) -> None:
+    """A minute of whisper-1 ($0.006) costs what 3,000 input tokens of Claude Sonnet 5.5 ($2 a
+    million) cost; 1,000 characters of tts-1 ($15 a million) what 7,500 do."""
+    settings = make_settings(tmp_path, daily_token_budget=1_000_000, model="claude-sonnet-5-5")
+    access = Access(settings, BotOptions())
+    try:
+        await access.charge(USER, Usage(audio_seconds=60), "whisper-1")
+        await access.charge(USER, Usage(spoken_chars=1000), "tts-1")
+        store = await access.user_store()
+        assert await store.usage_on(USER, today()) == 3_000 + 7_500
+    finally:
+        await access.close()
