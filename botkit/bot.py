@@ -124,12 +124,6 @@ class Bot:
         self.approvals.turns = self.turns  # a decided approval resumes its turn there
 
     @property
-    def understands_voice(self) -> bool:
-        """Whether voice notes are understood: its own ``transcribe``, or a speech API
-        (BOTKIT_TRANSCRIBE_URL)."""
-        return self.can_transcribe or (self.voice is not None and self.voice.hears)
-
-    @property
     def llm(self) -> LLM:
         """The model this bot talks to; an ``AnthropicLLM`` from settings unless one was given."""
         if self._llm is None:

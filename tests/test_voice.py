@@ -20,6 +20,7 @@ from test_approvals import queued
 
 from botkit import Bot, BotOptions, tracing
 from botkit.access import Access, today
+from botkit.commands import understands_voice
 from botkit.messengers.base import OutgoingFile
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
 from botkit.testing.harness import running
@@ -457,7 +458,7 @@ async def test_help_says_voice_is_understood_and_offers_voice_when_the_bot_can_s
     assert bot.options.voice_help_text in help_text.text
     assert "/voice — Answer with voice notes" in help_text.text
     assert "voice" not in hears_only.commands  # nothing to switch without a speech API
-    assert hears_only.understands_voice
+    assert understands_voice(hears_only)
 
 
 async def test_seconds_heard_and_characters_spoken_count_against_the_budget(tmp_path: Path) -> None:
