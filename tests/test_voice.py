@@ -321,23 +321,28 @@ async def test_voice_command_switches_spoken_answers_for_the_conversation(
     assert telegram.sent_messages(USER)[0].text == bot.options.voice_texts.voice_on
 
 
-async def test_the_fake_bot_api_refuses_a_voice_note_that_is_not_ogg_opus(
+async def test_the_fake_bot_api_plays_only_ogg_opus_mp3_and_m4a_as_voice_notes(
     telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     bot = make_bot(claude, tmp_path, allowed_users=ALLOWED)
+    ogg = tone_ogg_opus(2.0)
     async with running(bot, telegram) as messenger:
-        mp3 = OutgoingFile(b"ID3\x03fake", "a.mp3", "audio/mpeg", as_voice=True)
+        wav = OutgoingFile(b"RIFF\x24\x00\x00\x00WAVEfmt ", "a.wav", "audio/wav", as_voice=True)
+        await messenger.send_file(USER, wav)  # delivered, but as a file
+        mp3 = OutgoingFile(b"ID3\x03\x00fake", "a.mp3", "audio/mpeg", as_voice=True)
+        await messenger.send_file(USER, mp3)
+        note = OutgoingFile(ogg, "a.ogg", "audio/ogg", as_voice=True, duration=2)
+        await messenger.send_file(USER, note)
+        wrong = OutgoingFile(ogg, "b.ogg", "audio/ogg", as_voice=True, duration=9)
         try:
-            await messenger.send_file(USER, mp3)
+            await messenger.send_file(USER, wrong)
         except Exception as e:
             refused = str(e)
         else:
             refused = ""
-        ogg = OutgoingFile(tone_ogg_opus(2.0), "a.ogg", "audio/ogg", as_voice=True, duration=2)
-        await messenger.send_file(USER, ogg)
-    assert "OGG/Opus" in refused
-    [sent] = telegram.sent_voices(USER)
-    assert sent.params["duration"] == 2
+    assert "duration 9 is not 2.0 s" in refused
+    assert [sent.filename for sent in telegram.sent_voices(USER)] == ["a.mp3", "a.ogg"]
+    assert telegram.sent_voices(USER)[1].params["duration"] == 2
 
 
 def test_code_tables_and_links_are_not_read_aloud() -> None:

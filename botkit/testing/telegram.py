@@ -788,8 +788,14 @@ class FakeTelegramServer(LoopbackServer):
         return list(self._sent_by_chat.get(chat_id, []))
 
     def sent_voices(self, chat_id: int | None = None) -> list[SentFile]:
-        """Voice notes the bot sent with ``sendVoice``, in order."""
-        return [f for f in self.sent_files(chat_id) if f.method == "sendVoice"]
+        """Voice notes the bot sent with ``sendVoice`` that Telegram plays as voice notes (not
+        those of another format, which arrive as files), in order."""
+        return [
+            f
+            for f in self.sent_files(chat_id)
+            if f.method == "sendVoice"
+            and "voice" in self._messages[(f.chat_id, f.message_id)].message
+        ]
 
     def sent_files(self, chat_id: int | None = None) -> list[SentFile]:
         """Pictures and files delivered by ``sendPhoto``/``sendDocument``, in order."""
@@ -1453,31 +1459,30 @@ class FakeTelegramServer(LoopbackServer):
         return message
 
     async def _send_voice(self, params: dict[str, Any]) -> dict[str, Any]:
-        """``sendVoice``: Telegram plays only OGG/Opus as a voice note (other audio arrives as
-        a file, which a test should catch, so here it is refused); ``duration`` must be a
-        whole number of seconds and, here, the recording's own length (within a second)."""
+        """``sendVoice``, as the Bot API page says (read 2026-11-28): OGG/Opus, MP3 and M4A
+        arrive as a playable voice note, any other format as a file (a ``document``: a test
+        asserting on :meth:`sent_voices` catches it); ``duration`` is an integer. Stricter
+        than Telegram, which shows any ``duration`` it is given: an OGG/Opus file's must be its
+        own length (within a second), so a wrong one fails the test."""
         upload, message = self._sent_upload("voice", params)
         from botkit.voice.audio import ogg_opus_seconds
 
         seconds = ogg_opus_seconds(upload.data)
-        if seconds is None:
-            raise _ApiError(400, "Bad Request: VOICE_FORMAT_INVALID: voice must be OGG/Opus")
         duration = params.get("duration")
-        if duration is not None:
-            if not isinstance(duration, int) or duration < 0:
-                raise _ApiError(400, "Bad Request: invalid duration specified")
-            if abs(duration - seconds) > 1:
-                raise _ApiError(400, f"Bad Request: duration {duration} is not {seconds:.1f} s")
+        if duration is not None and (not isinstance(duration, int) or duration < 0):
+            raise _ApiError(400, "Bad Request: invalid duration specified")
+        if duration is not None and seconds is not None and abs(duration - seconds) > 1:
+            raise _ApiError(400, f"Bad Request: duration {duration} is not {seconds:.1f} s")
         number = len(self._files)
         file_id = f"AwACAgSent{number}"
+        playable = seconds is not None or _is_mp3_or_m4a(upload.data)
         self._files[file_id] = (f"voice/sent_{number}.oga", upload.data)
-        message["voice"] = {
-            "file_id": file_id,
-            "file_unique_id": f"AgADSentVoice{number}",
-            "duration": round(seconds) if duration is None else duration,
-            "mime_type": "audio/ogg",
-            "file_size": len(upload.data),
-        }
+        item = {"file_id": file_id, "file_unique_id": f"AgADSentVoice{number}"}
+        if playable:
+            length = duration if duration is not None else round(seconds or 0)
+            message["voice"] = {**item, "duration": length, "file_size": len(upload.data)}
+        else:
+            message["document"] = {**item, "file_name": upload.filename or "file"}
         self._record_file("sendVoice", message, upload, params)
         return message
 
@@ -1834,6 +1839,12 @@ class FakeTelegramServer(LoopbackServer):
 
 _COPIED_KINDS = ("text", "photo", "document", "voice", "audio", "video", "animation", "sticker")
 """What ``copyMessage`` copies; service messages (a topic's creation, say) cannot be copied."""
+
+
+def _is_mp3_or_m4a(data: bytes) -> bool:
+    """An MP3 (ID3 tag, or an MPEG audio frame's sync bits) or an M4A (MPEG-4 ``ftyp`` box)."""
+    mp3 = data.startswith(b"ID3") or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+    return mp3 or data[4:11] == b"ftypM4A"
 
 
 def _content_type(path: str) -> str:
