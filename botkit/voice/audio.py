@@ -1,5 +1,6 @@
-"""OGG/Opus, the one format Telegram plays as a voice note: recognising it, measuring it, and
-converting other audio to it.
+"""OGG/Opus, Telegram's voice-note format (``sendVoice`` also plays MP3 and M4A; botkit always
+sends OGG/Opus, whose length it can read): recognising it, measuring it, converting other
+audio to it.
 
 Recognising and measuring read the OGG pages by hand (RFC 3533: a page starts with ``OggS``;
 RFC 7845: the first packet of an Opus stream is ``OpusHead``, granule positions count 48 kHz
