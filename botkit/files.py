@@ -265,7 +265,7 @@ class FileReader:
                 continue  # never fetched (voice without a transcriber)
             if self.hearing is not None and self._heard_by_voice():
                 refusal = self.hearing.refusal(attachment)  # longer than it listens to
-                if refusal is not None and attachment.kind in HEARD_KINDS:
+                if refusal is not None:
                     raise _Refused(refusal)
             size = attachment.file_size
             if size is None:
