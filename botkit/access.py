@@ -203,6 +203,9 @@ class Access:
         if usage.web_search_requests:  # a search's fee, as the input tokens it would buy
             searches = (price_for(model) or FALLBACK).search_tokens() * usage.web_search_requests
             spent += searches
+        if usage.audio_seconds or usage.spoken_chars:  # voice, as the chat model's tokens
+            chat = price_for(self.settings.model) or FALLBACK
+            spent += (price_for(model) or FALLBACK).voice_tokens(usage, chat)
         await (await self.user_store()).add_usage(user_id, today(), spent)
 
 

@@ -38,6 +38,7 @@ from botkit.stores.base import UserStore
 from botkit.tools import Tool, ToolRegistry, tool
 from botkit.turns import TurnPipeline
 from botkit.types import ToolUseBlock
+from botkit.voice.service import Voice
 
 __all__ = [
     "Authorize",
@@ -66,6 +67,8 @@ class Bot:
     """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
     approvals: Approvals
     """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
+    voice: Voice | None
+    """Voice notes heard and answers spoken (BOTKIT_TRANSCRIBE_URL, BOTKIT_SPEECH_URL)."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -18,6 +18,9 @@ from botkit.pricing import cache_savings, estimate
 from botkit.skills import SkillLibrary
 from botkit.types import Usage
 
+if TYPE_CHECKING:
+    from botkit.voice.service import Voice
+
 __all__ = [
     "ButtonHandler",
     "Command",
@@ -28,6 +31,7 @@ __all__ = [
     "context_of",
     "help_intro",
     "register_builtin_commands",
+    "understands_voice",
     "visible_commands",
 ]
 
@@ -75,9 +79,11 @@ class CommandHost(Protocol):
     access: Access
     messenger: Messenger | None
 
+    voice: Voice | None
+
     @property
     def can_transcribe(self) -> bool:
-        """Whether voice notes are understood."""
+        """Whether the bot transcribes voice notes itself (its own ``transcribe``)."""
         ...
 
     def command(
@@ -101,6 +107,12 @@ def command_menu(commands: dict[str, Command], *, admin: bool = False) -> list[t
     return [(c.name, c.description) for c in visible_commands(commands, admin=admin)]
 
 
+def understands_voice(bot: CommandHost) -> bool:
+    """Whether voice notes are understood: the bot's own ``transcribe``, or a speech API
+    (BOTKIT_TRANSCRIBE_URL)."""
+    return bot.can_transcribe or (bot.voice is not None and bot.voice.hears)
+
+
 def help_intro(options: BotOptions, can_transcribe: bool) -> str:
     """The help's first line: what the bot accepts (voice too, when it can transcribe)."""
     if not can_transcribe:
@@ -117,7 +129,7 @@ def register_builtin_commands(bot: CommandHost) -> None:
     async def help_(message: Incoming, args: str) -> str:
         visible = visible_commands(bot.commands, admin=bot.access.sender_is_admin(message))
         lines = [f"/{c.name} — {c.description}" for c in visible]
-        return "\n".join([help_intro(bot.options, bot.can_transcribe), *lines])
+        return "\n".join([help_intro(bot.options, understands_voice(bot)), *lines])
 
     async def clear(message: Incoming, args: str) -> str:
         if message.in_group and not await bot.access.is_group_admin(message, bot.messenger):

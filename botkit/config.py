@@ -314,6 +314,63 @@ class Settings(BaseSettings):
     plans: str | None = Field(None, validation_alias=AliasChoices("BOTKIT_PLANS", "plans"))
     """BOTKIT_PLANS: paid plans as JSON (a list of plans) or a path to a JSON file; plans
     given in code (``Bot(plans=...)``) come first."""
+    transcribe_url: str | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_TRANSCRIBE_URL", "transcribe_url")
+    )
+    """BOTKIT_TRANSCRIBE_URL: the base URL of an OpenAI-compatible speech API (e.g.
+    ``https://api.openai.com/v1``); set, voice notes, audio files and video notes are
+    transcribed (``POST {url}/audio/transcriptions``) unless the bot has its own ``transcribe``."""
+    transcribe_model: str = Field(
+        "whisper-1", validation_alias=AliasChoices("BOTKIT_TRANSCRIBE_MODEL", "transcribe_model")
+    )
+    """BOTKIT_TRANSCRIBE_MODEL: the transcription model (``whisper-1``, ``gpt-4o-transcribe``,
+    Groq's ``whisper-large-v3``…)."""
+    transcribe_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_TRANSCRIBE_API_KEY", "transcribe_api_key")
+    )
+    """BOTKIT_TRANSCRIBE_API_KEY: the bearer key for BOTKIT_TRANSCRIBE_URL (none for a local
+    server)."""
+    show_transcript: bool = Field(
+        True, validation_alias=AliasChoices("BOTKIT_SHOW_TRANSCRIPT", "show_transcript")
+    )
+    """BOTKIT_SHOW_TRANSCRIPT: show users a short quote of what was heard before the answer."""
+    max_voice_seconds: int = Field(
+        300, ge=1, validation_alias=AliasChoices("BOTKIT_MAX_VOICE_SECONDS", "max_voice_seconds")
+    )
+    """BOTKIT_MAX_VOICE_SECONDS: the longest voice note, audio file or video note transcribed;
+    longer ones are refused (with a reply) before download."""
+    voice_replies: Literal["off", "mirror", "always"] = Field(
+        "off", validation_alias=AliasChoices("BOTKIT_VOICE_REPLIES", "voice_replies")
+    )
+    """BOTKIT_VOICE_REPLIES: ``off``; ``mirror`` (answer a voice note with a voice note too);
+    ``always`` (every answer also spoken). Users switch it for their conversation with
+    ``/voice``; needs BOTKIT_SPEECH_URL."""
+    speech_url: str | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_SPEECH_URL", "speech_url")
+    )
+    """BOTKIT_SPEECH_URL: the base URL of an OpenAI-compatible speech API that speaks answers
+    (``POST {url}/audio/speech``)."""
+    speech_model: str = Field(
+        "gpt-4o-mini-tts", validation_alias=AliasChoices("BOTKIT_SPEECH_MODEL", "speech_model")
+    )
+    """BOTKIT_SPEECH_MODEL: the text-to-speech model (``tts-1``, ``gpt-4o-mini-tts``…)."""
+    speech_voice: str = Field(
+        "alloy", validation_alias=AliasChoices("BOTKIT_SPEECH_VOICE", "speech_voice")
+    )
+    """BOTKIT_SPEECH_VOICE: the voice answers are spoken in."""
+    speech_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_SPEECH_API_KEY", "speech_api_key")
+    )
+    """BOTKIT_SPEECH_API_KEY: the bearer key for BOTKIT_SPEECH_URL."""
+    speech_max_chars: int = Field(
+        1500, ge=1, validation_alias=AliasChoices("BOTKIT_SPEECH_MAX_CHARS", "speech_max_chars")
+    )
+    """BOTKIT_SPEECH_MAX_CHARS: the most characters of one answer spoken; a longer answer is
+    spoken up to there and the voice note says the rest is in the text."""
+    speech_timeout: float = Field(
+        30.0, gt=0, validation_alias=AliasChoices("BOTKIT_SPEECH_TIMEOUT", "speech_timeout")
+    )
+    """BOTKIT_SPEECH_TIMEOUT: seconds one call to the speech or transcription API may take."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR (any case)."""
     metrics_port: int | None = Field(
@@ -380,6 +437,7 @@ class Settings(BaseSettings):
         """Every secret these settings hold, for logs to redact: the bot token, the API key,
         the webhook secret, the database URL and its password (an error may show either)."""
         held = [self.telegram_bot_token, self.anthropic_api_key, self.webhook_secret]
+        held += [self.transcribe_api_key, self.speech_api_key]
         values = [secret.get_secret_value() for secret in held if secret is not None]
         if self.database_url is not None:
             url = self.database_url.get_secret_value()

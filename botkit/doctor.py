@@ -21,6 +21,8 @@ from botkit.extras import require_extra, require_postgres
 from botkit.messengers.base import Incoming
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
+
     from botkit.bot import Bot
     from botkit.config import Settings
     from botkit.tools.mcp import MCPServerConfig
@@ -109,11 +111,12 @@ async def run_checks(
     settings = bot.settings if bot is not None else settings
     prefix: list[CheckResult] = []
     try:
-        telegram, anthropic, database, mcp = await asyncio.gather(
+        telegram, anthropic, database, mcp, voice = await asyncio.gather(
             _check_telegram(settings),
             _check_anthropic(bot, settings),
             _check_database(settings),
             _check_mcp(settings),
+            _check_voice(settings),
         )
         if conversation is not None and bot is not None:
             prefix.append(await _check_prefix(bot, conversation))
@@ -129,6 +132,7 @@ async def run_checks(
         *mcp,
         *_skills(settings),
         *prefix,
+        *voice,
     ]
 
 
@@ -329,6 +333,49 @@ async def _check_mcp_server(config: MCPServerConfig) -> CheckResult:
         return CheckResult("MCP", False, then(e, f"check its {where} in BOTKIT_MCP_CONFIG"))
     listed = ", ".join(names) or "none"
     return CheckResult("MCP", True, f"server {config.name!r} started; tools: {listed}")
+
+
+async def _check_voice(settings: Settings) -> list[CheckResult]:
+    """The speech APIs answer (BOTKIT_TRANSCRIBE_URL, BOTKIT_SPEECH_URL), when set; spoken
+    answers asked for without a speech API are a mistake."""
+    results: list[CheckResult] = []
+    if settings.transcribe_url:
+        key = settings.transcribe_api_key
+        heard = await _speech_api_answers(settings.transcribe_url, key, settings.speech_timeout)
+        detail = f"{settings.transcribe_url} answers ({settings.transcribe_model})"
+        results.append(CheckResult("transcription", heard is None, heard or detail))
+    if settings.speech_url:
+        key = settings.speech_api_key
+        spoken = await _speech_api_answers(settings.speech_url, key, settings.speech_timeout)
+        detail = f"{settings.speech_url} answers ({settings.speech_model}, {settings.speech_voice})"
+        results.append(CheckResult("speech", spoken is None, spoken or detail + _av_note()))
+    elif settings.voice_replies != "off":
+        needs = f"BOTKIT_VOICE_REPLIES={settings.voice_replies} needs BOTKIT_SPEECH_URL: set it"
+        results.append(CheckResult("speech", False, needs))
+    return results
+
+
+async def _speech_api_answers(url: str, key: SecretStr | None, seconds: float) -> str | None:
+    """``None`` when the speech API at ``url`` answers, else what to do."""
+    from botkit.voice.api import SpeechAPI
+
+    api = SpeechAPI(url, key.get_secret_value() if key else None, seconds)
+    try:
+        problem = await api.check()
+    finally:
+        await api.close()
+    return None if problem is None else f"{url} did not answer as a speech API: {problem}"
+
+
+def _av_note() -> str:
+    try:
+        require_extra("av", "voice", "Converting speech")
+    except ConfigError:
+        return (
+            "; PyAV missing: speech in another format than OGG/Opus cannot be converted "
+            "(pip install 'botkit[voice]')"
+        )
+    return ""
 
 
 def _skills(settings: Settings) -> list[CheckResult]:

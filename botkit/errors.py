@@ -13,7 +13,8 @@ All of them derive from :class:`BotkitError`::
     ├── MessengerError         the messenger could not deliver or receive
     ├── MCPConnectError        an MCP server could not be started or connected to
     ├── SessionError           a session could not be read or written (file or database)
-    └── StoreError             the user store's database failed: unreachable, locked, cut off
+    ├── StoreError             the user store's database failed: unreachable, locked, cut off
+    └── VoiceError             the speech API could not transcribe or speak (down, slow, refusing)
 
 Vendor exceptions (anthropic, aiogram, asyncpg, sqlite3) are converted once, in the module that
 talks to the vendor, with ``raise ... from e``: the original stays in ``__cause__``.
@@ -34,6 +35,7 @@ __all__ = [
     "SessionError",
     "StoreError",
     "ToolError",
+    "VoiceError",
 ]
 
 
@@ -90,3 +92,7 @@ class StoreError(BotkitError):
 
     The message says what failed, never with a password; the driver's error is the cause.
     """
+
+
+class VoiceError(BotkitError):
+    """The speech API (BOTKIT_TRANSCRIBE_URL, BOTKIT_SPEECH_URL) failed: down, slow or refusing."""

@@ -1,7 +1,7 @@
 """The features every ``Bot`` is built with, attached in one place (each lives in its package).
 
 Skills, the built-in and admin commands, payments, reminders, memory, ``/forget_me``,
-handoffs and approvals: each registers its commands, buttons and plugins on the bot, in this
+handoffs, approvals and voice: each registers its commands, buttons and plugins on the bot, in this
 order (it is the order of the menu and ``/help``), and ``close_features`` releases what they
 opened.
 """
@@ -26,6 +26,8 @@ from botkit.reminders.commands import register_scheduling_commands
 from botkit.reminders.service import Reminders
 from botkit.reminders.tools import SchedulingPlugin
 from botkit.skills import SkillLibrary, load_skills
+from botkit.voice.attach import VoiceHost, attach_voice
+from botkit.voice.service import Voice
 
 __all__ = ["FeatureHost", "attach_features", "close_features"]
 
@@ -38,6 +40,7 @@ class FeatureHost(
     ForgetMeHost,
     HandoffHost,
     ApprovalHost,
+    VoiceHost,
     Protocol,
 ):
     """A bot the features attach to: what each of them needs, and where each is kept."""
@@ -48,6 +51,7 @@ class FeatureHost(
     memory: MemoryStore | None
     handoffs: Handoffs | None
     approvals: Approvals
+    voice: Voice | None
 
 
 def attach_features(bot: FeatureHost, plans: Iterable[Plan] = ()) -> None:
@@ -69,6 +73,7 @@ def attach_features(bot: FeatureHost, plans: Iterable[Plan] = ()) -> None:
     bot.handoffs = attach_handoffs(bot)
     bot.approvals = Approvals(bot)
     bot.buttons[APPROVAL_BUTTONS] = bot.approvals.on_press
+    bot.voice = attach_voice(bot)  # /voice last: after every other command in the menu
 
 
 async def close_features(bot: FeatureHost) -> None:
@@ -77,3 +82,5 @@ async def close_features(bot: FeatureHost) -> None:
     await bot.approvals.aclose()
     if bot.memory is not None:
         await bot.memory.close()
+    if bot.voice is not None:
+        await bot.voice.close()

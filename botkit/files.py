@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
+from typing import Protocol
 
 import structlog
 
@@ -42,6 +44,7 @@ __all__ = [
     "FileLimits",
     "FileReader",
     "FileTexts",
+    "Hearing",
     "Transcribe",
     "is_text_file",
     "megabytes",
@@ -88,6 +91,26 @@ TEXT_MIME_TYPES = frozenset(
 Transcribe = Callable[[bytes, str], Awaitable[str | None]]
 """Audio bytes and their MIME type → what was said (``None``: nothing understood)."""
 Notify = Callable[[str], Awaitable[None]]
+HEARD_KINDS = frozenset({"voice", "audio", "video_note"})
+"""Attachments read by listening: voice notes, audio files, round video notes."""
+QUOTE_CHARS = 300
+"""The most of a transcript quoted back to the user (the model gets all of it)."""
+
+
+class Hearing(Protocol):
+    """Built-in transcription (``botkit.voice``), used when the bot has no ``transcribe``."""
+
+    def refusal(self, attachment: Attachment) -> str | None:
+        """The text refusing ``attachment`` before download (too long), or ``None``."""
+        ...
+
+    async def listen(self, message: Incoming, attachment: Attachment, audio: bytes) -> str:
+        """What ``audio`` says (raises when it cannot be heard)."""
+        ...
+
+    def mark(self, text: str) -> str:
+        """``text`` marked as spoken, as the model reads it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -162,6 +185,10 @@ class _Refused(Exception):
     """A file the user is told about instead of a turn (never leaves this module)."""
 
 
+class _NotAddressed(Exception):
+    """A group voice note that did not say the bot's name: no turn, no reply."""
+
+
 class FileReader:
     """Fetches an admitted message's files and turns them into content blocks, or refuses."""
 
@@ -170,16 +197,22 @@ class FileReader:
         limits: FileLimits | None = None,
         texts: FileTexts | None = None,
         transcribe: Transcribe | None = None,
+        hearing: Hearing | None = None,
+        show_heard: bool = True,
     ) -> None:
         self.limits = limits or FileLimits()
         self.texts = texts or FileTexts()
         self.transcribe = transcribe
         """Voice and audio become text through it; ``None``: they are not understood."""
+        self.hearing = hearing
+        """Built-in transcription, when ``transcribe`` is ``None`` (the bot's own wins)."""
+        self.show_heard = show_heard
+        """Quote what was heard to the user (BOTKIT_SHOW_TRANSCRIPT)."""
 
     def answers(self, kind: str) -> bool:
         """Whether a message of ``kind`` can be read at all (voice only with a transcriber)."""
-        if kind in ("voice", "audio"):
-            return self.transcribe is not None
+        if kind in HEARD_KINDS:
+            return self.transcribe is not None or self.hearing is not None
         return kind in ("text", "photo", "document")
 
     def readable(self, message: Incoming) -> bool:
@@ -190,8 +223,11 @@ class FileReader:
         files = message.photo_ids or any(self.answers(a.kind) for a in message.attachments)
         return bool(message.text or message.images or message.content or files)
 
-    async def read(self, message: Incoming, messenger: Messenger, notify: Notify) -> Incoming | str:
-        """``message`` with its files fetched and read, or the text telling the user why not.
+    async def read(
+        self, message: Incoming, messenger: Messenger, notify: Notify
+    ) -> Incoming | str | None:
+        """``message`` with its files fetched and read, or the text telling the user why not;
+        ``None`` for a group voice note that did not say the bot's name (``listen_for``).
 
         ``notify`` tells the user what a voice note was understood as.
         """
@@ -201,8 +237,8 @@ class FileReader:
             content: list[ContentBlock] = []
             said: list[str] = []
             for attachment in message.attachments:
-                if attachment.kind in ("voice", "audio"):
-                    said += await self._transcribed(attachment, messenger, notify)
+                if attachment.kind in HEARD_KINDS:
+                    said += await self._transcribed(message, attachment, messenger, notify)
                     continue
                 data = await self._download(attachment, messenger)
                 if _is_pdf(attachment) or data.startswith(b"%PDF-"):
@@ -212,16 +248,28 @@ class FileReader:
                 content += [block] if block is not None else []
                 images += [image] if image is not None else []
         except _Refused as refusal:
+            if message.listen_for:  # not known to be for the bot: refused in silence
+                log.info("files.voice_not_addressed", chat_id=message.chat_id, refused=True)
+                return None
             return str(refusal)
+        except _NotAddressed:
+            log.info("files.voice_not_addressed", chat_id=message.chat_id)
+            return None
         text = "\n\n".join([*said, message.text] if message.text else said)
         return replace(message, images=tuple(images), content=tuple(content), text=text)
 
     def _check_sizes(self, attachments: tuple[Attachment, ...]) -> None:
         """Refuse an attachment whose announced size is over a limit, before downloading it."""
         for attachment in attachments:
+            if not self.answers(attachment.kind):
+                continue  # never fetched (voice without a transcriber)
+            if self.hearing is not None and self._heard_by_voice():
+                refusal = self.hearing.refusal(attachment)  # longer than it listens to
+                if refusal is not None:
+                    raise _Refused(refusal)
             size = attachment.file_size
-            if size is None or not self.answers(attachment.kind):
-                continue  # unknown, or never fetched (voice without a transcriber)
+            if size is None:
+                continue  # unknown: checked once downloaded
             if size > self.limits.max_file_bytes:
                 self._refuse_size(attachment, size)
             if _is_pdf(attachment) and size > self.limits.max_pdf_bytes:
@@ -260,24 +308,40 @@ class FileReader:
             self._refuse_size(attachment, len(data))
         return data
 
+    def _heard_by_voice(self) -> bool:
+        return self.transcribe is None and self.hearing is not None
+
     async def _transcribed(
-        self, attachment: Attachment, messenger: Messenger, notify: Notify
+        self, message: Incoming, attachment: Attachment, messenger: Messenger, notify: Notify
     ) -> list[str]:
-        """What a voice note or audio file says, shown to the user; nothing without a hook."""
-        if self.transcribe is None:
+        """What a voice note, audio file or video note says, quoted to the user; nothing
+        without a transcriber. The bot's own ``transcribe`` wins over built-in hearing."""
+        if self.transcribe is None and self.hearing is None:
             return []
         data = await self._download(attachment, messenger)
-        mime = attachment.mime_type or ("audio/ogg" if attachment.kind == "voice" else "audio/mpeg")
+        mime = attachment.mime_type or _AUDIO_TYPES.get(attachment.kind, "audio/mpeg")
         try:
-            text = ((await self.transcribe(data, mime)) or "").strip()
+            if self.transcribe is not None:
+                text = ((await self.transcribe(data, mime)) or "").strip()
+            else:
+                assert self.hearing is not None
+                text = (await self.hearing.listen(message, attachment, data)).strip()
         except asyncio.CancelledError:
             raise
-        except Exception:  # the bot's own backend failed: the user hears "not understood"
-            log.exception("files.transcribe_failed", mime=mime, size=len(data))
+        except Exception as e:  # the backend failed: the user is asked to type instead
+            if self.transcribe is not None:
+                log.exception("files.transcribe_failed", mime=mime, size=len(data))
+            else:  # the speech API's failure, already said in one line
+                log.warning("files.transcribe_failed", mime=mime, size=len(data), error=str(e))
             text = ""
+        if message.listen_for and not names_said(text, message.listen_for):
+            raise _NotAddressed
         if not text:
             raise _Refused(self.texts.not_heard)
-        await notify(self.texts.heard.format(text=text))
+        if self.show_heard:
+            await notify(self.texts.heard.format(text=_quoted(text)))
+        if self.hearing is not None and self._heard_by_voice():
+            text = self.hearing.mark(text)
         return [text]
 
     def _document(
@@ -357,6 +421,20 @@ class FileReader:
         return scaled
 
 
+def names_said(text: str, names: tuple[str, ...]) -> bool:
+    """Whether ``text`` (a transcript) says one of ``names`` as words, in any case."""
+    spoken = f" {_words(text)} "
+    return any(f" {_words(name)} " in spoken for name in names if _words(name))
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _words(text: str) -> str:
+    """``text``'s words, lower case, one space apart (punctuation and ``_`` dropped)."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
 def is_text_file(file_name: str | None, mime_type: str | None) -> bool:
     """Whether a file is read as text: ``text/*``, JSON, YAML…, or a known text suffix."""
     mime = (mime_type or "").split(";")[0].strip().lower()
@@ -372,12 +450,25 @@ def _is_pdf(attachment: Attachment) -> bool:
     ).lower().endswith(".pdf")
 
 
+_AUDIO_TYPES = {"voice": "audio/ogg", "audio": "audio/mpeg", "video_note": "video/mp4"}
+
+
+def _quoted(text: str) -> str:
+    """``text`` as quoted back to the user: at most QUOTE_CHARS, cut at a word."""
+    if len(text) <= QUOTE_CHARS:
+        return text
+    return text[:QUOTE_CHARS].rsplit(" ", 1)[0] + "…"
+
+
 def _name(attachment: Attachment) -> str:
     if attachment.file_name:
         return attachment.file_name
-    return {"voice": "the voice message", "audio": "the audio file"}.get(
-        attachment.kind, "the file"
-    )
+    names = {
+        "voice": "the voice message",
+        "audio": "the audio file",
+        "video_note": "the video message",
+    }
+    return names.get(attachment.kind, "the file")
 
 
 def megabytes(size: int) -> str:

@@ -50,11 +50,13 @@ TurnOutcome = Literal[
     "waiting",
     "held",
     "payment",
+    "unaddressed",
 ]
 """How a turn ended; ``cancelled``: cut off when the process stopped; ``handoff``: relayed
 between a handed-over user and the operators (no LLM call); ``waiting``: a call waits for a
 person's Allow; ``held``: its conversation waits, the message runs after; ``payment``: a
-``successful_payment`` recorded (no LLM call)."""
+``successful_payment`` recorded (no LLM call); ``unaddressed``: a group voice note that did
+not name the bot (heard, not answered)."""
 TURN_OUTCOMES: tuple[TurnOutcome, ...] = TurnOutcome.__args__  # type: ignore[attr-defined]
 
 SCHEDULE_OUTCOMES = ("delivered", "late", "failed", "paused", "put_off")
@@ -143,6 +145,24 @@ class Metrics:
         )
         self.llm_cost = Counter(
             "botkit_llm_cost_usd", "Estimated spend from the price table", ["model"], registry=r
+        )
+        self.voice_calls = Counter(
+            "botkit_voice_calls",
+            "Speech API calls by operation (transcribe, speak), model and outcome",
+            ["operation", "model", "outcome"],
+            registry=r,
+        )
+        self.voice_seconds = Histogram(
+            "botkit_voice_call_seconds",
+            "Duration of one speech API call",
+            ["operation"],
+            registry=r,
+        )
+        self.audio_seconds = Counter(
+            "botkit_voice_audio_seconds", "Seconds of audio transcribed", ["model"], registry=r
+        )
+        self.spoken_chars = Counter(
+            "botkit_voice_spoken_chars", "Characters of answers spoken", ["model"], registry=r
         )
         self.tool_calls = Counter(
             "botkit_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
@@ -255,6 +275,22 @@ class Metrics:
             if usage.cache_creation_input_tokens > written_1h:
                 children.cache_written_5m.inc(usage.cache_creation_input_tokens - written_1h)
         children.cost.inc(children.price.cost(usage))
+
+    def voice_call(
+        self, operation: str, model: str, outcome: str, seconds: float, amount: int
+    ) -> None:
+        """Count one speech API call: its duration, and the seconds heard (``transcribe``) or
+        characters spoken (``speak``) with their cost."""
+        label = self._models(model)
+        self.voice_calls.labels(operation, label, outcome).inc()
+        self.voice_seconds.labels(operation).observe(seconds)
+        if not amount:
+            return
+        counter = self.audio_seconds if operation == "transcribe" else self.spoken_chars
+        counter.labels(label).inc(amount)
+        field = "audio_seconds" if operation == "transcribe" else "spoken_chars"
+        usage = Usage(**{field: amount})
+        self.llm_cost.labels(label).inc((price_for(model) or FALLBACK).voice_cost(usage))
 
     def _model_children(self, model: str) -> _ModelChildren:
         tokens = self.llm_tokens

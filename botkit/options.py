@@ -14,6 +14,7 @@ from botkit.messengers.base import Incoming
 from botkit.payments.texts import PaymentTexts
 from botkit.privacy.texts import PrivacyTexts
 from botkit.tools import Tool, ToolRegistry
+from botkit.voice.texts import VoiceTexts
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -105,6 +106,8 @@ class BotOptions:
     voice_help_text: str = "I understand voice messages too."
     """Added to the help when the bot can transcribe."""
     file_texts: FileTexts = field(default_factory=FileTexts)
+    voice_texts: VoiceTexts = field(default_factory=VoiceTexts)
+    """What users are told about voice (limits, ``/voice``) and hear (spoken notes)."""
     """What users are told about files that are too large or cannot be read."""
     max_text_file_chars: int = 100_000
     """A text file with more characters is refused (it would crowd the conversation out)."""

@@ -40,6 +40,10 @@ class Price:
     """A cache read, as a multiple of ``input``."""
     long_prompt: tuple[int, Price] | None = None
     """Above this many prompt tokens (cache reads and writes included), this price instead."""
+    audio_minute: float = 0.0
+    """Dollars per minute of audio transcribed (speech-to-text models)."""
+    million_chars: float = 0.0
+    """Dollars per million characters spoken (text-to-speech models)."""
 
     def cost(self, usage: Usage) -> float:
         """Dollars for ``usage`` (one call's) at this price, cache writes and reads included."""
@@ -53,7 +57,17 @@ class Price:
             + usage.cache_read_input_tokens * self.cache_read
         )
         tokens = (billed_input * self.input + usage.output_tokens * self.output) / 1_000_000
-        return tokens + usage.web_search_requests * WEB_SEARCH_DOLLARS
+        return tokens + usage.web_search_requests * WEB_SEARCH_DOLLARS + self.voice_cost(usage)
+
+    def voice_cost(self, usage: Usage) -> float:
+        """Dollars for the audio transcribed and the characters spoken in ``usage``."""
+        heard = usage.audio_seconds / 60 * self.audio_minute
+        return heard + usage.spoken_chars / 1_000_000 * self.million_chars
+
+    def voice_tokens(self, usage: Usage, chat: Price) -> int:
+        """What the voice part of ``usage`` (at this price) costs, in input tokens of the
+        ``chat`` model (for token budgets)."""
+        return round(self.voice_cost(usage) / chat.input * 1_000_000) if chat.input else 0
 
     def search_tokens(self) -> int:
         """What one web search costs, in input tokens of this model (for token budgets)."""
@@ -79,11 +93,22 @@ PRICES: dict[str, Price] = {
     "claude-haiku-4": Price(1.0, 5.0),
     "claude-3-5-haiku": Price(0.8, 4.0),
     "botkit-scripted": Price(0.0, 0.0),  # the scripted model of ``python -m botkit try``
+    # Speech (OpenAI's and Groq's pricing pages, read 2026-11-28): per minute heard, per
+    # million characters spoken; gpt-4o-mini-tts is billed by tokens, here as its estimate
+    # per character.
+    "whisper-1": Price(0.0, 0.0, audio_minute=0.006),
+    "gpt-4o-transcribe": Price(0.0, 0.0, audio_minute=0.006),
+    "gpt-4o-mini-transcribe": Price(0.0, 0.0, audio_minute=0.003),
+    "whisper-large-v3-turbo": Price(0.0, 0.0, audio_minute=0.04 / 60),
+    "whisper-large-v3": Price(0.0, 0.0, audio_minute=0.111 / 60),
+    "tts-1-hd": Price(0.0, 0.0, million_chars=30.0),
+    "tts-1": Price(0.0, 0.0, million_chars=15.0),
+    "gpt-4o-mini-tts": Price(0.0, 0.0, million_chars=12.0),
 }
 """Prefixes of model names and their prices; the longest matching prefix wins."""
 
-FALLBACK = PRICES["claude-fable-5"]
-"""The price of a model not in the table: the dearest known."""
+FALLBACK = Price(10.0, 50.0, audio_minute=0.006, million_chars=30.0)
+"""The price of a model not in the table: the dearest known (of speech models too)."""
 
 
 def price_for(model: str) -> Price | None:

@@ -65,6 +65,7 @@ from botkit.types import (
 if TYPE_CHECKING:
     from botkit.handoff import Handoffs
     from botkit.stores.handoffs import Handoff
+    from botkit.voice.service import Voice
 
 __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_message"]
 
@@ -86,6 +87,7 @@ class BotSteps(Protocol):
     approvals: Approvals
     payments: Payments
     plugins: list[Plugin]
+    voice: Voice | None
 
     @property
     def llm(self) -> LLM:
@@ -204,9 +206,17 @@ class TurnPipeline:
             max_image_pixels=bot.settings.max_image_pixels,
         )
         transcribe = bot.transcribe if bot.can_transcribe else None
-        self.files = FileReader(limits, bot.options.file_texts, transcribe)
+        self.voice = bot.voice
+        """Voice notes heard (unless the bot transcribes itself) and answers spoken."""
+        if self.voice is not None:
+            self.voice.charge = self._charge  # seconds heard, characters spoken: as LLM calls
+            self.voice.metrics = self.metrics
+        hearing = self.voice if self.voice is not None and self.voice.hears else None
+        show_heard = bot.settings.show_transcript
+        self.files = FileReader(limits, bot.options.file_texts, transcribe, hearing, show_heard)
+        """Reads what users send: documents, pictures, voice (``bot.transcribe``, else
+        ``botkit.voice``)."""
         DECODE_BUDGET.resize(bot.settings.image_memory_mb)  # one budget for the process
-        """Reads what users send: documents, pictures, voice (through ``bot.transcribe``)."""
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
         """``handle``, but a failure is logged and the user gets a polite message."""
@@ -246,7 +256,8 @@ class TurnPipeline:
         rejection = await self.bot.authorize(message)
         tracing.tracer.gate("authorize", not rejection)
         if rejection:
-            await self._reject(messenger, message, rejection)
+            if not message.listen_for:  # a group voice note not known to be for the bot: silent
+                await self._reject(messenger, message, rejection)
             return "rejected"
         message = replace(message, user=await self.access.user_record(message))
         if not self.files.readable(message):
@@ -261,9 +272,12 @@ class TurnPipeline:
         over_budget = await self.access.over_budget(message.user_id)
         tracing.tracer.gate("budget", not over_budget)
         if over_budget:
-            await self._reply(messenger, message, self.access.budget_text)
+            if not message.listen_for:
+                await self._reply(messenger, message, self.access.budget_text)
             return "budget"
         read = await self._read_files(message, messenger)
+        if read is None:
+            return "unaddressed"  # a group voice note that did not say the bot's name
         if isinstance(read, str):
             await self._reply(messenger, message, read)  # a file over a limit, or unreadable
             return "unsupported"
@@ -316,6 +330,18 @@ class TurnPipeline:
             await self.bot.approvals.request(message, context, tools, messenger)
             return
         await self._reply(messenger, message, reply)
+        if outcome == "answered":
+            await self._speak(message, messenger, reply)
+
+    async def _speak(self, message: Incoming, messenger: Messenger, reply: str) -> None:
+        """The reply spoken too, as voice notes after its text (``/voice``,
+        BOTKIT_VOICE_REPLIES); whatever fails, the text was sent and stands."""
+        if self.voice is None or not await self.voice.wants_spoken(message):
+            return
+        try:
+            await self.voice.speak_reply(message, reply, messenger)
+        except Exception as e:  # the voice note refused (the text already went)
+            log.warning("turn.voice_not_sent", user_id=message.user_id, error=str(e))
 
     async def resume(
         self,
@@ -407,8 +433,9 @@ class TurnPipeline:
             await context.keep()
         return list(dict.fromkeys(call.name for call in calls))
 
-    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str:
-        """``message`` with its files fetched and read, or the text telling the user why not."""
+    async def _read_files(self, message: Incoming, messenger: Messenger) -> Incoming | str | None:
+        """``message`` with its files fetched and read, or the text telling the user why not
+        (``None``: a group voice note that did not say the bot's name)."""
         refusal = await self._over_media_quota(message)
         if refusal is not None:
             return refusal
@@ -497,7 +524,8 @@ class TurnPipeline:
             return await self._run_command(command, message)
         menu = "\n".join(f"/{c.name} — {c.description}" for c in visible)
         if message.command == "start":
-            return f"{help_intro(self.bot.options, self.bot.can_transcribe)}\n{menu}"
+            hears = self.bot.can_transcribe or self.files.hearing is not None
+            return f"{help_intro(self.bot.options, hears)}\n{menu}"
         return f"{self.bot.options.unknown_command_text.format(command=message.command)}\n{menu}"
 
     async def _answer(

@@ -193,6 +193,10 @@ class Usage(BaseModel):
     """Web searches the API ran for the call (billed per search, besides tokens)."""
     web_fetch_requests: int = 0
     """Pages the API fetched for the call (billed as tokens only)."""
+    audio_seconds: int = 0
+    """Seconds of audio transcribed (BOTKIT_TRANSCRIBE_URL; billed per minute)."""
+    spoken_chars: int = 0
+    """Characters spoken (BOTKIT_SPEECH_URL; billed per character)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -204,6 +208,8 @@ class Usage(BaseModel):
             cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
             web_search_requests=self.web_search_requests + other.web_search_requests,
             web_fetch_requests=self.web_fetch_requests + other.web_fetch_requests,
+            audio_seconds=self.audio_seconds + other.audio_seconds,
+            spoken_chars=self.spoken_chars + other.spoken_chars,
         )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
+from botkit.testing.speech import FakeSpeechServer
 
 KEY = "sk-ant-test-key"
 MODEL = "claude-sonnet-5-5"
@@ -252,3 +253,40 @@ async def test_doctor_refuses_thinking_settings_the_model_would_refuse(
         result = await run_doctor(tmp_path, env)
     (anthropic,) = lines(result, "Anthropic")
     assert anthropic.startswith("✗ ") and "BOTKIT_THINKING=off" in anthropic
+
+
+async def test_doctor_checks_that_the_speech_apis_answer(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    async with FakeSpeechServer(api_key="sk-speech") as speech:
+        env = environment(
+            telegram,
+            claude,
+            tmp_path,
+            BOTKIT_TRANSCRIBE_URL=speech.base_url,
+            BOTKIT_TRANSCRIBE_API_KEY="sk-speech",
+            BOTKIT_SPEECH_URL=speech.base_url,
+            BOTKIT_SPEECH_API_KEY="wrong",
+        )
+        result = await run_doctor(tmp_path, env)
+    assert lines(result, "transcription")[0].startswith("✓ "), result.stdout
+    assert lines(result, "speech")[0].startswith("✗ ")
+    assert "API key was refused" in lines(result, "speech")[0]
+    assert "sk-speech" not in result.stdout + result.stderr
+
+
+async def test_doctor_names_voice_replies_without_a_speech_api_and_one_that_is_down(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = environment(
+        telegram,
+        claude,
+        tmp_path,
+        BOTKIT_VOICE_REPLIES="mirror",
+        BOTKIT_TRANSCRIBE_URL="http://127.0.0.1:1/v1",
+    )
+    result = await run_doctor(tmp_path, env)
+    assert "needs BOTKIT_SPEECH_URL" in lines(result, "speech")[0]
+    assert lines(result, "transcription")[0].startswith(
+        "✗ transcription: http://127.0.0.1:1/v1 did not answer"
+    )

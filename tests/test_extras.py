@@ -15,9 +15,10 @@ from botkit import BotOptions
 from botkit.testing.anthropic import FakeAnthropicServer
 from botkit.testing.harness import running
 from botkit.testing.kit import make_bot
+from botkit.testing.speech import FakeSpeechServer
 from botkit.testing.telegram import FakeTelegramServer
 
-EXTRAS = ("asyncpg", "procrastinate", "psycopg", "psycopg_pool", "mcp", "PIL", "pypdf")
+EXTRAS = ("asyncpg", "procrastinate", "psycopg", "psycopg_pool", "mcp", "PIL", "pypdf", "av")
 USER = 501
 
 
@@ -40,6 +41,8 @@ def test_the_core_import_path_loads_no_extra(tmp_path: Path) -> None:
         "import botkit\n"
         "from botkit import Bot, Settings\n"
         f"Bot(settings=Settings(_env_file=None, sessions_dir={str(tmp_path / 's')!r}))\n"
+        "Bot(settings=Settings(_env_file=None, transcribe_url='http://x/v1', "
+        f"speech_url='http://x/v1', sessions_dir={str(tmp_path / 'v')!r}))\n"
         "import botkit.cli, botkit.doctor, botkit.replay, botkit.runtime.telegram\n"
         "import botkit.runtime.console, botkit.sessions.retention, botkit.stores\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(EXTRAS)!r}))\n"
@@ -105,3 +108,28 @@ async def test_a_photo_without_the_files_extra_gets_a_polite_reply(
     assert claude.requests == [], "no LLM call for a file that cannot be read"
     (line,) = [entry for entry in logs if entry["event"] == "files.extra_missing"]
     assert "pip install 'botkit[files]'" in line["error"]
+
+
+async def test_speech_in_another_format_without_the_voice_extra_leaves_the_text_alone(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "av", None)  # as if PyAV were not installed
+    async with FakeSpeechServer(answer_format="wav") as speech:
+        bot = make_bot(
+            claude,
+            tmp_path,
+            allowed_users=frozenset({USER}),
+            speech_url=speech.base_url,
+            voice_replies="always",
+        )
+        with capture_logs() as logs:
+            async with running(bot, telegram):
+                telegram.send_text(USER, "hello")
+                (reply,) = await telegram.wait_for_messages(USER)
+    assert reply.text == "echo: hello"
+    assert telegram.sent_voices(USER) == []
+    (line,) = [entry for entry in logs if entry["event"] == "voice.speech_failed"]
+    assert "pip install 'botkit[voice]'" in line["error"]

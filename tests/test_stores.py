@@ -70,6 +70,7 @@ ALL = [
     "021_fetch_by_lock_heads",
     "022_finish_then_fetch",
     "025_usage_hour_writes",
+    "026_voice",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
@@ -654,6 +655,36 @@ async def test_usage_per_model_adds_up_by_kind_and_is_listed_from_a_day_on(
     assert estimate({"claude-sonnet-5": kept.usage}) == estimate({"claude-sonnet-5": some + some})
     with pytest.raises(ValueError, match="negative"):
         await store.add_model_usage([ModelUsage(1, monday, "m", Usage(input_tokens=-1))])
+
+
+async def test_seconds_heard_and_characters_spoken_add_up_per_model(store: UserStore) -> None:
+    day = date(2025, 3, 3)
+    heard, spoken = Usage(audio_seconds=42), Usage(spoken_chars=1200)
+    batch = [ModelUsage(1, day, "whisper-1", heard), ModelUsage(1, day, "tts-1", spoken)]
+
+    await store.add_model_usage(batch)
+    await store.add_model_usage(batch)
+
+    totals = {row.model: row.usage for row in await store.model_usage_since(day)}
+    assert totals == {"tts-1": Usage(spoken_chars=2400), "whisper-1": Usage(audio_seconds=84)}
+
+
+async def test_a_conversations_voice_choice_is_kept_and_changed(backend: Backend) -> None:
+    store: Any = await backend.open()
+    try:
+        assert await store.get_voice_mode(7, "private") is None
+        await store.set_voice_mode(7, "private", "always")
+        await store.set_voice_mode(-5, "chat_-5", "mirror")
+        await store.set_voice_mode(7, "private", "off")
+    finally:
+        await store.close()
+    again: Any = await backend.open()  # kept: another store on the same data reads it
+    try:
+        assert await again.get_voice_mode(7, "private") == "off"
+        assert await again.get_voice_mode(-5, "chat_-5") == "mirror"
+        assert await again.get_voice_mode(5, "chat_-5") is None
+    finally:
+        await again.close()
 
 
 async def test_concurrent_usage_per_model_is_not_lost(store: UserStore) -> None:

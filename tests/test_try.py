@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply
+from botkit.testing.speech import FakeSpeechServer
 from botkit.tryout.scripted import sample_arguments, scripted_answer
+from botkit.voice.audio import ogg_opus_seconds, tone_ogg_opus
 
 MY_BOT = '''
 from botkit import Bot, tool
@@ -149,3 +151,40 @@ def test_a_try_session_is_labelled_as_scripted_and_costs_nothing(tmp_path: Path)
         timeout=90,
     )
     assert "botkit-scripted" in replay.stdout and "claude" not in replay.stdout, replay.stdout
+
+
+def seconds_of(path: Path) -> float:
+    return ogg_opus_seconds(path.read_bytes()) or 0.0
+
+
+async def test_try_hears_a_local_voice_note_and_saves_the_spoken_answer(
+    tmp_path: Path, speech: FakeSpeechServer
+) -> None:
+    """``/voice_note PATH`` is a voice note as Telegram delivers one; the answer, spoken, is
+    saved as a playable OGG/Opus file whose path is shown."""
+    note = tmp_path / "question.ogg"
+    note.write_bytes(tone_ogg_opus(2.0))
+    speech.transcripts[note.read_bytes()] = "how are you"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "ANTHROPIC_"))}
+    env.update(
+        BOTKIT_TRANSCRIBE_URL=speech.base_url,
+        BOTKIT_SPEECH_URL=speech.base_url,
+        BOTKIT_VOICE_REPLIES="mirror",
+    )
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "botkit", "try", "--sessions", str(tmp_path / "s")),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    lines_in = f"/voice_note {note}\n/voice_note {tmp_path / 'missing.ogg'}\n".encode()
+    out, err = await asyncio.wait_for(process.communicate(lines_in), 90)
+    assert process.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert "bot> echo: [Voice message, transcribed] how are you" in lines, lines
+    saved = next(line for line in lines if "spoken answer" in line).rsplit(" saved to ", 1)[1]
+    assert Path(saved).parent == tmp_path / "s" / "spoken"
+    assert seconds_of(Path(saved)) > 1
+    assert any(f"cannot read {tmp_path / 'missing.ogg'}" in line for line in lines)

@@ -44,16 +44,20 @@ class ReplyContext:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file the user sent (document, voice, audio), still to be fetched with ``download``."""
+    """A file the user sent (document, voice, audio, video note), still to be fetched with
+    ``download``."""
 
     file_id: str
     """The messenger's id for ``Messenger.download``."""
     kind: str
-    """``document``, ``voice`` or ``audio``."""
+    """``document``, ``voice``, ``audio`` or ``video_note``."""
     file_name: str | None = None
     mime_type: str | None = None
     file_size: int | None = None
     """Bytes, as the messenger announced them (checked against the limits before downloading)."""
+    duration: int | None = None
+    """Seconds of a voice note, audio file or video note, as announced (checked before
+    downloading)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,10 @@ class OutgoingFile:
     caption: str = ""
     as_photo: bool = False
     """Shown as a picture in the chat (``sendPhoto``) rather than as a file (``sendDocument``)."""
+    as_voice: bool = False
+    """Played as a voice note (``sendVoice``; ``data`` must be OGG/Opus)."""
+    duration: int | None = None
+    """A voice note's length in seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,10 @@ class Incoming:
     """A W3C ``traceparent`` this turn's span links to (a task's: the turn that scheduled it)."""
     payment: StarPayment | None = None
     """A payment the user made (``successful_payment``): no turn, a plan granted once."""
+    listen_for: tuple[str, ...] = ()
+    """A group voice note that neither replies to the bot nor mentions it in a caption: the
+    names of the bot, one of which it must say to be addressed (heard after the gates, which
+    turn it away silently); empty for every other message."""
 
     @property
     def in_group(self) -> bool:

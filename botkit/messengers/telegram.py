@@ -135,6 +135,7 @@ class TelegramMessenger:
         known_commands: frozenset[str] = frozenset(),
         download_timeout: int = 30,
         operators_chat: int | None = None,
+        listen_in_groups: bool = False,
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         session = _Session(api=server)
@@ -156,6 +157,9 @@ class TelegramMessenger:
         """How long another instance may hold the poll (409) before this one gives up."""
         self.paid_broadcast = paid_broadcast
         """Send ``allow_paid_broadcast`` (Telegram charges Stars for messages over 30/s)."""
+        self.listen_in_groups = listen_in_groups
+        """Pass on group voice notes that do not address the bot otherwise, to be heard (they
+        are answered only if they say its name)."""
         self.known_commands = known_commands
         """Commands a bare ``/cmd`` in a group may mean (``/cmd@thisbot`` always counts)."""
         self.download_timeout = download_timeout
@@ -287,13 +291,25 @@ class TelegramMessenger:
     async def send_file(
         self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
     ) -> None:
-        """Send a picture (``sendPhoto``) or a file (``sendDocument``) with its caption.
+        """Send a picture (``sendPhoto``), a voice note (``sendVoice``) or a file
+        (``sendDocument``) with its caption.
 
         A picture Telegram refuses as a photo (too large, odd proportions) goes as a file.
         """
         placement = self._placement(thread_id, None)
         caption = file.caption[:MAX_CAPTION_LENGTH] or None
         upload = BufferedInputFile(file.data, filename=file.filename)
+        if file.as_voice:  # OGG/Opus, played as a voice note
+            voice = partial(
+                self.api.send_voice,
+                chat_id,
+                upload,
+                caption=caption,
+                duration=file.duration,
+                **placement,
+            )
+            await self.flood.send(chat_id, voice)
+            return
         if file.as_photo:
             photo = partial(self.api.send_photo, chat_id, upload, caption=caption, **placement)
             try:
@@ -596,6 +612,7 @@ class TelegramMessenger:
             log.debug("telegram.update_skipped", update_id=update.update_id)
             return None
         text = message.text or message.caption or ""
+        listen_for: tuple[str, ...] = ()
         if (
             message.chat.type in GROUP_CHATS
             and message.chat.id != self.operators_chat
@@ -603,8 +620,10 @@ class TelegramMessenger:
         ):
             addressed = self._addressed_text(message, text)
             if addressed is None:
-                return None
-            text = addressed
+                listen_for = self._names_to_hear(message)
+                if not listen_for:
+                    return None
+            text = addressed if addressed is not None else text
             self._remember_album(message)
         return Incoming(
             received_at=time.monotonic(),
@@ -628,7 +647,19 @@ class TelegramMessenger:
             attachments=_attachments(message),
             media_group_id=message.media_group_id,
             payment=payment_of(paid) if (paid := message.successful_payment) else None,
+            listen_for=listen_for,
         )
+
+    def _names_to_hear(self, message: TgMessage) -> tuple[str, ...]:
+        """For a group voice or video note that did not address the bot: the names it must say
+        (its username, spelt or spoken, and its name); else nothing."""
+        if not self.listen_in_groups or self.me is None:
+            return ()
+        if message.voice is None and message.video_note is None:
+            return ()
+        username = self.me.username or ""
+        names = (username, username.replace("_", " "), self.me.first_name)
+        return tuple(dict.fromkeys(name for name in names if name))
 
     def _addressed_text(self, message: TgMessage, text: str) -> str | None:
         """In a group: the text without the mention if the bot was addressed, else ``None``.
@@ -1052,12 +1083,17 @@ def _kind(message: TgMessage) -> str:
 
 
 def _attachments(message: TgMessage) -> tuple[Attachment, ...]:
-    """The document, voice note or audio file a message carries, as still to be fetched."""
-    for kind in ("document", "voice", "audio"):
+    """The document, voice note, audio file or video note a message carries, as still to be
+    fetched (a video note has no MIME type: Telegram records them as MPEG-4)."""
+    for kind in ("document", "voice", "audio", "video_note"):
         item = getattr(message, kind, None)
         if item is not None:
             name = getattr(item, "file_name", None)
-            return (Attachment(item.file_id, kind, name, item.mime_type, item.file_size),)
+            mime = getattr(item, "mime_type", None) or (
+                "video/mp4" if kind == "video_note" else None
+            )
+            duration = getattr(item, "duration", None)
+            return (Attachment(item.file_id, kind, name, mime, item.file_size, duration),)
     return ()
 
 

@@ -31,7 +31,7 @@ MESSAGE_UPDATES = frozenset(
 )
 CORE_FIELDS = frozenset(
     {"message_id", "date", "chat", "from", "text", "caption", "photo", "message_thread_id"}
-    | {"document", "voice", "audio", "media_group_id"}
+    | {"document", "voice", "audio", "video_note", "media_group_id"}
 )
 """Parts of a message botkit cannot answer without: a failure here makes it unparseable."""
 NESTED_MESSAGES = frozenset({"reply_to_message", "pinned_message"})

@@ -305,6 +305,7 @@ _TABLE_TEXTS = {
     "botkit_model_usage": "tokens you used per day and model",
     "botkit_schedules": "your reminders and scheduled tasks",
     "botkit_timezones": "your time zone",
+    "botkit_voice_modes": "whether the bot answers you with voice notes (/voice)",
     "botkit_task_runs": "when your scheduled tasks ran",
 }
 

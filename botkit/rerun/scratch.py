@@ -21,6 +21,7 @@ from botkit.sessions import SessionFile
 from botkit.tools import Tool, ToolRegistry
 from botkit.turns import BotSteps
 from botkit.types import Usage
+from botkit.voice.service import Voice
 
 __all__ = [
     "QuietMessenger",
@@ -146,6 +147,8 @@ class RerunSteps:
         self.model_override: str | None = model or bot.model_override
         self.approvals = bot.approvals
         """The bot's: a re-run turn whose call waits for approval ends without a reply."""
+        self.voice: Voice | None = None
+        """A re-run neither listens nor speaks (nothing is sent, nothing should be billed)."""
 
     @property
     def llm(self) -> LLM:

@@ -4,24 +4,28 @@ A person at a terminal gets the rich view: Markdown rendered as it streams in, e
 one dim line (name, arguments, result), errors in red. Scripts and pipes get the plain view
 (``--plain``, and whenever stdout is not a terminal): ``bot>``/``tool>`` lines, nothing else.
 Each line goes through the bot's own ``handle``, so ``/commands`` behave as in Telegram, and
-the MCP servers and the key check are the ones serving uses.
+the MCP servers and the key check are the ones serving uses. ``/voice_note PATH`` sends a local
+audio file as a voice note (heard as on Telegram, with BOTKIT_TRANSCRIBE_URL); spoken answers
+are saved as ``.ogg`` files in the sessions folder's ``spoken/``, and their path shown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from botkit.agent.events import ToolEnd
 from botkit.bot import Bot
 from botkit.errors import LLMAuthError
-from botkit.messengers.base import Incoming, OutgoingFile, Reply
+from botkit.messengers.base import Attachment, Incoming, OutgoingFile, Reply
 from botkit.runtime.setup import check_llm, mcp_tools
 from botkit.types import ToolResultBlock, ToolUseBlock
 
@@ -40,6 +44,8 @@ MAX_ARGUMENTS = 120
 MAX_RESULT = 200
 """Characters of a tool's result shown before cutting with "…"."""
 AUTH_FAILURE_TEXT = "Anthropic rejected ANTHROPIC_API_KEY: set a valid key and start again."
+VOICE_NOTE = "/voice_note"
+"""The console's own command: ``/voice_note PATH`` sends a local audio file as a voice note."""
 
 
 def tool_line(call: ToolUseBlock, result: ToolResultBlock) -> str:
@@ -225,11 +231,27 @@ class ConsoleDraft:
 class ConsoleMessenger:
     """A messenger whose chat is this terminal."""
 
-    def __init__(self, view: ConsoleView, error_texts: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        view: ConsoleView,
+        error_texts: frozenset[str] = frozenset(),
+        spoken_dir: Path | None = None,
+    ) -> None:
         self.view = view
         self.error_texts = error_texts
         """Replies shown as errors (the bot's "something went wrong" texts)."""
+        self.spoken_dir = spoken_dir
+        """Where spoken answers (voice notes) are saved; ``None``: only said."""
         self._streamed: str | None = None
+        self._local_files: dict[str, Path] = {}
+
+    def attach_local(self, path: Path, kind: str = "voice") -> Attachment:
+        """A local file as an attachment this messenger can ``download``."""
+        file_id = f"local:{len(self._local_files)}"
+        self._local_files[file_id] = path
+        data = path.read_bytes()
+        mime = "audio/ogg" if data.startswith(b"OggS") else mimetypes.guess_type(path.name)[0]
+        return Attachment(file_id, kind, path.name, mime, len(data), _seconds(data))
 
     async def send_text(
         self, chat_id: int, text: str, *, thread_id: int | None = None, reply_to: int | None = None
@@ -246,12 +268,19 @@ class ConsoleMessenger:
     async def send_file(
         self, chat_id: int, file: OutgoingFile, *, thread_id: int | None = None
     ) -> None:
-        """A terminal shows no pictures: say what was sent."""
+        """A terminal shows no pictures: say what was sent; a voice note is saved too."""
+        if file.as_voice and self.spoken_dir is not None:
+            self.spoken_dir.mkdir(parents=True, exist_ok=True)
+            path = self.spoken_dir / file.filename
+            path.write_bytes(file.data)
+            self.view.notice(f"spoken answer ({file.duration} s) saved to {path}")
+            return
         self.view.notice(f"sent {file.filename} ({file.mime_type}, {len(file.data)} bytes)")
 
     async def download(self, file_id: str) -> bytes | None:
-        """No attachments come from a terminal."""
-        return None
+        """A local file sent with ``/voice_note``; nothing else comes from a terminal."""
+        path = self._local_files.get(file_id)
+        return path.read_bytes() if path is not None else None
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
         """The console is a private chat: there is no group to administer."""
@@ -300,7 +329,9 @@ async def run_console(
     source = stdin or sys.stdin
     view = view or PlainView(sys.stdout)
     messenger = ConsoleMessenger(
-        view, frozenset({bot.options.error_text, bot.options.overloaded_text})
+        view,
+        frozenset({bot.options.error_text, bot.options.overloaded_text}),
+        spoken_dir=bot.settings.sessions_dir / "spoken",
     )
     bot.messenger = messenger
     bot.options = replace(bot.options, help_text=bot.options.console_help_text)  # text only
@@ -333,7 +364,32 @@ async def _read_loop(bot: Bot, messenger: ConsoleMessenger, source: TextIO, user
             text=text,
             date=datetime.now(UTC),
         )
+        if text.split(maxsplit=1)[0] == VOICE_NOTE:
+            voiced = _voice_note(messenger, message)
+            if voiced is None:
+                continue
+            message = voiced
         await bot.turns.handle_safely(message, messenger)
+
+
+def _voice_note(messenger: ConsoleMessenger, message: Incoming) -> Incoming | None:
+    """``/voice_note PATH`` as the voice note Telegram would deliver; ``None`` (and a notice)
+    when the file cannot be read."""
+    path = Path(message.command_args).expanduser()
+    try:
+        attachment = messenger.attach_local(path)
+    except OSError as e:
+        messenger.view.notice(f"cannot read {path}: {e.strerror or e}")
+        return None
+    return replace(message, text="", kind="voice", attachments=(attachment,))
+
+
+def _seconds(data: bytes) -> int | None:
+    """An OGG/Opus file's length in whole seconds (``None`` for other audio)."""
+    from botkit.voice.audio import ogg_opus_seconds
+
+    seconds = ogg_opus_seconds(data)
+    return None if seconds is None else max(1, round(seconds))
 
 
 def _show_tool(view: ConsoleView) -> Callable[[ToolEnd], Awaitable[None]]:

@@ -220,15 +220,17 @@ def check_tokens(tokens: int) -> int:
     return tokens
 
 
-def token_kinds(usage: Usage) -> tuple[int, int, int, int, int]:
-    """Input, output, cache-read, cache-write and (of those) 1-hour cache-write tokens, each
-    checked: the columns stores keep per model."""
+def token_kinds(usage: Usage) -> tuple[int, int, int, int, int, int, int]:
+    """Input, output, cache-read, cache-write and (of those) 1-hour cache-write tokens, seconds
+    of audio heard and characters spoken, each checked: the columns stores keep per model."""
     return (
         check_tokens(usage.input_tokens),
         check_tokens(usage.output_tokens),
         check_tokens(usage.cache_read_input_tokens),
         check_tokens(usage.cache_creation_input_tokens),
         check_tokens(min(usage.cache_write_1h_tokens, usage.cache_creation_input_tokens)),
+        check_tokens(usage.audio_seconds),
+        check_tokens(usage.spoken_chars),
     )
 
 

@@ -113,18 +113,24 @@ _ADD_USAGE = """
     ON CONFLICT (user_id, day) DO UPDATE SET tokens = botkit_usage.tokens + excluded.tokens"""
 _ADD_MODEL_USAGE = """
     INSERT INTO botkit_model_usage AS u (user_id, day, model, input_tokens, output_tokens,
-        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens, audio_seconds,
+        spoken_chars)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     ON CONFLICT (user_id, day, model) DO UPDATE SET
         input_tokens = u.input_tokens + excluded.input_tokens,
         output_tokens = u.output_tokens + excluded.output_tokens,
         cache_read_tokens = u.cache_read_tokens + excluded.cache_read_tokens,
         cache_creation_tokens = u.cache_creation_tokens + excluded.cache_creation_tokens,
-        cache_write_1h_tokens = u.cache_write_1h_tokens + excluded.cache_write_1h_tokens"""
+        cache_write_1h_tokens = u.cache_write_1h_tokens + excluded.cache_write_1h_tokens,
+        audio_seconds = u.audio_seconds + excluded.audio_seconds,
+        spoken_chars = u.spoken_chars + excluded.spoken_chars"""
 _MODEL_USAGE_SINCE = """
     SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
-        cache_creation_tokens, cache_write_1h_tokens FROM botkit_model_usage WHERE day >= $1
-    ORDER BY day, user_id, model"""
+        cache_creation_tokens, cache_write_1h_tokens, audio_seconds, spoken_chars
+    FROM botkit_model_usage WHERE day >= $1 ORDER BY day, user_id, model"""
+_SET_VOICE_MODE = """
+    INSERT INTO botkit_voice_modes (user_id, conversation, mode) VALUES ($1, $2, $3)
+    ON CONFLICT (user_id, conversation) DO UPDATE SET mode = excluded.mode, updated_at = now()"""
 
 
 _KEPT_CONNECTIONS = {"max_inactive_connection_lifetime": 0}
@@ -362,10 +368,25 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
                     cache_read_input_tokens=row["cache_read_tokens"],
                     cache_creation_input_tokens=row["cache_creation_tokens"],
                     cache_write_1h_tokens=row["cache_write_1h_tokens"],
+                    audio_seconds=row["audio_seconds"],
+                    spoken_chars=row["spoken_chars"],
                 ),
             )
             for row in rows
         ]
+
+    async def get_voice_mode(self, owner_id: int, conversation: str) -> str | None:
+        """The ``/voice`` choice of ``owner_id``'s ``conversation`` (``off``, ``mirror``,
+        ``always``), or ``None``."""
+        sql = "SELECT mode FROM botkit_voice_modes WHERE user_id = $1 AND conversation = $2"
+        async with self._connection("reading a voice choice") as conn:
+            mode = await conn.fetchval(sql, owner_id, conversation)
+        return None if mode is None else str(mode)
+
+    async def set_voice_mode(self, owner_id: int, conversation: str, mode: str) -> None:
+        """Remember ``mode`` as the ``/voice`` choice of ``owner_id``'s ``conversation``."""
+        async with self._connection("setting a voice choice") as conn:
+            await conn.execute(_SET_VOICE_MODE, owner_id, conversation, mode)
 
     @asynccontextmanager
     async def _connection(self, doing: str) -> AsyncIterator[Any]:

@@ -92,9 +92,20 @@ _SCHEMA = (
         cache_read_tokens     INTEGER NOT NULL DEFAULT 0,
         cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
         cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0,
+        audio_seconds         INTEGER NOT NULL DEFAULT 0,
+        spoken_chars          INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (user_id, day, model)
     )""",
+    """CREATE TABLE IF NOT EXISTS botkit_voice_modes (
+        user_id      INTEGER NOT NULL,
+        conversation TEXT    NOT NULL,
+        mode         TEXT    NOT NULL CHECK (mode IN ('off', 'mirror', 'always')),
+        updated_at   TEXT    NOT NULL,
+        PRIMARY KEY (user_id, conversation)
+    )""",
 )
+_ADDED_USAGE_COLUMNS = ("cache_write_1h_tokens", "audio_seconds", "spoken_chars")
+"""Added to ``botkit_model_usage`` since (#49, #46): a file an earlier botkit made gets them."""
 
 _USER = "user_id, role, display_name, joined_at, blocked"
 _INVITE = "role, uses_left, expires_at, created_by, created_at"
@@ -133,28 +144,37 @@ _ADD_USAGE = """
 
 _ADD_MODEL_USAGE = """
     INSERT INTO botkit_model_usage (user_id, day, model, input_tokens, output_tokens,
-        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        cache_read_tokens, cache_creation_tokens, cache_write_1h_tokens, audio_seconds,
+        spoken_chars)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (user_id, day, model) DO UPDATE SET
         input_tokens = input_tokens + excluded.input_tokens,
         output_tokens = output_tokens + excluded.output_tokens,
         cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
         cache_creation_tokens = cache_creation_tokens + excluded.cache_creation_tokens,
-        cache_write_1h_tokens = cache_write_1h_tokens + excluded.cache_write_1h_tokens"""
+        cache_write_1h_tokens = cache_write_1h_tokens + excluded.cache_write_1h_tokens,
+        audio_seconds = audio_seconds + excluded.audio_seconds,
+        spoken_chars = spoken_chars + excluded.spoken_chars"""
 _MODEL_USAGE_SINCE = """
     SELECT user_id, day, model, input_tokens, output_tokens, cache_read_tokens,
-        cache_creation_tokens, cache_write_1h_tokens FROM botkit_model_usage WHERE day >= ?
-    ORDER BY day, user_id, model"""
+        cache_creation_tokens, cache_write_1h_tokens, audio_seconds, spoken_chars
+    FROM botkit_model_usage WHERE day >= ? ORDER BY day, user_id, model"""
+_SET_VOICE_MODE = """
+    INSERT INTO botkit_voice_modes (user_id, conversation, mode, updated_at) VALUES (?, ?, ?, ?)
+    ON CONFLICT (user_id, conversation) DO UPDATE SET mode = excluded.mode,
+        updated_at = excluded.updated_at"""
 
 
 def _model_usage(user_id: int, day: date, model: str, *tokens: int) -> ModelUsage:
-    inputs, outputs, reads, writes, hour_writes = (int(t) for t in tokens)
+    inputs, outputs, reads, writes, hour_writes, heard, spoken = (int(t) for t in tokens)
     usage = Usage(
         input_tokens=inputs,
         output_tokens=outputs,
         cache_read_input_tokens=reads,
         cache_creation_input_tokens=writes,
         cache_write_1h_tokens=hour_writes,
+        audio_seconds=heard,
+        spoken_chars=spoken,
     )
     return ModelUsage(int(user_id), day, model, usage)
 
@@ -381,6 +401,20 @@ class SqliteUserStore(SqliteSchedules, SqliteHandoffs):
             rows = await db.execute_fetchall(_MODEL_USAGE_SINCE, (first_day.isoformat(),))
         return [_model_usage(u, date.fromisoformat(d), *rest) for u, d, *rest in rows]
 
+    async def get_voice_mode(self, owner_id: int, conversation: str) -> str | None:
+        """The ``/voice`` choice of ``owner_id``'s ``conversation`` (``off``, ``mirror``,
+        ``always``), or ``None``."""
+        sql = "SELECT mode FROM botkit_voice_modes WHERE user_id = ? AND conversation = ?"
+        params = (owner_id, conversation)
+        row = _first(await self._point_read(sql, params, "reading a voice choice"))
+        return None if row is None else str(row[0])
+
+    async def set_voice_mode(self, owner_id: int, conversation: str, mode: str) -> None:
+        """Remember ``mode`` as the ``/voice`` choice of ``owner_id``'s ``conversation``."""
+        values = (owner_id, conversation, mode, _to_db(datetime.now(UTC)))
+        async with self._transaction("setting a voice choice") as db:
+            await db.execute_fetchall(_SET_VOICE_MODE, values)
+
     @staticmethod
     async def _get_invite(db: aiosqlite.Connection, code: str) -> Invite | None:
         sql = f"SELECT {_INVITE} FROM botkit_invites WHERE code_hash = ?"
@@ -525,21 +559,23 @@ async def _prepare(db: aiosqlite.Connection, path: str) -> None:
         for statement in _SCHEMA:
             await db.execute(statement)
         await upgrade_schedule_table(db)
-        await _upgrade_usage_table(db)
+        await _add_usage_columns(db)
         await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         await db.execute("COMMIT")
     except sqlite3.Error as e:
         raise ConfigError(f"cannot use {path} as the user store: {e}") from e
 
 
-async def _upgrade_usage_table(db: aiosqlite.Connection) -> None:
-    """Add the 1-hour cache writes to a usage table an earlier botkit made."""
-    rows = await db.execute_fetchall("PRAGMA table_info(botkit_model_usage)")
-    if "cache_write_1h_tokens" not in {row[1] for row in rows}:
-        await db.execute(
-            "ALTER TABLE botkit_model_usage "
-            "ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0"
-        )
+async def _add_usage_columns(db: aiosqlite.Connection) -> None:
+    """Give a usage table an earlier botkit made the columns added since: 1-hour cache writes
+    (#49), seconds heard and characters spoken (#46)."""
+    info = await db.execute_fetchall("PRAGMA table_info(botkit_model_usage)")
+    columns = {row[1] for row in info}
+    for column in _ADDED_USAGE_COLUMNS:
+        if column not in columns:
+            await db.execute(
+                f"ALTER TABLE botkit_model_usage ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0"
+            )
 
 
 async def _hash_invite_codes(db: aiosqlite.Connection) -> None:

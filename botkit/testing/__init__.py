@@ -1,4 +1,5 @@
-"""Local fakes of the Telegram Bot API and the Anthropic Messages API, for testing bots.
+"""Local fakes of the Telegram Bot API, the Anthropic Messages API and an OpenAI-compatible
+speech API, for testing bots.
 
 Both are real HTTP servers on 127.0.0.1 that the real aiogram and anthropic clients talk
 to; ``running`` polls a fake Telegram with your ``Bot`` inside the test's event loop.
@@ -20,6 +21,7 @@ from botkit.testing.kit import (
     make_settings,
     run_in_virtual_time,
 )
+from botkit.testing.speech import FakeSpeechServer, SpeechRequest
 from botkit.testing.telegram import FakeTelegramServer, RecordedRequest, SentMessage
 
 __all__ = [
@@ -27,9 +29,11 @@ __all__ = [
     "FakeError",
     "FakeReply",
     "FakeRequest",
+    "FakeSpeechServer",
     "FakeTelegramServer",
     "RecordedRequest",
     "SentMessage",
+    "SpeechRequest",
     "VirtualTimeLoop",
     "ask",
     "assert_unchanged",

@@ -19,9 +19,10 @@ import pytest
 if TYPE_CHECKING:
     from botkit.bot import Bot
     from botkit.testing.anthropic import FakeAnthropicServer
+    from botkit.testing.speech import FakeSpeechServer
     from botkit.testing.telegram import FakeTelegramServer
 
-__all__ = ["MakeBot", "claude", "make_bot", "telegram"]
+__all__ = ["MakeBot", "claude", "make_bot", "speech", "telegram"]
 
 MakeBot = Callable[..., "Bot"]
 """``make_bot(bot=Bot, **settings_and_options)``: your bot (a class or an object) for a test."""
@@ -65,6 +66,15 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
     from botkit.testing.telegram import FakeTelegramServer
 
     async with FakeTelegramServer() as server:
+        yield server
+
+
+@async_fixture
+async def speech() -> AsyncIterator[FakeSpeechServer]:
+    """A fake OpenAI-compatible speech API on 127.0.0.1 (transcripts scripted per file)."""
+    from botkit.testing.speech import FakeSpeechServer
+
+    async with FakeSpeechServer() as server:
         yield server
 
 

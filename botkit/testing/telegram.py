@@ -466,6 +466,7 @@ class FakeTelegramServer(LoopbackServer):
             "getfile": self._get_file,
             "sendphoto": self._send_photo,
             "senddocument": self._send_document,
+            "sendvoice": self._send_voice,
             "getchatmember": self._get_chat_member,
             "answercallbackquery": self._return_true,
             **self._forum_handlers(),
@@ -704,10 +705,45 @@ class FakeTelegramServer(LoopbackServer):
         mime_type: str = "audio/ogg",
         duration: int = 3,
         chat_id: int | None = None,
+        caption: str | None = None,
+        file_size: int | None = None,
+        reply_to_bot: bool = False,
     ) -> int:
-        """Inject a voice note (downloadable via getFile) and return its update_id."""
+        """Inject a voice note (downloadable via getFile) and return its update_id;
+        ``reply_to_bot`` makes it a reply to the bot's last message in the chat (how a voice
+        note addresses the bot in a group)."""
         file = {"mime_type": mime_type, "duration": duration}
-        return self._send_file_message(user_id, "voice", data, file, None, chat_id, None, {})
+        extra = self._reply_to_bot_extra(chat_id or user_id) if reply_to_bot else {}
+        return self._send_file_message(
+            user_id, "voice", data, file, caption, chat_id, file_size, extra
+        )
+
+    def send_audio(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        file_name: str = "memo.mp3",
+        mime_type: str = "audio/mpeg",
+        duration: int = 3,
+        chat_id: int | None = None,
+    ) -> int:
+        """Inject an audio file (downloadable via getFile) and return its update_id."""
+        file = {"file_name": file_name, "mime_type": mime_type, "duration": duration}
+        return self._send_file_message(user_id, "audio", data, file, None, chat_id, None, {})
+
+    def send_video_note(
+        self, user_id: int, data: bytes, *, duration: int = 3, chat_id: int | None = None
+    ) -> int:
+        """Inject a round video note (MPEG-4, no MIME type, as Telegram sends them)."""
+        file = {"duration": duration, "length": 240}
+        return self._send_file_message(user_id, "video_note", data, file, None, chat_id, None, {})
+
+    def _reply_to_bot_extra(self, chat_id: int) -> dict[str, Any]:
+        mine = [m for m in self._sent if m.chat_id == chat_id]
+        if not mine:
+            raise AssertionError(f"the bot sent nothing to chat {chat_id} to reply to")
+        return {"reply_to_message": self._reply_target(chat_id, mine[-1].message_id)}
 
     def _send_file_message(
         self,
@@ -761,6 +797,16 @@ class FakeTelegramServer(LoopbackServer):
         if chat_id is None:
             return list(self._sent)
         return list(self._sent_by_chat.get(chat_id, []))
+
+    def sent_voices(self, chat_id: int | None = None) -> list[SentFile]:
+        """Voice notes the bot sent with ``sendVoice`` that Telegram plays as voice notes (not
+        those of another format, which arrive as files), in order."""
+        return [
+            f
+            for f in self.sent_files(chat_id)
+            if f.method == "sendVoice"
+            and "voice" in self._messages[(f.chat_id, f.message_id)].message
+        ]
 
     def sent_files(self, chat_id: int | None = None) -> list[SentFile]:
         """Pictures and files delivered by ``sendPhoto``/``sendDocument``, in order."""
@@ -968,7 +1014,7 @@ class FakeTelegramServer(LoopbackServer):
             return self._error_response(_ApiError(fault, "Not Found"))
         for file_path, data in self._files.values():
             if file_path == path:
-                return web.Response(body=data, content_type="image/png")
+                return web.Response(body=data, content_type=_content_type(file_path))
         return self._error_response(_ApiError(404, "Not Found"))
 
     # ------------------------------------------------------------------ waiting
@@ -1423,6 +1469,34 @@ class FakeTelegramServer(LoopbackServer):
         self._record_file("sendDocument", message, upload, params)
         return message
 
+    async def _send_voice(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``sendVoice``, as the Bot API page says (read 2026-11-28): OGG/Opus, MP3 and M4A
+        arrive as a playable voice note, any other format as a file (a ``document``: a test
+        asserting on :meth:`sent_voices` catches it); ``duration`` is an integer. Stricter
+        than Telegram, which shows any ``duration`` it is given: an OGG/Opus file's must be its
+        own length (within a second), so a wrong one fails the test."""
+        upload, message = self._sent_upload("voice", params)
+        from botkit.voice.audio import ogg_opus_seconds
+
+        seconds = ogg_opus_seconds(upload.data)
+        duration = params.get("duration")
+        if duration is not None and (not isinstance(duration, int) or duration < 0):
+            raise _ApiError(400, "Bad Request: invalid duration specified")
+        if duration is not None and seconds is not None and abs(duration - seconds) > 1:
+            raise _ApiError(400, f"Bad Request: duration {duration} is not {seconds:.1f} s")
+        number = len(self._files)
+        file_id = f"AwACAgSent{number}"
+        playable = seconds is not None or _is_mp3_or_m4a(upload.data)
+        self._files[file_id] = (f"voice/sent_{number}.oga", upload.data)
+        item = {"file_id": file_id, "file_unique_id": f"AgADSentVoice{number}"}
+        if playable:
+            length = duration if duration is not None else round(seconds or 0)
+            message["voice"] = {**item, "duration": length, "file_size": len(upload.data)}
+        else:
+            message["document"] = {**item, "file_name": upload.filename or "file"}
+        self._record_file("sendVoice", message, upload, params)
+        return message
+
     def _sent_upload(
         self, field: str, params: dict[str, Any]
     ) -> tuple[UploadedFile, dict[str, Any]]:
@@ -1776,6 +1850,21 @@ class FakeTelegramServer(LoopbackServer):
 
 _COPIED_KINDS = ("text", "photo", "document", "voice", "audio", "video", "animation", "sticker")
 """What ``copyMessage`` copies; service messages (a topic's creation, say) cannot be copied."""
+
+
+def _is_mp3_or_m4a(data: bytes) -> bool:
+    """An MP3 (ID3 tag, or an MPEG audio frame's sync bits) or an M4A (MPEG-4 ``ftyp`` box)."""
+    mp3 = data.startswith(b"ID3") or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+    return mp3 or data[4:11] == b"ftypM4A"
+
+
+def _content_type(path: str) -> str:
+    """What the file server says a stored file is, by its path."""
+    if path.startswith("photos/"):
+        return "image/png"
+    if path.endswith((".oga", ".ogg")) or path.startswith(("voices/", "voice/")):
+        return "audio/ogg"
+    return "application/octet-stream"
 
 
 def _bot_copy(source: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
