@@ -18,6 +18,8 @@ from botkit.agent.context import ContextManager
 from botkit.agent.events import Hooks
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
+from botkit.choices.personas import Persona
+from botkit.choices.service import Choices
 from botkit.commands import ButtonHandler, Command, CommandHandler
 from botkit.config import Settings
 from botkit.features import attach_features, close_features
@@ -66,6 +68,8 @@ class Bot:
     """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
     approvals: Approvals
     """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
+    choices: Choices
+    """Each conversation's model, persona and instructions (BOTKIT_MODELS, personas)."""
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class Bot:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         plugins: Iterable[Plugin] = (),
         plans: Iterable[Plan] = (),
+        personas: Iterable[Persona] = (),
         options: BotOptions | None = None,
         tracer_provider: Any = None,
         **overrides: Any,
@@ -115,7 +120,7 @@ class Bot:
             max_messages=self.options.max_messages,
         )
         """The conversations' contexts in memory."""
-        attach_features(self, plans)
+        attach_features(self, plans, personas)
         self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics, self.handoffs)
         """Runs a message through these steps to its reply."""
         self.approvals.turns = self.turns  # a decided approval resumes its turn there

@@ -150,6 +150,11 @@ class Payments:
         grant = await self.current_plan(user_id)
         return None if grant is None else grant.role
 
+    async def current_plan_id(self, user_id: int) -> str | None:
+        """The id of the user's current plan; ``None`` without one."""
+        grant = await self.current_plan(user_id)
+        return None if grant is None else grant.plan_id
+
     async def current_plan(self, user_id: int) -> Grant | None:
         """The user's plan now (read at most every few seconds: every turn asks)."""
         now = datetime.now(UTC)

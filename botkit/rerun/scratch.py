@@ -142,6 +142,7 @@ class RerunSteps:
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
         self.payments = bot.payments
+        self.choices = bot.choices
         self.plugins: list[Plugin] = bot.plugins
         self.model_override: str | None = model or bot.model_override
         self.approvals = bot.approvals
