@@ -68,8 +68,7 @@ class Bot:
     """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
     approvals: Approvals
     """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
-    choices: Choices
-    """Each conversation's model, persona and instructions (BOTKIT_MODELS, personas)."""
+    choices: Choices  # each conversation's model, persona and instructions
 
     def __init__(
         self,
@@ -103,7 +102,7 @@ class Bot:
             self.tools.register(item)
         self.sessions: SessionStore = sessions or session_store_for(self.settings)
         self.model_override: str | None = None
-        """Set by an admin's ``/model``: the model every turn uses from then on."""
+        """Set by an admin's ``/model``: the model turns use (unless one chose another)."""
         self.commands: dict[str, Command] = {}
         self.buttons: dict[str, ButtonHandler] = {}
         """Inline-button handlers by the prefix of the button's data (``<prefix>:<payload>``)."""
@@ -222,8 +221,7 @@ class Bot:
         return None
 
     async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
-        """Who else than the sender of ``message`` may allow ``call`` (a tool marked
-        ``approval=True``), e.g. a manager's user id; by default nobody."""
+        """Who else may allow ``call`` (``approval=True``): e.g. a manager; by default nobody."""
         return ()
 
     async def on_start(self) -> None:
