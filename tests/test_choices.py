@@ -27,6 +27,7 @@ from botkit.privacy.erase import export_user, forget_user
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, running
 from botkit.testing.kit import ask, fake_llm, make_bot, make_settings
 from botkit.testing.telegram import SentMessage
+from botkit.types import Usage
 
 SONNET, HAIKU, OPUS = "claude-sonnet-5-5", "claude-haiku-5-5", "claude-opus-5-5"
 ALICE, BOB = 4701, 4702
@@ -426,6 +427,26 @@ async def test_usage_is_priced_and_split_by_model(
     assert "By model:" in usage
     assert f"\n{HAIKU}: " in usage and f"\n{SONNET}: " in usage
     assert set(bot.turns.usage_by_model) == {SONNET, HAIKU}
+
+
+async def test_a_budget_counts_a_dearer_model_for_more(
+    tmp_path: Path, claude: FakeAnthropicServer
+) -> None:
+    bot = chooser(claude, tmp_path, {}, daily_token_budget=100_000, models=(SONNET, HAIKU, OPUS))
+    plain = make_bot(claude, tmp_path / "plain", daily_token_budget=100_000)
+    day = datetime.now(UTC).date()
+    try:
+        for user, model in ((ALICE, OPUS), (BOB, HAIKU), (4703, SONNET)):
+            await bot.access.charge(user, Usage(input_tokens=1_000, output_tokens=100), model)
+        await plain.access.charge(ALICE, Usage(input_tokens=1_000, output_tokens=100), OPUS)
+        users = await bot.access.user_store()
+        spent = [await users.usage_on(user, day) for user in (ALICE, BOB, 4703)]
+        assert spent == [2_200, 55, 1_100], "opus costs twice sonnet, haiku a twentieth"
+        plain_users = await plain.access.user_store()
+        assert await plain_users.usage_on(ALICE, day) == 1_100, "without choices, tokens as ever"
+    finally:
+        await bot.aclose()
+        await plain.aclose()
 
 
 # --- operators --------------------------------------------------------------------------------

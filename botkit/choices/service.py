@@ -190,6 +190,8 @@ class Choices:
         if self.settings.instructions:
             host.command("instructions", "Your standing instructions for me")(self._instructions)
         host.buttons[BUTTON_PREFIX] = self._press
+        if len(self.settings.models) > 1 or any(p.model for p in self.personas.values()):
+            host.access.budget_model = self.settings.default_model  # a dear pick costs more
 
     async def store(self) -> ChoiceStore:
         """The choice store, beside the user store, opened on first use."""
