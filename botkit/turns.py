@@ -33,7 +33,7 @@ from botkit.agent.loop import AgentLoop, ProgressSink, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.choices.service import NO_CHOICE, Choices, TurnChoice
+from botkit.choices.service import NO_CHOICE, TurnChoice, TurnChoices
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro, visible_commands
 from botkit.config import Settings
 from botkit.errors import (
@@ -86,8 +86,12 @@ class BotSteps(Protocol):
     model_override: str | None
     approvals: Approvals
     payments: Payments
-    choices: Choices
     plugins: list[Plugin]
+
+    @property
+    def choices(self) -> TurnChoices:
+        """Each conversation's model, persona and instructions."""
+        ...
 
     @property
     def llm(self) -> LLM:

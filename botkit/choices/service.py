@@ -10,7 +10,7 @@ offers nothing to choose (one model, no personas, no instructions) never reads t
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import structlog
@@ -36,7 +36,9 @@ __all__ = [
     "ChoiceHost",
     "ChoiceSettings",
     "Choices",
+    "ModelFixed",
     "TurnChoice",
+    "TurnChoices",
     "instructions_part",
 ]
 
@@ -95,6 +97,26 @@ class TurnChoice:
 
 NO_CHOICE = TurnChoice()
 """The bot's defaults: nothing chosen."""
+
+
+class TurnChoices(Protocol):
+    """What the pipeline asks of the choices: what a message's conversation chose."""
+
+    async def for_turn(self, message: Incoming) -> TurnChoice:
+        """The conversation's model, persona and instructions, as this turn applies them."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFixed:
+    """Another's choices, but every turn on ``model`` (a re-run asked for one)."""
+
+    choices: TurnChoices
+    model: str
+
+    async def for_turn(self, message: Incoming) -> TurnChoice:
+        """The conversation's choice with the model replaced."""
+        return replace(await self.choices.for_turn(message), model=self.model)
 
 
 @dataclass(frozen=True)
