@@ -351,6 +351,8 @@ async def test_a_plan_unlocks_a_model_and_its_end_falls_back_once(
         assert buttons_of(menu)[-1] == locked
         assert await press(telegram, ALICE, menu, locked) == f"{OPUS} comes with Pro: send /plans."
         assert buttons_of(await ask(telegram, ALICE, "/persona"))[-1] == "🔒 Coach · Pro"
+        plans = (await ask(telegram, ALICE, "/plans")).plain_text
+        assert plans.endswith(f"Opus and the coach Unlocks {OPUS}, coach.")
         now = datetime.now(UTC)
         ending = NewPayment("c1", ALICE, PRO, 50, now - timedelta(days=30) + timedelta(seconds=4))
         await (await bot.payments.store()).grant(ending)
@@ -374,6 +376,25 @@ async def test_a_plan_unlocks_a_model_and_its_end_falls_back_once(
     assert answer.plain_text == "echo: after the plan"
     assert request_for(claude, "after the plan").model == SONNET
     assert len(telegram.sent_messages(ALICE)) == before + 3, "told once"
+
+
+async def test_a_model_the_operator_withdrew_falls_back_once(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    bot = chooser(claude, tmp_path, {})
+    async with running(bot, telegram):
+        await press(telegram, ALICE, await ask(telegram, ALICE, "/model"), HAIKU_BUTTON)
+    withdrawn = chooser(claude, tmp_path, {}, models=(SONNET, OPUS))
+    async with running(withdrawn, telegram):
+        before = len(telegram.sent_messages(ALICE))
+        telegram.send_text(ALICE, "after the change")
+        told, answer = (await telegram.wait_for_messages(ALICE, before + 2))[before:]
+        await ask(telegram, ALICE, "and then")
+    assert told.plain_text == f"{HAIKU} is no longer offered here: back to {SONNET}."
+    assert answer.plain_text == "echo: after the change"
+    assert request_for(claude, "after the change").model == SONNET
+    texts = [m.plain_text for m in telegram.sent_messages(ALICE)]
+    assert texts.count(told.plain_text) == 1, "told once"
 
 
 # --- a switch keeps the conversation ----------------------------------------------------------

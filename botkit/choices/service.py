@@ -150,9 +150,14 @@ class ChoiceSettings:
         if instructions is None:
             instructions = len(models) > 1 or bool(personas)
         return cls(
-            settings.model, models, tuple(personas), instructions, settings.group_context,
-            plans, locked,
-        )  # fmt: skip
+            default_model=settings.model,
+            models=models,
+            personas=tuple(personas),
+            instructions=instructions,
+            group_context=settings.group_context,
+            plans=plans,
+            locked=locked,
+        )
 
     @property
     def active(self) -> bool:
@@ -195,6 +200,7 @@ class Choices:
         self._users = users
         self._plan_of = plan_of
         self._store: ChoiceStore | None = None
+        self._host: ChoiceHost | None = None
 
     def __bool__(self) -> bool:
         return self.settings.active
@@ -266,7 +272,9 @@ class Choices:
             self.settings.default_model if kind == "model" else self.texts.default_persona
             for kind in lost
         )
-        return self.texts.no_longer_yours.format(names=names, fallback=fallback)
+        ended = all(name in self.settings.locked for name in lost.values())
+        text = self.texts.no_longer_yours if ended else self.texts.no_longer_offered
+        return text.format(names=names, fallback=fallback)
 
     async def _allowed(self, name: str, user_id: int, *, model: bool = False) -> bool:
         """Whether ``user_id`` may use the model (or persona) ``name`` now."""
@@ -326,6 +334,8 @@ class Choices:
         group's admins choose for it."""
         if not message.in_group or self.settings.group_context == "per_user":
             return True
+        if self._host is None:
+            return False
         return await self._host.access.is_group_admin(message, self._host.messenger)
 
     async def _current(self, message: Incoming) -> Choice:

@@ -42,3 +42,5 @@ class ChoiceTexts:
     clear_button: str = "Clear them"
     no_longer_yours: str = "{names} is no longer yours (your plan has ended): back to {fallback}."
     """Told once, before the answer, when a plan that unlocked a choice has ended."""
+    no_longer_offered: str = "{names} is no longer offered here: back to {fallback}."
+    """Told once, before the answer, when the operator withdrew a choice."""

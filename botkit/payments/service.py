@@ -180,15 +180,16 @@ class Payments:
                 if plan.subscription
                 else texts.one_off_period.format(days=plan.days)
             )
-            lines.append(
-                texts.plan_line.format(
-                    title=plan.title,
-                    stars=plan.stars,
-                    period=period,
-                    tokens=f"{plan.daily_tokens:,}",
-                    description=plan.description,
-                )
+            line = texts.plan_line.format(
+                title=plan.title,
+                stars=plan.stars,
+                period=period,
+                tokens=f"{plan.daily_tokens:,}",
+                description=plan.description,
             )
+            if unlocked := [*plan.models, *plan.personas]:
+                line += " " + texts.unlocks.format(names=", ".join(unlocked))
+            lines.append(line)
             label = texts.buy_button.format(title=plan.title, stars=plan.stars)
             rows.append((Button(label, f"{BUY}:{plan.id}"),))
         return Reply("\n\n".join(lines), tuple(rows))
