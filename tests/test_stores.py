@@ -68,6 +68,7 @@ ALL = [
     "020_fetch_plan",
     "021_fetch_by_lock_heads",
     "022_finish_then_fetch",
+    "023_choices",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
