@@ -111,6 +111,32 @@ async def both_ask(telegram: FakeTelegramServer, tag: str) -> None:
     )
 
 
+async def test_the_store_sets_one_field_and_keeps_the_others(
+    claude: FakeAnthropicServer, tmp_path: Path, store: dict[str, Any]
+) -> None:
+    bot = chooser(claude, tmp_path, store)
+    try:
+        choices = await bot.choices.store()
+        assert await choices.get("chat_-5") is None
+        await choices.set("chat_-5", ALICE, {"model": HAIKU, "instructions": "Be brief."})
+        await choices.set("chat_-5", BOB, {"persona": "coach"})  # another admin of the group
+        got = await choices.get("chat_-5")
+        assert got is not None
+        assert (got.user_id, got.model, got.persona, got.instructions) == (
+            BOB,
+            HAIKU,
+            "coach",
+            "Be brief.",
+        )
+        await choices.set("chat_-5", BOB, {"model": None})
+        assert (await choices.of_user(BOB))[0].model is None
+        assert await choices.of_user(ALICE) == [], "the last to choose holds the row"
+        with pytest.raises(ValueError, match="a choice sets some of"):
+            await choices.set("chat_-5", BOB, {"role": "admin"})  # type: ignore[dict-item]
+    finally:
+        await bot.aclose()
+
+
 # --- models -----------------------------------------------------------------------------------
 
 
