@@ -554,3 +554,40 @@ async def test_operators_see_set_export_and_forget_the_choices(
         assert await (await last.choices.store()).get(str(BOB)) is not None, "only theirs"
     finally:
         await last.aclose()
+
+
+def test_an_operator_chooses_and_sees_from_the_command_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM", "ANTHROPIC"))}
+    env = {k: v for k, v in env.items() if not k.startswith("BOTKIT")}
+    env |= {
+        "BOTKIT_SESSIONS_DIR": str(tmp_path / "sessions"),
+        "BOTKIT_MODELS": f"{SONNET},{HAIKU}",
+        "BOTKIT_ALLOWED_USERS": str(ALICE),
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "botkit", "users", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    (tmp_path / "sessions").mkdir()
+    chosen = cli("choose", str(ALICE), "--model", HAIKU, "--instructions", "Be brief.")
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.strip() == (
+        f"private chat of {ALICE}: model {HAIKU}, persona default, instructions 'Be brief.'"
+    )
+    shown = cli("show", str(ALICE))
+    assert "choices in private chat" in shown.stdout and f"model {HAIKU}" in shown.stdout
+    refused = cli("choose", str(ALICE), "--model", "claude-fable-5-1")
+    assert refused.returncode == 2 and "is not offered" in refused.stderr
+    reset = cli("choose", str(ALICE), "--reset")
+    assert reset.stdout.strip().endswith("model default, persona default, no instructions")
