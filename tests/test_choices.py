@@ -474,6 +474,9 @@ async def test_usage_is_priced_and_split_by_model(
     assert "By model:" in usage
     assert f"\n{HAIKU}: " in usage and f"\n{SONNET}: " in usage
     assert set(bot.turns.usage_by_model) == {SONNET, HAIKU}
+    for model in (SONNET, HAIKU):
+        cost = bot.metrics.registry.get_sample_value("botkit_llm_cost_usd_total", {"model": model})
+        assert cost is not None and cost > 0, f"{model}'s calls priced at its own price"
 
 
 async def test_a_budget_counts_a_dearer_model_for_more(
