@@ -15,6 +15,7 @@ from typing import Protocol
 from botkit.admin import AdminHost, register_admin_commands
 from botkit.approvals.request import BUTTON_PREFIX as APPROVAL_BUTTONS
 from botkit.approvals.service import ApprovalHost, Approvals
+from botkit.choices.menus import ChoiceMenus
 from botkit.choices.personas import Persona, load_personas
 from botkit.choices.service import ChoiceHost, Choices, ChoiceSettings
 from botkit.commands import CommandHost, register_builtin_commands
@@ -88,7 +89,8 @@ def _choices(bot: FeatureHost, personas: Iterable[Persona]) -> Choices:
     choice_settings = ChoiceSettings.from_settings(settings, offered, plans)
     plan_of = bot.payments.current_plan_id if bot.payments else None
     choices = Choices(choice_settings, bot.options.choice_texts, bot.access.user_store, plan_of)
-    choices.register(bot)
+    choices.attach(bot)
+    ChoiceMenus(choices, bot.options.choice_texts).register(bot)
     return choices
 
 

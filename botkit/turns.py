@@ -33,7 +33,7 @@ from botkit.agent.loop import AgentLoop, ProgressSink, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
-from botkit.choices.service import NO_CHOICE, TurnChoice, TurnChoices
+from botkit.choices.turn import NO_CHOICE, TurnChoice, TurnChoices
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro, visible_commands
 from botkit.config import Settings
 from botkit.errors import (

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from botkit.access import Access
-from botkit.choices.service import ModelFixed, TurnChoices
+from botkit.choices.turn import ModelFixed, TurnChoices
 from botkit.commands import ButtonHandler, Command
 from botkit.config import Settings
 from botkit.llm.base import LLM
