@@ -39,6 +39,7 @@ class ChoiceMenus:
         host.buttons[BUTTON_PREFIX] = self.press
 
     async def model_command(self, message: Incoming, args: str) -> str | Reply:
+        """``/model``: the models as buttons; ``/model NAME`` picks one."""
         wanted = args.strip()
         if wanted:
             if not await self.choices.may_choose(message):
@@ -69,6 +70,7 @@ class ChoiceMenus:
         return self.texts.price_hint.format(input=price.input, output=price.output)
 
     async def persona_command(self, message: Incoming, args: str) -> str | Reply:
+        """``/persona``: the personas as buttons; ``/persona ID`` picks one."""
         wanted = args.strip()
         if wanted:
             if not await self.choices.may_choose(message):
@@ -106,6 +108,7 @@ class ChoiceMenus:
         return self.texts.chosen_mark + label if chosen else label
 
     async def instructions(self, message: Incoming, args: str) -> str | Reply:
+        """``/instructions``: shows them; with a text, keeps it; ``clear`` clears them."""
         text = args.strip()
         if text and not await self.choices.may_choose(message):
             return self.texts.group_admins_only

@@ -219,6 +219,7 @@ class Choices:
         return memory_key(conversation.owner_id, conversation.key)
 
     def name_of(self, name: str) -> str:
+        """How users know a model or persona: a persona's title, a model's name."""
         persona = self.personas.get(name)
         return persona.title if persona is not None else name
 
@@ -259,5 +260,6 @@ class Choices:
         return await self._host.access.is_group_admin(message, self._host.messenger)
 
     async def current(self, message: Incoming) -> Choice:
+        """The conversation's choices as stored (nothing chosen: an empty one)."""
         choice = await (await self.store()).get(self.key_of(message))
         return choice or Choice(self.key_of(message), message.user_id)
