@@ -297,7 +297,9 @@ async def test_a_persona_adds_its_prompt_and_limits_the_tools(
     assert [m["role"] for m in ahoy.messages] == ["user", "assistant", "user"], "history kept"
 
 
-def test_personas_come_from_code_then_the_folder_and_bad_files_say_why(tmp_path: Path) -> None:
+async def test_personas_come_from_code_then_the_folder_and_bad_files_say_why(
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "personas"
     write_persona(
         folder, "tutor", "title: Tutor\ndescription: Step by step.\ntools: a, b", "Teach."
@@ -307,6 +309,10 @@ def test_personas_come_from_code_then_the_folder_and_bad_files_say_why(tmp_path:
     assert (tutor.id, tutor.prompt, tutor.tools) == ("tutor", "Teach.", ("a", "b"))
     with pytest.raises(ConfigError, match="two personas have the id coder"):
         load_personas(None, [coder, coder])
+    bot = make_bot(claude, tmp_path, personas_dir=folder, personas=[coder])
+    assert list(bot.choices.personas) == ["coder", "tutor"] and "instructions" in bot.commands
+    assert bot.commands["model"].description.startswith("Show the model"), "one model: as ever"
+    await bot.aclose()
     write_persona(folder, "bad", "title: Bad\nmood: grumpy", "Hm.")
     with pytest.raises(ConfigError, match=r"bad\.md: description: Field required"):
         load_personas(folder)
