@@ -298,7 +298,7 @@ async def test_a_persona_adds_its_prompt_and_limits_the_tools(
 
 
 async def test_personas_come_from_code_then_the_folder_and_bad_files_say_why(
-    tmp_path: Path,
+    claude: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     folder = tmp_path / "personas"
     write_persona(
