@@ -27,6 +27,7 @@ from botkit.bot import (
     BuildTools,
     HandleStart,
 )
+from botkit.choices import Persona
 from botkit.commands import Command
 from botkit.config import Settings
 from botkit.errors import (
@@ -108,6 +109,7 @@ __all__ = [
     "Message",
     "Messenger",
     "MessengerError",
+    "Persona",
     "Plan",
     "Plugin",
     "PromptPlugin",

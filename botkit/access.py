@@ -55,6 +55,9 @@ class Access:
         """The role a user's paid plan gives (``None``: none); set when plans are sold."""
         self.budget_hint: str | None = None
         """Added to the over-budget text (where to raise the budget), when plans are sold."""
+        self.budget_model: str | None = None
+        """Budgets count tokens as priced on this model (set when users choose models);
+        ``None``: every token counts as one."""
 
     async def user_store(self) -> UserStore:
         """The users and invites store, opened on first use."""
@@ -206,7 +209,18 @@ class Access:
         if usage.audio_seconds or usage.spoken_chars:  # voice, as the chat model's tokens
             chat = price_for(self.settings.model) or FALLBACK
             spent += (price_for(model) or FALLBACK).voice_tokens(usage, chat)
+        spent = self._weighed(spent, usage, model)
         await (await self.user_store()).add_usage(user_id, today(), spent)
+
+    def _weighed(self, spent: int, usage: Usage, model: str) -> int:
+        """``spent`` in tokens of the budget's model: a call to a model dearer than it counts
+        for more (when users choose models, so a budget caps cost whichever they pick)."""
+        base = self.budget_model
+        if base is None or not model or model == base:
+            return spent
+        at_base = (price_for(base) or FALLBACK).cost(usage)
+        at_model = (price_for(model) or FALLBACK).cost(usage)
+        return round(spent * at_model / at_base) if at_base > 0 else spent
 
 
 class UsageLedger:

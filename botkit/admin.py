@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import structlog
 
 from botkit.access import Access
+from botkit.choices.cli import choice_lines, choose
 from botkit.commands import CommandHandler
 from botkit.config import Settings
 from botkit.errors import ConfigError
@@ -236,8 +237,10 @@ def _add_users(users: argparse.ArgumentParser) -> None:
     role = actions.add_parser("role", help="set a user's role")
     role.add_argument("user_id", type=int, metavar="ID")
     role.add_argument("role", metavar="ROLE")
+    from botkit.choices.cli import add_choose
     from botkit.privacy.erase import add_actions
 
+    add_choose(actions)
     add_actions(actions)  # forget, export
 
 
@@ -313,7 +316,17 @@ async def _users_show(store: UserStore, settings: Settings, args: argparse.Names
         fields += [("joined", _time(record.joined_at) + " UTC"), ("blocked", _yes(record.blocked))]
     if config is not None:
         fields.append(("admitted by", config))
+    fields += await choice_lines(store, user_id)
     print(format_table([], [list(field) for field in fields]))
+    return 0
+
+
+async def _users_choose(store: UserStore, settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        print(await choose(store, settings, args))
+    except ConfigError as e:
+        print(f"botkit: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -608,6 +621,7 @@ _HANDLERS: dict[tuple[str, str | None], _Handler] = {
     ("users", "block"): _users_block,
     ("users", "unblock"): _users_unblock,
     ("users", "role"): _users_role,
+    ("users", "choose"): _users_choose,
     ("invites", "list"): _invites_list,
     ("invites", "revoke"): _invites_revoke,
     ("usage", None): _usage,

@@ -18,6 +18,8 @@ from botkit.agent.context import ContextManager
 from botkit.agent.events import Hooks
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
+from botkit.choices.personas import Persona
+from botkit.choices.service import Choices
 from botkit.commands import ButtonHandler, Command, CommandHandler
 from botkit.config import Settings
 from botkit.features import attach_features, close_features
@@ -69,6 +71,7 @@ class Bot:
     """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
     voice: Voice | None
     """Voice notes heard and answers spoken (BOTKIT_TRANSCRIBE_URL, BOTKIT_SPEECH_URL)."""
+    choices: Choices  # each conversation's model, persona and instructions
 
     def __init__(
         self,
@@ -80,6 +83,7 @@ class Bot:
         tools: Iterable[Tool | Callable[..., Any]] = (),
         plugins: Iterable[Plugin] = (),
         plans: Iterable[Plan] = (),
+        personas: Iterable[Persona] = (),
         options: BotOptions | None = None,
         tracer_provider: Any = None,
         **overrides: Any,
@@ -101,7 +105,7 @@ class Bot:
             self.tools.register(item)
         self.sessions: SessionStore = sessions or session_store_for(self.settings)
         self.model_override: str | None = None
-        """Set by an admin's ``/model``: the model every turn uses from then on."""
+        """Set by an admin's ``/model``: the model turns use (unless one chose another)."""
         self.commands: dict[str, Command] = {}
         self.buttons: dict[str, ButtonHandler] = {}
         """Inline-button handlers by the prefix of the button's data (``<prefix>:<payload>``)."""
@@ -118,7 +122,7 @@ class Bot:
             max_messages=self.options.max_messages,
         )
         """The conversations' contexts in memory."""
-        attach_features(self, plans)
+        attach_features(self, plans, personas)
         self.turns = TurnPipeline(self, self.access, self.contexts, self.metrics, self.handoffs)
         """Runs a message through these steps to its reply."""
         self.approvals.turns = self.turns  # a decided approval resumes its turn there
@@ -220,8 +224,7 @@ class Bot:
         return None
 
     async def approvers(self, call: ToolUseBlock, message: Incoming) -> Sequence[int]:
-        """Who else than the sender of ``message`` may allow ``call`` (a tool marked
-        ``approval=True``), e.g. a manager's user id; by default nobody."""
+        """Who else may allow ``call`` (``approval=True``): e.g. a manager; by default nobody."""
         return ()
 
     async def on_start(self) -> None:

@@ -196,4 +196,18 @@ def usage_report(usage_by_model: dict[str, Usage], *, whose: str = "Your usage")
         f"{whose}: {total.input_tokens:,} input tokens, {total.output_tokens:,} output "
         f"tokens, {total.cache_creation_input_tokens:,} written to and "
         f"{total.cache_read_input_tokens:,} read from the prompt cache; {cost}.{cached}"
+        f"{_by_model(usage_by_model)}"
     )
+
+
+def _by_model(usage_by_model: dict[str, Usage]) -> str:
+    """Each model's tokens and cost, when the conversation used more than one."""
+    if len(usage_by_model) < 2:
+        return ""
+    lines = []
+    for model, usage in sorted(usage_by_model.items()):
+        tokens = usage.input_tokens + usage.output_tokens
+        tokens += usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        dollars, _ = estimate({model: usage})
+        lines.append(f"\n{model}: {tokens:,} tokens, about ${dollars:.4f}")
+    return "\nBy model:" + "".join(lines)

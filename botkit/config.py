@@ -371,6 +371,19 @@ class Settings(BaseSettings):
         30.0, gt=0, validation_alias=AliasChoices("BOTKIT_SPEECH_TIMEOUT", "speech_timeout")
     )
     """BOTKIT_SPEECH_TIMEOUT: seconds one call to the speech or transcription API may take."""
+    models: DomainList = Field((), validation_alias=AliasChoices("BOTKIT_MODELS", "models"))
+    """BOTKIT_MODELS: comma-separated models users may pick with ``/model`` for their
+    conversation (empty: BOTKIT_MODEL alone, and ``/model`` stays the admins' switch)."""
+    personas_dir: Path | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_PERSONAS_DIR", "personas_dir")
+    )
+    """BOTKIT_PERSONAS_DIR: a folder of personas users may pick with ``/persona``, one
+    Markdown file each (front matter: title, description, optionally model and tools)."""
+    instructions: bool | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_INSTRUCTIONS", "instructions")
+    )
+    """BOTKIT_INSTRUCTIONS: let users give standing instructions with ``/instructions``;
+    unset: on when users may pick models or personas."""
     log_level: str = Field("INFO", validation_alias=AliasChoices("BOTKIT_LOG_LEVEL", "log_level"))
     """BOTKIT_LOG_LEVEL: DEBUG, INFO, WARNING or ERROR (any case)."""
     metrics_port: int | None = Field(
@@ -402,7 +415,7 @@ class Settings(BaseSettings):
         """``BOTKIT_DATABASE_URL=`` (set to nothing) means no database, as unset does."""
         return None if value == "" else value
 
-    @field_validator("web_domains", mode="before")
+    @field_validator("web_domains", "models", mode="before")
     @classmethod
     def _split_domains(cls, value: Any) -> Any:
         if isinstance(value, str):

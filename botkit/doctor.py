@@ -118,6 +118,7 @@ async def run_checks(
             _check_mcp(settings),
             _check_voice(settings),
         )
+        models = await _check_models(bot) if anthropic.ok else []
         if conversation is not None and bot is not None:
             prefix.append(await _check_prefix(bot, conversation))
     finally:
@@ -127,6 +128,7 @@ async def run_checks(
         built,
         telegram,
         anthropic,
+        *models,
         database,
         _check_sessions(settings),
         *mcp,
@@ -250,6 +252,30 @@ async def _check_anthropic(bot: Bot | None, settings: Settings) -> CheckResult:
         if own:
             await llm.close()
     return CheckResult("Anthropic", True, f"key accepted, model {llm.model!r} known")
+
+
+async def _check_models(bot: Bot | None) -> list[CheckResult]:
+    """Every model users may pick (BOTKIT_MODELS, plans, personas) exists and takes the
+    thinking settings, asked of the Models API; no line when users pick none."""
+    from botkit.llm.anthropic import AnthropicLLM
+
+    if bot is None or not isinstance(bot.llm, AnthropicLLM):
+        return []
+    offered = bot.choices.settings
+    models = [*offered.models, *(p.model for p in offered.personas if p.model)]
+    if len(set(models)) < 2:
+        return []
+    try:
+        found = await bot.llm.unknown_models(models)
+    except LLMError as e:
+        return [CheckResult("models", False, then(e, "check the network"))]
+    if found:
+        return [
+            CheckResult("models", False, f"{p}: fix BOTKIT_MODELS, the plans or the personas")
+            for p in found
+        ]
+    listed = ", ".join(dict.fromkeys(models))
+    return [CheckResult("models", True, f"users may pick {listed}; all known")]
 
 
 async def _check_database(settings: Settings) -> CheckResult:

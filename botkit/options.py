@@ -8,6 +8,7 @@ from typing import Any
 
 from botkit.agent.loop import LoopTexts
 from botkit.approvals.texts import ApprovalTexts
+from botkit.choices.texts import ChoiceTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.memory.texts import MemoryTexts
 from botkit.messengers.base import Incoming
@@ -178,6 +179,9 @@ class BotOptions:
     """What approval requests say, their buttons, and the answers to presses."""
     payment_texts: PaymentTexts = field(default_factory=PaymentTexts)
     """What users are told about plans and payments (with BOTKIT_PLANS or ``Bot(plans=)``)."""
+    choice_texts: ChoiceTexts = field(default_factory=ChoiceTexts)
+    """The texts of ``/model``, ``/persona`` and ``/instructions`` (with BOTKIT_MODELS,
+    BOTKIT_PERSONAS_DIR or ``Bot(personas=)``)."""
     memory: bool = True
     """Give each conversation a long-term memory the model manages (BOTKIT_MEMORY too)."""
     memory_texts: MemoryTexts = field(default_factory=MemoryTexts)

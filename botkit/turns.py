@@ -2,7 +2,8 @@
 
 Telegram turns, ``Bot.stream``, the console and (later) queue workers all run turns here:
 (the operators' chat, for handoffs) → handle_start → authorize → user record → commands →
-(handed over: relay and stop) → budget → build_extra, build_tools, build_prompt → context_for →
+(handed over: relay and stop) → budget → the conversation's choices (model, persona,
+instructions) → build_extra, build_tools, build_prompt → context_for →
 the tool loop → the reply. LLM errors become user texts here;
 usage is charged, drafts are streamed and the stop button is honoured here.
 """
@@ -32,6 +33,7 @@ from botkit.agent.loop import AgentLoop, ProgressSink, TurnResult
 from botkit.agent.pool import ContextPool
 from botkit.approvals.service import Approvals
 from botkit.chats import RejectionLimiter, conversation_of, framed_text, group_note, speaker_name
+from botkit.choices.turn import NO_CHOICE, TurnChoice, TurnChoices
 from botkit.commands import ButtonHandler, Command, PressAnswer, help_intro, visible_commands
 from botkit.config import Settings
 from botkit.errors import (
@@ -88,6 +90,11 @@ class BotSteps(Protocol):
     payments: Payments
     plugins: list[Plugin]
     voice: Voice | None
+
+    @property
+    def choices(self) -> TurnChoices:
+        """Each conversation's model, persona and instructions."""
+        ...
 
     @property
     def llm(self) -> LLM:
@@ -285,9 +292,12 @@ class TurnPipeline:
         if not (message.text or message.images or message.content):
             await self._reply(messenger, message, self.bot.options.unsupported_text)
             return "unsupported"
+        choice = await self.bot.choices.for_turn(message)  # its model, persona, instructions
+        if choice.notice:
+            await self._reply(messenger, message, choice.notice)  # a plan's choice has ended
         extra = await self.bot.build_extra(message)
-        tools = as_registry(await self.bot.build_tools(message))
-        parts = await self._prompt_parts(message)
+        tools = choice.tools(as_registry(await self.bot.build_tools(message)))
+        parts = await self._prompt_parts(message, choice)
         system = _with_note(join_parts(parts), group_note(message))
         context = await self.context_for(message)
         self.prefix_watch.observe(context.key, [*parts, *_tool_parts(tools)])
@@ -308,7 +318,7 @@ class TurnPipeline:
                 return "answered"
             tool_context = self._tool_context(message, extra, messenger)
             reply, outcome = await self._answer(
-                message, messenger, context, system, tools, tool_context, draft
+                message, messenger, context, system, tools, tool_context, draft, choice.model
             )
             await self._end_turn(message, messenger, context, tools, reply, outcome)
             return outcome
@@ -363,9 +373,10 @@ class TurnPipeline:
             await self._hold_during_handoff(message, messenger, decided, handoff)
             return  # a person answers this conversation now: no call runs, no LLM call
         message = replace(message, user=await self.access.user_record(message))
+        choice = await self.bot.choices.for_turn(message)
         extra = await self.bot.build_extra(message)
-        tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.system_prompt(message), group_note(message))
+        tools = choice.tools(as_registry(await self.bot.build_tools(message)))
+        system = _with_note(await self.system_prompt(message, choice), group_note(message))
         context = await self.context_for(message)
         async with context.lock, self._typing(messenger, message):
             if not _still_waiting(context, decided):
@@ -381,6 +392,7 @@ class TurnPipeline:
                 task_id=task_id,
                 decided=decided,
                 decision=decision,
+                model=choice.model,
             )
             reply = _all_text(context, first, text)
             await self._end_turn(message, messenger, context, tools, reply, outcome)
@@ -537,15 +549,17 @@ class TurnPipeline:
         tools: ToolRegistry,
         tool_context: ToolContext,
         draft: Draft | None,
+        model: str | None = None,
     ) -> tuple[str, TurnOutcome]:
-        """Run the loop as its own task, streaming into ``draft``, so the user can stop it."""
+        """Run the loop as its own task, streaming into ``draft``, so the user can stop it
+        (with ``model``: the conversation's choice, else the bot's)."""
         task_id = f"{message.user_id}:{message.update_id}"
         if draft is not None:
             await draft.start()
         first = context.appended
         if draft is None:  # no stop button to press: the loop runs in this task
             text, outcome = await self._run_loop(
-                context, system, tools, tool_context, task_id=task_id
+                context, system, tools, tool_context, task_id=task_id, model=model
             )
             return _all_text(context, first, text), outcome
         turn = asyncio.create_task(
@@ -557,6 +571,7 @@ class TurnPipeline:
                 on_text=draft.update,
                 task_id=task_id,
                 on_progress=draft.status,
+                model=model,
             )
         )
         stop_key = (message.chat_id, draft.draft_id) if draft is not None else None
@@ -606,20 +621,21 @@ class TurnPipeline:
         decided: dict[str, str | None] | None = None,
         decision: str | None = None,
         on_progress: ProgressSink | None = None,
+        model: str | None = None,
     ) -> tuple[str, TurnOutcome]:
         """The loop's reply, or a polite text when the model could not be reached; the
         answer's text streams to ``on_text``, what runs meanwhile to ``on_progress``, the
         loop's events to ``emit``; ``decided`` resumes a turn whose calls waited for
-        approval."""
+        approval; ``model``, the conversation's choice, overrides the bot's."""
         charge = partial(self._charge, tool_context.user_id)
-        model = self.bot.model_override or self.bot.settings.model
-        llm = ChargedLLM(self.bot.llm, charge, self.metrics, model)
+        chosen = model or self.bot.model_override
+        llm = ChargedLLM(self.bot.llm, charge, self.metrics, chosen or self.bot.settings.model)
         loop = AgentLoop(
             llm,
             max_iterations=self.bot.options.max_iterations,
             texts=self.bot.options.loop_texts,
             compactor=Compactor(llm, max_context_chars=self.bot.options.max_context_chars),
-            model=self.bot.model_override,
+            model=chosen,
             hooks=self.bot.hooks,
             max_parallel_tools=self.bot.options.max_parallel_tools,
             server_tools=self.bot.settings.server_tools().definitions(),
@@ -712,9 +728,10 @@ class TurnPipeline:
 
     async def _stream_turn(self, message: Incoming, events: asyncio.Queue[Event | None]) -> None:
         try:
+            choice = await self.bot.choices.for_turn(message)
             extra = await self.bot.build_extra(message)
-            tools = as_registry(await self.bot.build_tools(message))
-            system = await self.system_prompt(message)
+            tools = choice.tools(as_registry(await self.bot.build_tools(message)))
+            system = await self.system_prompt(message, choice)
             context = await self.contexts.get(message.user_id)
             async with context.lock:
                 await context.flush_pending()
@@ -722,7 +739,13 @@ class TurnPipeline:
                 tool_context = self._tool_context(message, extra)
                 task_id = f"{message.user_id}:{uuid.uuid4().hex[:8]}"
                 await self._run_loop(
-                    context, system, tools, tool_context, emit=events.put, task_id=task_id
+                    context,
+                    system,
+                    tools,
+                    tool_context,
+                    emit=events.put,
+                    task_id=task_id,
+                    model=choice.model,
                 )
         finally:
             await events.put(None)
@@ -731,29 +754,39 @@ class TurnPipeline:
         """Run a recorded user ``turn`` again (``replay --rerun``): the bot's build_extra,
         build_tools, build_prompt and the tool loop, on ``message``'s conversation, with
         ``ToolContext.rerun`` set. No gates or commands; the reply is returned, not sent."""
+        choice = await self.bot.choices.for_turn(message)
         extra = await self.bot.build_extra(message)
-        tools = as_registry(await self.bot.build_tools(message))
-        system = _with_note(await self.system_prompt(message), group_note(message))
+        tools = choice.tools(as_registry(await self.bot.build_tools(message)))
+        system = _with_note(await self.system_prompt(message, choice), group_note(message))
         context = await self.context_for(message)
         async with context.lock:
             await context.flush_pending()
             await context.append(turn, **_turn_meta(message))
             tool_context = replace(self._tool_context(message, extra, messenger), rerun=True)
             reply, _ = await self._answer(
-                message, messenger, context, system, tools, tool_context, None
+                message, messenger, context, system, tools, tool_context, None, choice.model
             )
         return reply
 
-    async def system_prompt(self, message: Incoming) -> str:
-        """The bot's ``build_prompt``, then the features' parts (its plugins': reminders and
-        time zone, skills...) unless ``BotOptions.feature_prompts`` is off."""
-        return join_parts(await self._prompt_parts(message))
+    async def system_prompt(self, message: Incoming, choice: TurnChoice = NO_CHOICE) -> str:
+        """The bot's ``build_prompt`` and the chosen persona's prompt, then the features'
+        parts (its plugins': reminders and time zone, skills...) unless
+        ``BotOptions.feature_prompts`` is off, then the user's instructions, marked as theirs.
+        All change rarely, so the cached prefix holds."""
+        return join_parts(await self._prompt_parts(message, choice))
 
-    async def _prompt_parts(self, message: Incoming) -> list[tuple[str, str]]:
-        prompt = await self.bot.build_prompt(message)
-        if not self.bot.options.feature_prompts:
-            return [("build_prompt", prompt)]
-        return await prompt_parts(prompt, self.bot.plugins, message)
+    async def _prompt_parts(
+        self, message: Incoming, choice: TurnChoice = NO_CHOICE
+    ) -> list[tuple[str, str]]:
+        """The system prompt's parts, named as the prefix watch compares them."""
+        prompt = choice.with_persona(await self.bot.build_prompt(message))
+        if self.bot.options.feature_prompts:
+            parts = await prompt_parts(prompt, self.bot.plugins, message)
+        else:
+            parts = [("build_prompt", prompt)] if prompt else []
+        if instructions := choice.with_instructions(""):
+            parts.append(("instructions", instructions))
+        return parts
 
     def _tool_context(
         self, message: Incoming, extra: Any, messenger: Messenger | None = None

@@ -290,3 +290,35 @@ async def test_doctor_names_voice_replies_without_a_speech_api_and_one_that_is_d
     assert lines(result, "transcription")[0].startswith(
         "✗ transcription: http://127.0.0.1:1/v1 did not answer"
     )
+
+
+async def test_doctor_checks_every_model_users_may_pick(
+    telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    folder = tmp_path / "personas"
+    folder.mkdir()
+    (folder / "deep.md").write_text(
+        "---\ntitle: Deep\ndescription: Thinks hard.\nmodel: claude-opus-5-5\n---\nThink.\n"
+    )
+    known = [MODEL, "claude-haiku-5-5", "claude-opus-5-5"]
+    async with FakeAnthropicServer(api_key=KEY, models=known) as claude:
+        env = environment(telegram, claude, tmp_path, BOTKIT_PERSONAS_DIR=str(folder))
+        fine = await run_doctor(tmp_path, {**env, "BOTKIT_MODELS": f"{MODEL},claude-haiku-5-5"})
+        typo = await run_doctor(tmp_path, {**env, "BOTKIT_MODELS": f"{MODEL},claude-haiku-5-6"})
+    (listed,) = lines(fine, "models")
+    assert listed == (
+        f"✓ models: users may pick {MODEL}, claude-haiku-5-5, claude-opus-5-5; all known"
+    )
+    (wrong,) = lines(typo, "models")
+    assert wrong == (
+        "✗ models: claude-haiku-5-6 is not a model Anthropic knows: "
+        "fix BOTKIT_MODELS, the plans or the personas"
+    )
+    assert typo.returncode == 1
+
+
+async def test_doctor_says_nothing_of_models_when_users_pick_none(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    result = await run_doctor(tmp_path, environment(telegram, claude, tmp_path))
+    assert lines(result, "models") == []

@@ -47,6 +47,7 @@ PUBLIC_API = {
     "Messenger",
     "MessengerError",
     "Plugin",
+    "Persona",
     "Plan",
     "PromptPlugin",
     "PromptTooLongError",

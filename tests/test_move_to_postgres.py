@@ -15,6 +15,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from botkit.approvals.postgres import PostgresApprovals
 from botkit.approvals.store import PendingApproval, SqliteApprovals
+from botkit.choices.store import SqliteChoices
 from botkit.memory.postgres import PostgresMemoryStore
 from botkit.memory.store import FileMemoryStore
 from botkit.payments.plans import Plan
@@ -78,6 +79,9 @@ async def fill_sqlite(folder: Path) -> str:
     payments = SqlitePayments(folder / "botkit.db")
     assert await payments.grant(NewPayment("charge-1", ALICE, PLAN, 50, DUE)) is not None
     await payments.close()
+    choices = SqliteChoices(folder / "botkit.db")
+    await choices.set(str(ALICE), ALICE, {"model": "claude-haiku-5-5", "instructions": "Be brief."})
+    await choices.close()
     approvals = SqliteApprovals(folder / "approvals.db")
     await approvals.add(WAITING)
     await approvals.hold(WAITING.conversation, HELD)
@@ -111,7 +115,9 @@ async def test_migrate_from_sqlite_moves_users_invites_usage_schedules_and_sessi
     first = run_cli(tmp_path, "migrate", "--from-sqlite", **env)
     assert first.returncode == 0, first.stderr
     assert "2 users, 1 invites, 1 usage, 1 model_usage, 1 timezones, 1 schedules" in first.stdout
-    assert "1 handoffs, 1 payments, 1 approvals, 1 held_messages, 2 memory" in first.stdout
+    assert (
+        "1 handoffs, 1 payments, 1 choices, 1 approvals, 1 held_messages, 2 memory" in first.stdout
+    )
     assert "imported 1 conversation (1 entries)" in first.stdout
     moved = await snapshot(postgres_db)
 

@@ -69,6 +69,7 @@ ALL = [
     "020_fetch_plan",
     "021_fetch_by_lock_heads",
     "022_finish_then_fetch",
+    "023_choices",
     "025_usage_hour_writes",
     "026_voice",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, get_args
 
@@ -212,6 +212,24 @@ class AnthropicLLM:
             raise _mapped(e) from e
         self._auth_reported = False
         await self._check_settings(client)
+
+    async def unknown_models(self, models: Iterable[str]) -> list[str]:
+        """Which of ``models`` the Models API does not know (``GET /v1/models/{id}``: 404),
+        and the thinking settings any of them would refuse, one line each."""
+        client = self.client.with_options(max_retries=0)
+        found: list[str] = []
+        for model in dict.fromkeys(models):
+            try:
+                info = (await client.models.retrieve(model)).to_dict()
+            except anthropic.NotFoundError:
+                found.append(f"{model} is not a model Anthropic knows")
+                continue
+            except anthropic.AnthropicError as e:
+                raise _mapped(e) from e
+            refused = problems(self.thinking, model)
+            refused += _capability_problems(self.thinking, model, info.get("capabilities"))
+            found += list(dict.fromkeys(refused))
+        return found
 
     async def _check_settings(self, client: anthropic.AsyncAnthropic) -> None:
         """Refuse, in one line, thinking settings the model would refuse at every call: as

@@ -39,6 +39,10 @@ class Plan(BaseModel):
     """How long a one-off purchase lasts (a subscription lasts its paid period, 30 days)."""
     role: str | None = None
     """A role the user has while the plan lasts (e.g. for tools offered by role)."""
+    models: tuple[str, ...] = ()
+    """Models only this plan's holders may pick with ``/model`` (see ``botkit.choices``)."""
+    personas: tuple[str, ...] = ()
+    """Personas (their ids) only this plan's holders may pick with ``/persona``."""
 
 
 _PLANS = TypeAdapter(list[Plan])

@@ -150,6 +150,11 @@ class Payments:
         grant = await self.current_plan(user_id)
         return None if grant is None else grant.role
 
+    async def current_plan_id(self, user_id: int) -> str | None:
+        """The id of the user's current plan; ``None`` without one."""
+        grant = await self.current_plan(user_id)
+        return None if grant is None else grant.plan_id
+
     async def current_plan(self, user_id: int) -> Grant | None:
         """The user's plan now (read at most every few seconds: every turn asks)."""
         now = datetime.now(UTC)
@@ -175,15 +180,16 @@ class Payments:
                 if plan.subscription
                 else texts.one_off_period.format(days=plan.days)
             )
-            lines.append(
-                texts.plan_line.format(
-                    title=plan.title,
-                    stars=plan.stars,
-                    period=period,
-                    tokens=f"{plan.daily_tokens:,}",
-                    description=plan.description,
-                )
+            line = texts.plan_line.format(
+                title=plan.title,
+                stars=plan.stars,
+                period=period,
+                tokens=f"{plan.daily_tokens:,}",
+                description=plan.description,
             )
+            if unlocked := [*plan.models, *plan.personas]:
+                line += " " + texts.unlocks.format(names=", ".join(unlocked))
+            lines.append(line)
             label = texts.buy_button.format(title=plan.title, stars=plan.stars)
             rows.append((Button(label, f"{BUY}:{plan.id}"),))
         return Reply("\n\n".join(lines), tuple(rows))

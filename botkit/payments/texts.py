@@ -15,6 +15,8 @@ class PaymentTexts:
     plan_line: str = "**{title}** — {stars} ⭐ {period}: {tokens} tokens a day. {description}"
     """One plan in ``/plans``; ``{title}``, ``{stars}``, ``{period}``, ``{tokens}``,
     ``{description}`` are filled in."""
+    unlocks: str = "Unlocks {names}."
+    """Follows a plan's line when it unlocks models or personas (``/model``, ``/persona``)."""
     one_off_period: str = "for {days} days"
     subscription_period: str = "a month"
     buy_button: str = "Buy {title} — {stars} ⭐"

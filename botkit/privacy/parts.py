@@ -300,6 +300,7 @@ and tax law requires keeping them); ``users export`` includes them."""
 _TABLE_TEXTS = {
     "botkit_payments": "your payments (kept after an erasure: refunds and tax law need them)",
     "botkit_handoffs": "your conversations handed to a person",
+    "botkit_choices": "the model, persona and standing instructions you chose per conversation",
     "botkit_users": "your user record: role, name, when you joined, whether you are blocked",
     "botkit_usage": "tokens you used per day",
     "botkit_model_usage": "tokens you used per day and model",

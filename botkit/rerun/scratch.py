@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from botkit.access import Access
+from botkit.choices.turn import ModelFixed, TurnChoices
 from botkit.commands import ButtonHandler, Command
 from botkit.config import Settings
 from botkit.llm.base import LLM
@@ -143,6 +144,8 @@ class RerunSteps:
         self.buttons: dict[str, ButtonHandler] = bot.buttons
         self.hooks = bot.hooks
         self.payments = bot.payments
+        self.choices: TurnChoices = ModelFixed(bot.choices, model) if model else bot.choices
+        """The conversation's choices; a re-run's ``model`` wins over its chosen one."""
         self.plugins: list[Plugin] = bot.plugins
         self.model_override: str | None = model or bot.model_override
         self.approvals = bot.approvals

@@ -40,6 +40,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("botkit_task_runs", ("schedule_id", "due_at")),
     ("botkit_handoffs", ("user_id",)),
     ("botkit_payments", ("charge_id",)),
+    ("botkit_choices", ("conversation",)),
 )
 """The tables of ``botkit.db`` moved, in an order that keeps references whole, with their keys."""
 
