@@ -69,8 +69,7 @@ class Bot:
     """Handing conversations to people (with BOTKIT_OPERATORS_CHAT); else ``None``."""
     approvals: Approvals
     """Calls of tools marked ``approval=True`` wait here for a person's Allow."""
-    voice: Voice | None
-    """Voice notes heard and answers spoken (BOTKIT_TRANSCRIBE_URL, BOTKIT_SPEECH_URL)."""
+    voice: Voice | None  # voice notes heard, answers spoken (BOTKIT_TRANSCRIBE_URL, …)
     choices: Choices  # each conversation's model, persona and instructions
 
     def __init__(
@@ -116,10 +115,9 @@ class Bot:
         """Whether voice notes are understood: ``transcribe`` was overridden or passed."""
         self.access = Access(self.settings, self.options, users)
         """The default gates, invite redemption, budgets and the user-record cache."""
+        options = self.options
         self.contexts = ContextPool(
-            self.sessions,
-            max_contexts=self.options.max_contexts,
-            max_messages=self.options.max_messages,
+            self.sessions, max_contexts=options.max_contexts, max_messages=options.max_messages
         )
         """The conversations' contexts in memory."""
         attach_features(self, plans, personas)
@@ -244,8 +242,7 @@ class Bot:
         return True
 
     async def aclose(self) -> None:
-        """Release what the bot opened: the features' stores, the LLM client, the user store,
-        the session files."""
+        """Release what the bot opened: features' stores, LLM client, user store, sessions."""
         await close_features(self)
         if self._llm is not None:
             await self._llm.close()
