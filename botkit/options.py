@@ -17,6 +17,8 @@ from botkit.tools import Tool, ToolRegistry
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "PLAIN_FORMAT_NOTE",
+    "RICH_FORMAT_NOTE",
     "Authorize",
     "BotOptions",
     "BuildExtra",
@@ -44,6 +46,19 @@ DEFAULT_SYSTEM_PROMPT = (
     "reach you as text when transcription is set up. Files and pictures your tools make are "
     "sent to the chat."
 )
+RICH_FORMAT_NOTE = (
+    "Your replies are shown as Telegram rich messages: Markdown headings, tables, lists, "
+    "checklists, code blocks and LaTeX formulas ($x^2$ inline, $$...$$ on lines of their "
+    "own) render natively; use them where they make an answer clearer. There are no "
+    "collapsible sections."
+)
+"""What the default prompt tells the model with BOTKIT_RICH_MESSAGES=auto."""
+PLAIN_FORMAT_NOTE = (
+    "Your replies are shown as Telegram messages: bold, italic, links, lists, quotes and "
+    "code blocks render; tables, headings, formulas and collapsible sections do not (a table "
+    "shows as aligned text, a formula as its source), so prefer lists and plain wording."
+)
+"""What the default prompt tells the model with BOTKIT_RICH_MESSAGES=off."""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def messenger_for(
         answer_groups=settings.answer_groups,
         paid_broadcast=settings.paid_broadcast and settings.global_rate > FREE_RATE,
         operators_chat=settings.operators_chat,
+        rich_messages=settings.rich_messages,
     )
 
 
