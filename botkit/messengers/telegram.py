@@ -1124,7 +1124,7 @@ class TelegramDraft:
         draft, a running tool's time every few seconds."""
         while not self._finished:
             wake = self._last_sent + self.refresh - time.monotonic()
-            if self.note and self._rich_active:
+            if self._rich_active:  # a note set meanwhile shows its time within a tick
                 wake = min(wake, NOTE_TICK)
             await asyncio.sleep(max(wake, 0.05))
             if self._sending or self._finished:
