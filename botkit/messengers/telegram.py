@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import structlog
 from aiogram import Bot as AiogramBot
@@ -40,6 +40,8 @@ from aiogram.types import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     InputRichMessage,
+    MessageReactionUpdated,
+    ReactionTypeEmoji,
     Update,
     User,
 )
@@ -55,6 +57,7 @@ from botkit.messengers.base import (
     Checkout,
     Incoming,
     OutgoingFile,
+    Reaction,
     Reply,
     ReplyContext,
     UpdateJournal,
@@ -121,6 +124,8 @@ OnPress = Callable[[ButtonPress], object]
 """Called when a user presses an inline button under one of the bot's messages."""
 OnCheckout = Callable[[Checkout], object]
 """Called when a user is about to pay one of the bot's invoices (answer within 10 s)."""
+OnReaction = Callable[[Reaction], object]
+"""Called when a user changes their reactions on a message."""
 
 _draft_ids = itertools.count(1)
 
@@ -377,6 +382,21 @@ class TelegramMessenger:
             return False
         return True
 
+    async def set_reaction(self, chat_id: int, message_id: int, emoji: str | None) -> None:
+        """Put the bot's ``emoji`` on a message (``None`` takes it away), paced with the
+        chat's other sends; best effort: a refusal is logged, never raised."""
+        reaction = [{"type": "emoji", "emoji": emoji}] if emoji else []
+        call = partial(
+            self.sender.set_message_reaction,
+            chat_id=chat_id,
+            message_id=message_id,
+            reaction=reaction,
+        )
+        try:
+            await self.flood.send(chat_id, call)
+        except MessengerError as e:
+            log.info("telegram.reaction_failed", chat_id=chat_id, error=str(e))
+
     async def answer_press(self, press_id: str, text: str | None = None) -> None:
         """Stop the button's spinner, showing ``text`` briefly if given (best effort)."""
         try:
@@ -505,6 +525,7 @@ class TelegramMessenger:
         *,
         on_press: OnPress | None = None,
         on_checkout: OnCheckout | None = None,
+        on_reaction: OnReaction | None = None,
     ) -> None:
         """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on.
 
@@ -522,7 +543,8 @@ class TelegramMessenger:
         while not stop.is_set():
             for update_id, raw in await self._poll_once(offset, stop, failures):
                 offset = max(offset or 0, update_id + 1)
-                await self._take_safely(update_id, raw, on_message, on_stop, on_press, on_checkout)
+                handlers = _Handlers(on_message, on_stop, on_press, on_checkout, on_reaction)
+                await self._take_safely(update_id, raw, handlers)
         await self._confirm(offset)  # what was journaled, so a restart does not re-read it
 
     async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
@@ -588,10 +610,10 @@ class TelegramMessenger:
 
     async def read_update(
         self, raw: dict[str, Any]
-    ) -> Incoming | ButtonPress | Checkout | Update | str | None:
-        """One raw update read: the message for a turn; a button press; a checkout; the
-        ``Update`` when it is something else (a stop press); why it could not be read;
-        ``None`` when it is not for this bot."""
+    ) -> Incoming | ButtonPress | Checkout | Reaction | Update | str | None:
+        """One raw update read: the message for a turn; a button press; a checkout; a
+        reaction; the ``Update`` when it is something else (a stop press); why it could not be
+        read; ``None`` when it is not for this bot."""
         parsed = parse_update(raw, self.api)
         if parsed.update is None:
             return parsed.error or "unparseable"
@@ -604,6 +626,8 @@ class TelegramMessenger:
             return _press(parsed.update.callback_query)
         if parsed.update.pre_checkout_query is not None:
             return checkout_of(parsed.update.pre_checkout_query)
+        if parsed.update.message_reaction is not None:
+            return _reaction(parsed.update.message_reaction)
         return await self._incoming(parsed.update)
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:
@@ -617,33 +641,18 @@ class TelegramMessenger:
                 log.info("telegram.replayed", update_id=item.update_id)
                 on_message(message)
 
-    async def _take_safely(
-        self,
-        update_id: int,
-        raw: dict[str, Any],
-        on_message: OnMessage,
-        on_stop: OnStop,
-        on_press: OnPress | None = None,
-        on_checkout: OnCheckout | None = None,
-    ) -> None:
+    async def _take_safely(self, update_id: int, raw: dict[str, Any], handlers: _Handlers) -> None:
         """Take one raw update; whatever goes wrong with it, the others are still taken."""
         try:
-            await self._take(update_id, raw, on_message, on_stop, on_press, on_checkout)
+            await self._take(update_id, raw, handlers)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("telegram.update_failed", update_id=update_id)
             self._reject(update_id, raw, f"{type(e).__name__}: {e}")
 
-    async def _take(
-        self,
-        update_id: int,
-        raw: dict[str, Any],
-        on_message: OnMessage,
-        on_stop: OnStop,
-        on_press: OnPress | None = None,
-        on_checkout: OnCheckout | None = None,
-    ) -> None:
+    async def _take(self, update_id: int, raw: dict[str, Any], handlers: _Handlers) -> None:
+        on_message, on_stop, on_press, on_checkout = handlers[:4]
         if self.inbox is not None and self.inbox.seen(update_id):
             return  # delivered again after a restart: already accepted
         parsed = parse_update(raw, self.api)
@@ -666,6 +675,11 @@ class TelegramMessenger:
         if update.pre_checkout_query is not None:
             if on_checkout is not None:
                 on_checkout(checkout_of(update.pre_checkout_query))
+            return
+        if update.message_reaction is not None:
+            reaction = _reaction(update.message_reaction)
+            if reaction is not None and handlers.on_reaction is not None:
+                handlers.on_reaction(reaction)
             return
         message = await self._incoming(update)
         if message is None:
@@ -797,6 +811,37 @@ def _keyboard(rows: Sequence[Sequence[Button]]) -> InlineKeyboardMarkup:
             [InlineKeyboardButton(text=b.text, callback_data=b.data) for b in row] for row in rows
         ]
     )
+
+
+class _Handlers(NamedTuple):
+    """Where ``poll`` hands each kind of update."""
+
+    on_message: OnMessage
+    on_stop: OnStop
+    on_press: OnPress | None
+    on_checkout: OnCheckout | None
+    on_reaction: OnReaction | None
+
+
+def _reaction(update: MessageReactionUpdated) -> Reaction | None:
+    """A user's reactions on a message now; ``None`` for an anonymous admin's."""
+    if update.user is None or update.user.is_bot:
+        return None
+    emoji = tuple(
+        item.emoji if isinstance(item, ReactionTypeEmoji) else f"custom:{_custom_id(item)}"
+        for item in update.new_reaction
+    )
+    return Reaction(
+        user_id=update.user.id,
+        chat_id=update.chat.id,
+        message_id=update.message_id,
+        emoji=emoji,
+        chat_type=update.chat.type,
+    )
+
+
+def _custom_id(item: Any) -> str:
+    return str(getattr(item, "custom_emoji_id", None) or getattr(item, "type", "other"))
 
 
 def _press(query: CallbackQuery) -> ButtonPress | None:
