@@ -114,7 +114,7 @@ class BotOptions:
     )
     console_help_text: str = (
         "Just write to me: here in the terminal I read text only; I can also use tools when "
-        "they help. Commands:"
+        "they help. /press N presses button N under my last message with buttons. Commands:"
     )
     """The help's first line in ``python -m botkit console``, which takes no files."""
     voice_help_text: str = "I understand voice messages too."
