@@ -100,7 +100,7 @@ def split_rich(
     if not text:
         return []
     chars, blocks = int(max_chars * _MARGIN), int(max_blocks * _MARGIN)
-    if len(text) <= chars and count_blocks(text) <= blocks:
+    if len(text) <= chars and _few_blocks(text, blocks):
         return [text]
     parts: list[str] = []
     current: list[str] = []
@@ -116,6 +116,16 @@ def split_rich(
     if current:
         parts.append("\n\n".join(current))
     return parts
+
+
+def _few_blocks(text: str, limit: int) -> bool:
+    """Whether ``text`` holds at most ``limit`` blocks; a short text is not parsed for it
+    (a line opens at most a quote, a list, an item and a paragraph)."""
+    lines = text.count("\n") + 1
+    return lines * _BLOCKS_PER_LINE <= limit or count_blocks(text) <= limit
+
+
+_BLOCKS_PER_LINE = 4
 
 
 def _units(text: str, chars: int, blocks: int) -> list[str]:
