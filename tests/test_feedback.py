@@ -10,14 +10,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from test_privacy import stored  # noqa: F401 (the fixture: files and PostgreSQL)
 from test_scaleout import until
 
+from botkit.cli import main
 from botkit.messengers.telegram import ALLOWED_UPDATES
 from botkit.privacy.groups import erase_turns
 from botkit.replay import format_transcript, read_session
 from botkit.rerun.recorded import feedback_by_turn
 from botkit.rerun.runner import rerun_session
-from botkit.sessions import FeedbackEntry, JsonlSessionStore, SessionEntry
+from botkit.sessions import FeedbackEntry, JsonlSessionStore, SessionEntry, session_store_for
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, make_bot, running
 
 USER = 4601
@@ -152,3 +154,37 @@ async def test_processing_reaction_shows_while_the_bot_works_and_goes_once_it_an
     ]
     assert all(r.error_code is None for r in calls)
     assert telegram.reactions[(USER, message_id)] == [], "taken away once answered"
+
+
+async def test_export_holds_feedback_and_forget_erases_it_on_both_stores(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    stored: dict[str, Any],  # noqa: F811
+) -> None:
+    claude.enqueue(FakeReply.text("an answer"))
+    bot = feedback_bot(claude, tmp_path, **stored)
+    async with running(bot, telegram):
+        telegram.send_text(USER, "hi")
+        (reply,) = await telegram.wait_for_messages(USER)
+        telegram.react(USER, reply, "👎")
+        await until(lambda: bot.metrics.feedback.labels("negative")._value.get() == 1)
+    await bot.aclose()
+    sessions = session_store_for(bot.settings)
+    try:
+        kinds = [
+            e.kind for e in (await sessions.load(USER)).entries if isinstance(e, FeedbackEntry)
+        ]
+    finally:
+        await sessions.close()
+    assert kinds == ["negative"], "recorded in the store the bot uses"
+    out = tmp_path / "export"
+    assert await asyncio.to_thread(main, ["users", "export", str(USER), str(out)]) == 0
+    exported = (out / "sessions" / f"{USER}.jsonl").read_text()
+    assert '"type":"feedback"' in exported and "👎" in exported
+    assert await asyncio.to_thread(main, ["users", "forget", str(USER), "--yes"]) == 0
+    sessions = session_store_for(bot.settings)
+    try:
+        assert (await sessions.load(USER)).entries == [], "erased with the conversation"
+    finally:
+        await sessions.close()
