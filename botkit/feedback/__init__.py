@@ -3,9 +3,12 @@ recorded in that conversation's session as a ``FeedbackEntry`` tied to the turn 
 
 The turn is found by message ids, which Telegram numbers in order within a chat: the reply
 reacted to answers the latest user message of the conversation sent before it (each user
-message's id is recorded with it). A reaction carries no forum topic, so one in a forum
-goes to the chat's General conversation; one on a message older than any recorded turn is
-not feedback on a turn, and is left.
+message's id is recorded with it). That is exact while users wait for the answer; a message
+sent while the bot was still answering has a smaller id than that answer, so a reaction on
+the answer is then put on the later turn. A reaction carries no forum topic, so one in a
+forum goes to the chat's General conversation; with ``BOTKIT_GROUP_CONTEXT=per_user`` group
+reactions are not recorded (a reaction does not say whose conversation the reply is in); one
+on a message older than any recorded turn is not feedback on a turn, and is left.
 """
 
 from __future__ import annotations
@@ -102,8 +105,7 @@ class FeedbackRecorder:
         if reaction.chat_type == "private":
             return reaction.user_id, None
         if self.group_context == "per_user":
-            key = f"chat_{reaction.chat_id}_user_{reaction.user_id}"
-            return reaction.user_id, key
+            return None, None  # whose conversation a reply belongs to is not in a reaction
         return reaction.chat_id, f"chat_{reaction.chat_id}"
 
     async def _load(self, key: int | str) -> list[object]:
