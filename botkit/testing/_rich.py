@@ -79,22 +79,49 @@ def rich_text(rich: Any, *, draft: bool) -> tuple[str, str]:
 
 
 def _markdown_measure(markdown: str) -> tuple[str, int, int]:
-    """Visible text, block count and widest table of ``markdown`` (markdown-it's reading)."""
+    """Visible text, block count and widest table of ``markdown`` (markdown-it's reading):
+    top-level blocks a blank line apart, lines within one (list items, table rows with their
+    cells ``|`` apart) a line apart."""
     parts: list[str] = []
-    blocks = columns = row = 0
+    count = columns = 0
+    row: list[str] | None = None
+    fresh = False  # a top-level block began: its first line comes after a blank line
+
+    def add(text: str) -> None:
+        nonlocal fresh
+        if text:
+            parts.append(("\n\n" if fresh else "\n") + text)
+            fresh = False
+
     for token in _PARSER.parse(markdown):
+        if token.level == 0 and token.nesting >= 0:
+            fresh = True
         if token.type in _BLOCK_TOKENS:
-            blocks += 1
+            count += 1
         if token.type == "tr_open":
-            row = 0
-        elif token.type in ("th_open", "td_open"):
-            row += 1
-            columns = max(columns, row)
-        if token.type == "inline":
-            parts.append("".join(child.content for child in token.children or ()))
+            row = []
+        elif token.type == "tr_close" and row is not None:
+            columns = max(columns, len(row))
+            add(" | ".join(row))
+            row = None
+        elif token.type == "inline":
+            if row is not None:
+                row.append(_inline_text(token))
+            else:
+                add(_inline_text(token))
         elif token.type in ("fence", "code_block"):
-            parts.append(token.content.rstrip("\n"))
-    return "\n".join(part for part in parts if part), blocks, columns
+            add(token.content.rstrip("\n"))
+    return "".join(parts).strip("\n"), count, columns
+
+
+def _inline_text(token: Any) -> str:
+    parts: list[str] = []
+    for child in token.children or ():
+        if child.type in ("softbreak", "hardbreak"):
+            parts.append("\n")
+        else:
+            parts.append(child.content)
+    return "".join(parts)
 
 
 def _blocks_measure(blocks: list[Any], draft: bool) -> tuple[str, int]:
