@@ -132,7 +132,8 @@ def describe(spec: BotSpec) -> str:
         what = "the default assistant (prompt, 2 tools)" if spec.assistant else "a plain Bot"
         return (
             f"botkit: {what}, max_concurrent_turns={settings.max_concurrent_turns}, "
-            f"stream_replies={'on' if settings.stream_replies else 'off'}, access="
+            f"stream_replies={'on' if settings.stream_replies else 'off'}, rich_messages="
+            f"{spec.env.get('BOTKIT_RICH_MESSAGES', settings.rich_messages)}, access="
             f"{settings.access} ({store} user store, the benchmark's users allowlisted), "
             f"JSONL sessions and inbox journal on disk, JSON log lines ({settings.log_level}) "
             "to a file; exception: flood=FloodControl.unlimited() (paid broadcasts: no "

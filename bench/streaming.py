@@ -10,7 +10,9 @@ API records when it wrote the first text delta of each answer (``first_delta_at`
 Bot API when each request arrived.
 
 botkit runs with ``stream_replies`` on (its drafts are throttled to one per 0.3 s, the first
-one goes out at once). The yardstick is a hand-written aiogram handler that streams with
+one goes out at once), as ``python -m botkit`` does: rich drafts (``sendRichMessageDraft``)
+and rich messages; ``botkit-html`` is the same with ``BOTKIT_RICH_MESSAGES=off`` (HTML
+drafts, as before rich messages). The yardstick is a hand-written aiogram handler that streams with
 ``AsyncAnthropic.messages.stream`` and calls ``send_message_draft`` at most every 0.3 s
 (``DRAFT_INTERVAL``), its first draft with the first delta.
 
@@ -100,12 +102,15 @@ async def one_turn(bot: BotUnderTest, user_id: int, number: int) -> Turn:
         ),
         None,
     )
-    drafts = bot.telegram.drafts(user_id)
+    drafts = sorted(
+        bot.telegram.drafts(user_id) + bot.telegram.rich_drafts(user_id), key=lambda d: d.at
+    )
+    shown = (d.at for d in drafts if d.params.get("text") or d.params.get("rich_message"))
     return Turn(
         injected=result.started,
         first_delta=first_delta,
         first_draft=drafts[0].at if drafts else None,
-        first_text_draft=next((d.at for d in drafts if d.params.get("text")), None),
+        first_text_draft=next(shown, None),
         drafts=len(drafts),
     )
 
@@ -121,10 +126,21 @@ async def main(args: argparse.Namespace) -> int:
             Path(tmp) / "botkit",
             **options,
         )
+        html = BotUnderTest(
+            "botkit-html",
+            BotSpec(
+                BOTKIT,
+                allowed_users=allowed,
+                stream_replies=True,
+                env={"BOTKIT_RICH_MESSAGES": "off"},
+            ),
+            Path(tmp) / "botkit-html",
+            **options,
+        )
         yardstick = BotUnderTest(
             "yardstick", BotSpec(AIOGRAM_STREAM), Path(tmp) / "yardstick", **options
         )
-        bots = [botkit, yardstick]
+        bots = [botkit, html, yardstick]
         deltas = len(FILLER) // 20 + 1
         print(
             f"bench/streaming.py: {turns} private-chat turns one after the other; each answer "
@@ -133,6 +149,7 @@ async def main(args: argparse.Namespace) -> int:
         print(machine_line())
         print("fakes: Bot API + Messages API in this process (one clock); each bot in its own")
         print(f"botkit:    {describe(botkit.spec)}")
+        print(f"botkit-html: {describe(html.spec)}")
         print(f"yardstick: {describe(yardstick.spec)}")
 
         results: dict[str, list[Turn]] = {bot.name: [] for bot in bots}
@@ -157,7 +174,7 @@ async def main(args: argparse.Namespace) -> int:
             return 1
         figures[name] = (median(delays), percentile(delays, 0.9))
         print(
-            f"{name:<9} first delta -> first draft with text: median {figures[name][0]:.1f} ms, "
+            f"{name:<11} first delta -> first draft with text: median {figures[name][0]:.1f} ms, "
             f"p90 {figures[name][1]:.1f} ms, max {max(delays):.1f} ms; message in -> first "
             f"draft: median {median(shown):.0f} ms; {drafts:.1f} drafts per turn"
         )
@@ -165,6 +182,7 @@ async def main(args: argparse.Namespace) -> int:
     ratio = ours / theirs
     verdict = "PASS" if ours <= args.target_ms else "FAIL"
     print(f"ratio botkit/yardstick (median) {ratio:.2f} (lower is better)")
+    print(f"ratio botkit-html/yardstick (median) {figures['botkit-html'][0] / theirs:.2f}")
     print(load_line())
     print(
         f"RESULT streaming botkit={ours:.1f}ms (p90 {figures['botkit'][1]:.1f}ms) "

@@ -13,6 +13,8 @@ Contenders, every one in its own process with its own fakes, rounds alternating:
   invite access with the SQLite store, JSONL sessions, JSON log lines, 64 turns at once);
   the one exception: ``FloodControl.unlimited()`` (Telegram's paid broadcasts) instead of
   pacing replies to 30 per second, which would measure Telegram's limit, not botkit;
+- ``botkit-html``: the same with ``BOTKIT_RICH_MESSAGES=off`` (HTML drafts and messages, as
+  before rich messages; the default sends rich drafts and rich messages);
 - ``botkit-nostream``: the same with ``BOTKIT_STREAM_REPLIES=false``;
 - ``create``: hand-written aiogram + ``AsyncAnthropic(http_client=DefaultAioHttpClient())``,
   one ``messages.create`` per message, then ``message.answer`` (at most 64 handlers at once);
@@ -66,7 +68,7 @@ from _common import (
 FIRST_USER = 10_000
 WARMUP_USERS = 40
 TARGET = 1.0
-YARDSTICK = {"botkit": "stream", "botkit-nostream": "create"}
+YARDSTICK = {"botkit": "stream", "botkit-html": "stream", "botkit-nostream": "create"}
 """The hand-written bot each botkit variant is measured against."""
 
 
@@ -83,7 +85,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="give up a round after (s)")
     parser.add_argument(
         "--profile-variant",
-        choices=["botkit", "botkit-nostream"],
+        choices=["botkit", "botkit-html", "botkit-nostream"],
         default="botkit",
         help="which botkit --profile and --sample look at (default: streaming on)",
     )
@@ -111,6 +113,7 @@ def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
     )
     specs = {
         "botkit": ours,
+        "botkit-html": replace(ours, env={"BOTKIT_RICH_MESSAGES": "off"}),
         "botkit-nostream": replace(ours, stream_replies=False),
         "create": BotSpec(AIOGRAM_LLM, tasks_limit=args.concurrency, assistant=True),
         "stream": BotSpec(AIOGRAM_STREAM, tasks_limit=args.concurrency, assistant=True),
@@ -175,7 +178,11 @@ async def main(args: argparse.Namespace) -> int:
                         print(f"  {bot.name} missed replies: {result.missing[:5]}")
                         print(bot.log_tail())
                         return 1
-            drafts = {bot.name: len(bot.telegram.requests_for("sendMessageDraft")) for bot in bots}
+            drafts = {
+                bot.name: len(bot.telegram.requests_for("sendMessageDraft"))
+                + len(bot.telegram.requests_for("sendRichMessageDraft"))
+                for bot in bots
+            }
 
         cpu = {n: median([r.cpu_ms_per_turn for r in rs]) for n, rs in results.items()}
         wall = {n: median([r.seconds for r in rs]) for n, rs in results.items()}
@@ -196,6 +203,11 @@ async def main(args: argparse.Namespace) -> int:
             f"{wall['botkit-nostream'] / wall['create']:.2f}"
         )
         print(f"ratio botkit/create (CPU per turn) {cpu['botkit'] / cpu['create']:.2f}")
+        html = cpu["botkit-html"] / cpu["stream"]
+        print(
+            f"ratio botkit-html/stream (CPU per turn) {html:.2f}; rich drafts on / off "
+            f"{cpu['botkit'] / cpu['botkit-html']:.2f}"
+        )
         if "botkit-prof" in results:
             print(f"botkit under cProfile: {cpu['botkit-prof']:.2f} ms per turn (slowed)")
             profile_file = profile_path(args, work)
@@ -227,8 +239,9 @@ async def main(args: argparse.Namespace) -> int:
     verdict = "PASS" if streaming <= TARGET and plain <= TARGET else "FAIL"
     print(load_line())
     print(
-        f"RESULT turn_cost streaming={streaming:.2f}x nostream={plain:.2f}x "
-        f"(botkit {cpu['botkit']:.2f} / stream {cpu['stream']:.2f} ms; botkit-nostream "
+        f"RESULT turn_cost streaming={streaming:.2f}x html={html:.2f}x nostream={plain:.2f}x "
+        f"(botkit {cpu['botkit']:.2f} / botkit-html {cpu['botkit-html']:.2f} / stream "
+        f"{cpu['stream']:.2f} ms; botkit-nostream "
         f"{cpu['botkit-nostream']:.2f} / create {cpu['create']:.2f} ms) target<={TARGET:.1f}x "
         f"{verdict}"
     )

@@ -29,7 +29,17 @@ from botkit.llm.base import LLM
 from botkit.memory.store import MemoryStore
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
-from botkit.options import Authorize, BotOptions, BuildExtra, BuildPrompt, BuildTools, HandleStart
+from botkit.options import (
+    DEFAULT_SYSTEM_PROMPT,
+    PLAIN_FORMAT_NOTE,
+    RICH_FORMAT_NOTE,
+    Authorize,
+    BotOptions,
+    BuildExtra,
+    BuildPrompt,
+    BuildTools,
+    HandleStart,
+)
 from botkit.payments.plans import Plan
 from botkit.payments.service import Payments
 from botkit.plugins import Plugin
@@ -205,6 +215,9 @@ class Bot:
         ``feature_prompts=False``)."""
         if self.options.build_prompt is not None:
             return await self.options.build_prompt(message)
+        if self.options.system_prompt == DEFAULT_SYSTEM_PROMPT:  # says what renders
+            rich = self.settings.rich_messages == "auto"
+            return f"{DEFAULT_SYSTEM_PROMPT} {RICH_FORMAT_NOTE if rich else PLAIN_FORMAT_NOTE}"
         return self.options.system_prompt
 
     async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:

@@ -113,6 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--report", metavar="FILE.html", help="also write an HTML comparison")
     replay.add_argument("--all", action="store_true", help="re-run every stored session")
     replay.add_argument(
+        "--feedback",
+        choices=["negative", "positive", "other"],
+        help="re-run only the turns whose replies got this reaction (negative: 👎)",
+    )
+    replay.add_argument(
         "--judge",
         metavar="RUBRIC",
         help="have the model grade each changed answer against the recorded one by RUBRIC",
@@ -176,10 +181,18 @@ def _replay(args: argparse.Namespace) -> int:
 
         report = Path(args.report) if args.report else None
         options = RerunOptions(
-            args.bot, args.llm, args.free, args.model, args.json, report, args.all, args.judge
+            args.bot,
+            args.llm,
+            args.free,
+            args.model,
+            args.json,
+            report,
+            args.all,
+            args.judge,
+            args.feedback,
         )
         return rerun_command(args.session, options)
-    flags = ("bot", "model", "report", "all", "free", "judge")
+    flags = ("bot", "model", "report", "all", "free", "judge", "feedback")
     rerun_only = [flag for flag in flags if getattr(args, flag)]
     if rerun_only or args.llm != "live":
         flag = f"--{rerun_only[0]}" if rerun_only else "--llm"

@@ -126,6 +126,17 @@ class Settings(BaseSettings):
         True, validation_alias=AliasChoices("BOTKIT_STREAM_REPLIES", "stream_replies")
     )
     """BOTKIT_STREAM_REPLIES: stream answers as live drafts in private chats."""
+    rich_messages: Literal["auto", "off"] = Field(
+        "auto", validation_alias=AliasChoices("BOTKIT_RICH_MESSAGES", "rich_messages")
+    )
+    """BOTKIT_RICH_MESSAGES: ``auto``: replies go out as Telegram rich messages (Bot API 10.1:
+    tables, headings, math and collapsible sections render) and stream as rich drafts; a
+    server without them (404) gets HTML until restart. ``off``: HTML messages and drafts."""
+    reactions: Literal["on", "off"] = Field(
+        "off", validation_alias=AliasChoices("BOTKIT_REACTIONS", "reactions")
+    )
+    """BOTKIT_REACTIONS: ``on``: the bot puts 👀 on a message it takes and removes it once it
+    has answered. Users' reactions to replies are recorded as feedback either way."""
     answer_groups: Literal["mention", "all"] = Field(
         "mention", validation_alias=AliasChoices("BOTKIT_ANSWER_GROUPS", "answer_groups")
     )

@@ -215,6 +215,14 @@ class Metrics:
         )
         for decision in ("allowed", "denied", "expired"):
             self.approvals.labels(decision)
+        self.feedback = Counter(
+            "botkit_feedback",
+            "Users' reactions to the bot's replies recorded as feedback, by kind",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("positive", "negative", "other", "removed"):
+            self.feedback.labels(kind)
         self.updates_given_up = Counter(
             "botkit_updates_given_up",
             "Updates given up after their process died during them BOTKIT_MAX_JOB_ATTEMPTS times",
@@ -240,6 +248,11 @@ class Metrics:
     def approval_decided(self, decision: str) -> None:
         """Count one approval decision: ``allowed``, ``denied`` or ``expired``."""
         self.approvals.labels(decision).inc()
+
+    def feedback_recorded(self, kind: str) -> None:
+        """Count one reaction recorded as feedback: ``positive`` (👍), ``negative`` (👎),
+        ``other`` or ``removed``."""
+        self.feedback.labels(kind).inc()
 
     def update_given_up(self) -> None:
         """Count an update given up because its turn killed its process again and again."""

@@ -19,6 +19,8 @@ from botkit.voice.texts import VoiceTexts
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "PLAIN_FORMAT_NOTE",
+    "RICH_FORMAT_NOTE",
     "Authorize",
     "BotOptions",
     "BuildExtra",
@@ -46,6 +48,19 @@ DEFAULT_SYSTEM_PROMPT = (
     "reach you as text when transcription is set up. Files and pictures your tools make are "
     "sent to the chat."
 )
+RICH_FORMAT_NOTE = (
+    "Your replies are shown as Telegram rich messages: Markdown headings, tables, lists, "
+    "checklists, code blocks and LaTeX formulas ($x^2$ inline, $$...$$ on lines of their "
+    "own) render natively; use them where they make an answer clearer. There are no "
+    "collapsible sections."
+)
+"""What the default prompt tells the model with BOTKIT_RICH_MESSAGES=auto."""
+PLAIN_FORMAT_NOTE = (
+    "Your replies are shown as Telegram messages: bold, italic, links, lists, quotes and "
+    "code blocks render; tables, headings, formulas and collapsible sections do not (a table "
+    "shows as aligned text, a formula as its source), so prefer lists and plain wording."
+)
+"""What the default prompt tells the model with BOTKIT_RICH_MESSAGES=off."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,7 @@ class BotOptions:
     )
     console_help_text: str = (
         "Just write to me: here in the terminal I read text only; I can also use tools when "
-        "they help. Commands:"
+        "they help. /press N presses button N under my last message with buttons. Commands:"
     )
     """The help's first line in ``python -m botkit console``, which takes no files."""
     voice_help_text: str = "I understand voice messages too."

@@ -23,6 +23,7 @@ from botkit.errors import BotkitError, SessionError
 from botkit.extras import require_extra
 from botkit.sessions import (
     CompactionEntry,
+    FeedbackEntry,
     NumberedSessionFile,
     ResetEntry,
     SessionEntry,
@@ -55,7 +56,7 @@ CUT = 300
 RULE = "────"
 INDENT = "  "
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 
 
 class _ReplayError(Exception):
@@ -300,7 +301,17 @@ def _entry(entry: Entry, stamp: str, names: dict[str, str]) -> list[str]:
         return [f"{stamp} {_reset(entry)}"]
     if isinstance(entry, CompactionEntry):
         return _compaction(entry, stamp)
+    if isinstance(entry, FeedbackEntry):
+        return [f"{stamp} {_feedback(entry)}"]
     return _message(entry, stamp, names)
+
+
+def _feedback(entry: FeedbackEntry) -> str:
+    """``feedback 👎 (negative) from 42 on the reply to update 7``."""
+    shown = " ".join(entry.emoji) or "taken back"
+    return (
+        f"feedback {shown} ({entry.kind}) from {entry.by} on the reply to update {entry.update_id}"
+    )
 
 
 def _reset(entry: ResetEntry) -> str:
@@ -429,7 +440,7 @@ def _totals(entries: Iterable[Entry]) -> str:
     usage = Usage()
     turns = 0
     for entry in entries:
-        if isinstance(entry, ResetEntry):
+        if isinstance(entry, ResetEntry | FeedbackEntry):
             continue
         if entry.usage is not None:
             usage += entry.usage

@@ -43,10 +43,19 @@ from botkit.errors import (
     MediaTooLargeError,
     PromptTooLongError,
 )
+from botkit.feedback import FeedbackRecorder
 from botkit.files import MB, FileLimits, FileReader, megabytes
 from botkit.images import DECODE_BUDGET, image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
-from botkit.messengers.base import ButtonPress, Draft, Incoming, Messenger, OutgoingFile, Reply
+from botkit.messengers.base import (
+    ButtonPress,
+    Draft,
+    Incoming,
+    Messenger,
+    OutgoingFile,
+    Reaction,
+    Reply,
+)
 from botkit.metrics import Metrics, TurnOutcome
 from botkit.options import BotOptions
 from botkit.payments.service import Payments
@@ -73,6 +82,8 @@ __all__ = ["ANSWERED_KINDS", "BotSteps", "TurnPipeline", "as_registry", "user_me
 
 log = structlog.get_logger(__name__)
 
+SEEN_REACTION = "👀"
+"""The reaction that shows a message was taken (BOTKIT_REACTIONS=on)."""
 ANSWERED_KINDS = frozenset({"text", "photo", "document"})
 """Kinds always read; voice and audio too when the bot can transcribe."""
 
@@ -207,6 +218,8 @@ class TurnPipeline:
         """Names, once, a part of the cached prompt (prompt part, tool) that changes most turns."""
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
         self._group_rejections = RejectionLimiter(bot.settings.group_rejection_interval)
+        self.feedback = FeedbackRecorder(contexts, self.metrics, bot.settings.group_context)
+        """Users' reactions to replies, recorded as feedback on their turns."""
         limits = FileLimits.from_megabytes(
             bot.settings.max_file_mb,
             max_text_chars=bot.options.max_text_file_chars,
@@ -304,7 +317,11 @@ class TurnPipeline:
         note = await turn_notes(self.bot.plugins, message)
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         # A draft shows "Thinking…" at once; "typing…" is for chats without one.
-        async with context.lock, self._typing(messenger, message, wanted=draft is None):
+        async with (
+            context.lock,
+            self._typing(messenger, message, wanted=draft is None),
+            self._seen(messenger, message),
+        ):
             if await self.bot.approvals.holds(message, context):
                 return "held"  # its conversation waits for a decision; it runs after
             if not context.has_turn(message.update_id):
@@ -482,6 +499,27 @@ class TurnPipeline:
         await messenger.send_text(
             message.chat_id, text, thread_id=message.thread_id, reply_to=reply_to
         )
+
+    async def handle_reaction(self, reaction: Reaction) -> None:
+        """A user's reaction on a message: feedback on the turn the message answers (a
+        failure is logged: a reaction is never worth an error message)."""
+        try:
+            await self.feedback.record(reaction)
+        except Exception:
+            log.exception("feedback.failed", chat_id=reaction.chat_id)
+
+    @asynccontextmanager
+    async def _seen(self, messenger: Messenger, message: Incoming) -> AsyncIterator[None]:
+        """With BOTKIT_REACTIONS=on, 👀 on the message while the bot works on it."""
+        react = getattr(messenger, "set_reaction", None)
+        if self.bot.settings.reactions != "on" or react is None or message.message_id is None:
+            yield
+            return
+        await react(message.chat_id, message.message_id, SEEN_REACTION)
+        try:
+            yield
+        finally:
+            await react(message.chat_id, message.message_id, None)
 
     async def handle_press(self, press: ButtonPress, messenger: Messenger) -> None:
         """A press of an inline button: its handler (by the data's prefix) answers, and may
@@ -912,6 +950,8 @@ def _tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
 def _turn_meta(message: Incoming) -> dict[str, Any]:
     """What the session records with a user message: its update, and in a group its speaker."""
     meta: dict[str, Any] = {"update_id": message.update_id, "sent_at": message.date}
+    if message.message_id is not None:
+        meta["message_id"] = message.message_id
     if message.in_group:
         meta.update(user_id=message.user_id, speaker=speaker_name(message))
     return meta

@@ -48,7 +48,9 @@ def test_store_errors_are_botkit_errors_and_exported() -> None:
 @pytest.fixture
 async def messenger(telegram: FakeTelegramServer) -> AsyncIterator[TelegramMessenger]:
     flood = FloodControl.unlimited(max_attempts=ATTEMPTS, max_backoff=0)
-    opened = TelegramMessenger(telegram.token, api_base=telegram.base_url, flood=flood)
+    opened = TelegramMessenger(
+        telegram.token, api_base=telegram.base_url, flood=flood, rich_messages="off"
+    )
     yield opened
     await opened.close()
 

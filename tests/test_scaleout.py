@@ -489,12 +489,14 @@ async def test_a_killed_workers_turns_finish_on_another(
 async def test_an_answer_recorded_before_the_kill_is_resent_not_regenerated(
     claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
 ) -> None:
-    telegram.fail_next("sendMessage", error_code=500, times=1_000)  # the answer cannot leave
+    for method in ("sendMessage", "sendRichMessage"):  # the answer cannot leave
+        telegram.fail_next(method, error_code=500, times=1_000)
     receiver = queued_bot(claude, telegram, tmp_path, db)
     doomed = worker_process(telegram, claude, tmp_path, db)
     async with queued(receiver, work=False), killed_at_end(doomed):
         telegram.send_text(301, "remember me")
-        await until(lambda: len(telegram.requests_for("sendMessage")) >= 2, timeout=60)
+        sends = ("sendMessage", "sendRichMessage")
+        await until(lambda: sum(len(telegram.requests_for(m)) for m in sends) >= 2, timeout=60)
         doomed.send_signal(signal.SIGKILL)
         telegram.clear_faults()
         survivor = queued_bot(claude, telegram, tmp_path / "survivor", db)

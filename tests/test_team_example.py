@@ -112,7 +112,7 @@ def model(request: FakeRequest) -> FakeReply:
 async def ask(telegram: FakeTelegramServer, user: int, text: str, name: str = "User") -> str:
     before = len(telegram.sent_messages(user))
     telegram.send_text(user, text, first_name=name)
-    return (await telegram.wait_for_messages(user, before + 1))[before].text
+    return (await telegram.wait_for_messages(user, before + 1))[before].plain_text
 
 
 async def test_a_cleaners_answer_reaches_the_manager(
@@ -142,12 +142,12 @@ async def test_a_cleaners_answer_reaches_the_manager(
             assert assigned == "Room 12 is now Maria (cleaner)'s, marked dirty."
             asked = await ask(telegram, ANNA, "ask Maria if room 12 is clean", "Anna")
             assert asked == f"Delivered to user {MARIA}."
-            question = (await telegram.wait_for_messages(MARIA, 2))[1].text
+            question = (await telegram.wait_for_messages(MARIA, 2))[1].plain_text
             assert question == "Message from Anna (manager):\nIs room 12 clean?"
 
             reply = await ask(telegram, MARIA, "yes, done", "Maria")
             assert reply == "Marked room 12 clean and told Anna."
-            answer = (await telegram.wait_for_messages(ANNA, 4))[3].text
+            answer = (await telegram.wait_for_messages(ANNA, 4))[3].plain_text
             assert answer == "Message from Maria (cleaner):\nYes, room 12 is clean."
         assert claude.responder_errors == []
         check_roles(claude.requests)

@@ -33,7 +33,9 @@ def open_messenger(
     base_url: str, token: str, *, paid_broadcast: bool = False, attempts: int = ATTEMPTS
 ) -> TelegramMessenger:
     flood = FloodControl.unlimited(max_attempts=attempts, max_backoff=0)
-    return TelegramMessenger(token, api_base=base_url, flood=flood, paid_broadcast=paid_broadcast)
+    return TelegramMessenger(
+        token, api_base=base_url, flood=flood, paid_broadcast=paid_broadcast, rich_messages="off"
+    )
 
 
 @pytest.fixture

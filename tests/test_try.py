@@ -188,3 +188,48 @@ async def test_try_hears_a_local_voice_note_and_saves_the_spoken_answer(
     assert Path(saved).parent == tmp_path / "s" / "spoken"
     assert seconds_of(Path(saved)) > 1
     assert any(f"cannot read {tmp_path / 'missing.ogg'}" in line for line in lines)
+
+
+APPROVE_BOT = '''
+from botkit import Bot
+
+bot = Bot()
+
+
+@bot.tool(approval=True)
+async def delete_note(name: str) -> str:
+    """Delete a note."""
+    return f"deleted {name}"
+
+
+@bot.command("moons", "A table of moons")
+async def moons(message, args):
+    return "Moons:\\n\\n| Planet | Moons |\\n|---|--:|\\n| Earth | 1 |\\n| Mars | 2 |"
+'''
+
+
+def test_try_lists_buttons_with_numbers_and_presses_them_through_a_pipe(tmp_path: Path) -> None:
+    (tmp_path / "approvebot.py").write_text(APPROVE_BOT)
+    lines = "use delete_note n1\nhello\n/press 1\n/press 9\n/moons\n"
+    result = try_botkit(tmp_path, lines, "approvebot:bot")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert "[1] Allow  [2] Deny  (/press N presses one)" in out
+    ran = out.index('tool> delete_note(name="n1") → deleted n1')
+    assert out[ran + 1] == "bot> delete_note answered: deleted n1", "Allow ran the call"
+    assert out[ran + 2] == "bot> echo: hello", "the message held behind the approval ran after"
+    assert "error> No button 9 here: 0 under the last message with buttons." in out
+    table = out.index("Planet | Moons")
+    assert out[table + 1 : table + 4] == ["-------+------", "Earth  |     1", "Mars   |     2"]
+    assert out[-1].startswith("sessions: "), "the closing line"
+
+
+def test_end_of_input_ends_try_while_a_message_waits_behind_an_approval(tmp_path: Path) -> None:
+    (tmp_path / "approvebot.py").write_text(APPROVE_BOT)
+    result = try_botkit(tmp_path, "use delete_note n1\nhello\n", "approvebot:bot")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[-2] == "[1] Allow  [2] Deny  (/press N presses one)"
+    assert out[-1].startswith("sessions: "), "the closing line, and try ended"
+    assert "bot> echo: hello" not in out, "held for the decision, not run past it"
+    assert "Traceback" not in result.stderr

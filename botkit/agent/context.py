@@ -9,7 +9,7 @@ from itertools import pairwise
 from typing import Any
 
 from botkit.agent.history import normalize, trim, without_earlier_thinking
-from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.sessions import CompactionEntry, FeedbackEntry, ResetEntry, SessionEntry
 from botkit.sessions.live import needed_from
 from botkit.sessions.media import references, resolve
 from botkit.types import Message, TextBlock, Usage
@@ -20,7 +20,7 @@ SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
 PACE_TURNS = 5
 """The latest turns whose beginnings a context remembers, for its pace."""
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 FetchMedia = Callable[[Iterable[str]], Awaitable[Mapping[str, bytes]]]
 """Reads stored media by name (``<sha256>.<ext>``); those that are gone are left out."""
 OnAppend = Callable[[Entry], Awaitable[None]]
@@ -88,8 +88,9 @@ class ContextManager:
                 context._add(entry.to_message(), entry.update_id)
             elif isinstance(entry, ResetEntry):
                 context.clear()
-            else:
+            elif isinstance(entry, CompactionEntry):
                 context._apply_compaction(entry.summary, entry.kept)
+            # a FeedbackEntry (a user's reaction) is for people and re-runs, not the model
         return context
 
     async def fill_media(self, fetch: FetchMedia) -> None:
@@ -278,6 +279,12 @@ class ContextManager:
         self.pending.clear()
         self._turn_starts.clear()
         self._provisional = None
+
+    async def record(self, entry: FeedbackEntry) -> None:
+        """Record a reaction's feedback through the ``on_append`` hooks (it shapes no
+        context: the model never sees it)."""
+        for hook in self.on_append:
+            await hook(entry)
 
     async def _record(self, entry: Entry) -> None:
         if self._provisional is not None and not getattr(entry, "deferred", False):

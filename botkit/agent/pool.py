@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from botkit.agent.context import ContextManager
-from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry, SessionStore
+from botkit.sessions import CompactionEntry, FeedbackEntry, ResetEntry, SessionEntry, SessionStore
 from botkit.types import Message
 
 __all__ = ["ContextPool", "known_head"]
@@ -158,7 +158,9 @@ class ContextPool:
     def _counted(self, key: int | str) -> Any:
         """``sessions.append`` that also counts the conversation's numbers this process wrote."""
 
-        async def append(entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+        async def append(
+            entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry,
+        ) -> None:
             await self.sessions.append(entry)
             self._last_seq[key] = self._last_seq.get(key, 0) + 1
 
@@ -167,7 +169,9 @@ class ContextPool:
     def _stamped(self, key: int | str) -> Any:
         """``sessions.append`` that also notes the version of the file this process wrote."""
 
-        async def append(entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+        async def append(
+            entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry,
+        ) -> None:
             await self.sessions.append(entry)
             self._generations[key] = self._generation(key)
 

@@ -243,6 +243,11 @@ class Approvals:
                 await messenger.edit_reply(approval.chat_id, approval.message_id, shown)
         return messenger
 
+    async def settled(self) -> None:
+        """Wait until the decided requests' turns (and the messages held behind them) ran."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     def _spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
         self._tasks.add(task)

@@ -1,4 +1,5 @@
-"""The Bot API's hot sends (``sendMessage``, ``sendMessageDraft``, ``sendChatAction``) as JSON.
+"""The Bot API's hot sends (``sendMessage``, ``sendRichMessage``, drafts, ``sendChatAction``)
+as JSON.
 
 aiogram builds a pydantic model for every call, encodes it as multipart form data, runs its
 middleware chain and validates the answer into a ``Message``: hundreds of microseconds of CPU
@@ -19,7 +20,15 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.methods import SendChatAction, SendMessage, SendMessageDraft, TelegramMethod
+from aiogram.methods import (
+    SendChatAction,
+    SendMessage,
+    SendMessageDraft,
+    SendRichMessage,
+    SendRichMessageDraft,
+    SetMessageReaction,
+    TelegramMethod,
+)
 from aiohttp import ClientError, ClientTimeout
 
 from botkit import tracing
@@ -50,6 +59,18 @@ class JsonSender:
     async def send_message_draft(self, **params: Any) -> Any:
         """``sendMessageDraft``; ``True``."""
         return await self.post(SendMessageDraft, params)
+
+    async def send_rich_message(self, **params: Any) -> Any:
+        """``sendRichMessage`` (Bot API 10.1); the message sent, as raw JSON."""
+        return await self.post(SendRichMessage, params)
+
+    async def send_rich_message_draft(self, **params: Any) -> Any:
+        """``sendRichMessageDraft`` (Bot API 10.1, private chats); ``True``."""
+        return await self.post(SendRichMessageDraft, params)
+
+    async def set_message_reaction(self, **params: Any) -> Any:
+        """``setMessageReaction``; ``True``."""
+        return await self.post(SetMessageReaction, params)
 
     async def send_chat_action(self, **params: Any) -> Any:
         """``sendChatAction``; ``True``."""

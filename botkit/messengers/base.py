@@ -22,6 +22,7 @@ __all__ = [
     "JournaledUpdate",
     "Messenger",
     "OutgoingFile",
+    "Reaction",
     "Reply",
     "ReplyContext",
     "StarPayment",
@@ -202,6 +203,19 @@ class ButtonPress:
             first_name=self.first_name,
             thread_id=self.thread_id,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """A user changed their reactions on a message (``message_reaction``)."""
+
+    user_id: int
+    chat_id: int
+    message_id: int
+    """The message reacted to (one of the bot's, when it is feedback)."""
+    emoji: tuple[str, ...]
+    """The reactions the user has on it now (custom emoji as ``custom:<id>``); empty: none."""
+    chat_type: str = "private"
 
 
 @dataclass(frozen=True, slots=True)

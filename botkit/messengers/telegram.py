@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import structlog
 from aiogram import Bot as AiogramBot
@@ -26,6 +26,7 @@ from aiogram.exceptions import (
     TelegramBadRequest,
     TelegramConflictError,
     TelegramNetworkError,
+    TelegramNotFound,
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
@@ -38,6 +39,9 @@ from aiogram.types import (
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputRichMessage,
+    MessageReactionUpdated,
+    ReactionTypeEmoji,
     Update,
     User,
 )
@@ -53,12 +57,14 @@ from botkit.messengers.base import (
     Checkout,
     Incoming,
     OutgoingFile,
+    Reaction,
     Reply,
     ReplyContext,
     UpdateJournal,
 )
 from botkit.messengers.flood import FloodControl
 from botkit.messengers.markdown import html_to_plain, markdown_to_html, render_chunks
+from botkit.messengers.rich import RichState, draft_markdown, split_rich
 from botkit.messengers.stars import TelegramStars, checkout_of, payment_of
 from botkit.messengers.updates import RawGetUpdates, parse_update
 
@@ -84,7 +90,13 @@ DRAFTS_IN_FLIGHT = 16
 turn (each then shows the newest text), so drafts never crowd out LLM calls and replies."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
-ALLOWED_UPDATES = ["message", "stopped_message_generation", "callback_query", "pre_checkout_query"]
+ALLOWED_UPDATES = [
+    "message",
+    "stopped_message_generation",
+    "callback_query",
+    "pre_checkout_query",
+    "message_reaction",
+]
 GROUP_CHATS = frozenset({"group", "supergroup"})
 MAX_ALBUMS = 256
 OTHER_KINDS = (
@@ -112,6 +124,8 @@ OnPress = Callable[[ButtonPress], object]
 """Called when a user presses an inline button under one of the bot's messages."""
 OnCheckout = Callable[[Checkout], object]
 """Called when a user is about to pay one of the bot's invoices (answer within 10 s)."""
+OnReaction = Callable[[Reaction], object]
+"""Called when a user changes their reactions on a message."""
 
 _draft_ids = itertools.count(1)
 
@@ -136,6 +150,7 @@ class TelegramMessenger:
         download_timeout: int = 30,
         operators_chat: int | None = None,
         listen_in_groups: bool = False,
+        rich_messages: str = "auto",
     ) -> None:
         server = TelegramAPIServer.from_base(api_base) if api_base else PRODUCTION
         session = _Session(api=server)
@@ -166,6 +181,8 @@ class TelegramMessenger:
         """Seconds a file the user sent may take to download before the turn goes on without."""
         self.operators_chat = operators_chat
         """The operators' forum (BOTKIT_OPERATORS_CHAT): all its messages are read, unaddressed."""
+        self.rich = RichState(rich_messages)
+        """Whether texts go out as rich messages (BOTKIT_RICH_MESSAGES; off after a 404)."""
         self.me: User | None = None
         self._albums: dict[str, None] = {}
         """Recent albums (``media_group_id``) addressed to the bot in groups, oldest first."""
@@ -207,9 +224,90 @@ class TelegramMessenger:
         The first message replies to ``reply_to`` (if that message is gone, it is sent anyway);
         all of them go to the forum topic ``thread_id``.
         """
-        for chunk in render_chunks(text, MAX_MESSAGE_LENGTH) or [text.strip() or "…"]:
+        await self._send_markdown(chat_id, text, thread_id, reply_to, None)
+
+    async def _send_markdown(
+        self,
+        chat_id: int,
+        text: str,
+        thread_id: int | None,
+        reply_to: int | None,
+        keyboard: dict[str, Any] | None,
+    ) -> int | None:
+        """Send Markdown ``text``: as rich messages where the server takes them, each part
+        that is refused going through the HTML path instead (once); ``keyboard`` under the
+        last message, whose id is returned."""
+        if not self.rich.active:
+            return await self._send_html(chat_id, text, thread_id, reply_to, keyboard)
+        parts = split_rich(text) or ["…"]
+        sent: int | None = None
+        for index, part in enumerate(parts):
+            markup = keyboard if index == len(parts) - 1 else None
+            delivered, sent = await self._send_rich(chat_id, part, thread_id, reply_to, markup)
+            if not delivered:
+                sent = await self._send_html(chat_id, part, thread_id, reply_to, markup)
+            reply_to = None
+        return sent
+
+    async def _send_rich(
+        self,
+        chat_id: int,
+        markdown: str,
+        thread_id: int | None,
+        reply_to: int | None,
+        keyboard: dict[str, Any] | None,
+    ) -> tuple[bool, int | None]:
+        """One ``sendRichMessage``: whether it went, and the message's id. Not sent when the
+        server or the chat will not take it (the caller sends it as HTML)."""
+        if not self.rich.active:
+            return False, None
+        placement = self._placement(thread_id, reply_to)
+        if keyboard is not None:
+            placement["reply_markup"] = keyboard
+        call = partial(
+            self.sender.send_rich_message,
+            chat_id=chat_id,
+            rich_message={"markdown": markdown},
+            **placement,
+        )
+        try:
+            sent = await self.flood.send(chat_id, call)
+        except MessengerError as e:
+            if not self._rich_refused(e, "sendRichMessage", chat_id):
+                raise
+            return False, None
+        return True, _message_id(sent)
+
+    def _rich_refused(self, error: MessengerError, method: str, chat_id: int) -> bool:
+        """Whether ``error`` means this rich message cannot go (404: no rich messages on
+        this server until restart; 400: not this one), logged once; else it is raised."""
+        cause = error.__cause__
+        if isinstance(cause, TelegramNotFound):
+            self.rich.server_lacks_rich(method, cause.message)
+            return True
+        if isinstance(cause, TelegramBadRequest) and not _is_chat_error(cause):
+            error_text = cause.message
+            log.warning("telegram.rich_refused", method=method, chat_id=chat_id, error=error_text)
+            return True
+        return False
+
+    async def _send_html(
+        self,
+        chat_id: int,
+        text: str,
+        thread_id: int | None,
+        reply_to: int | None,
+        keyboard: dict[str, Any] | None,
+    ) -> int | None:
+        """Send Markdown ``text`` as HTML messages of Telegram's length; the last one's id."""
+        chunks = render_chunks(text, MAX_MESSAGE_LENGTH) or [text.strip() or "…"]
+        for chunk in chunks[:-1]:
             await self._send_chunk(chat_id, chunk, self._placement(thread_id, reply_to))
             reply_to = None
+        placement = self._placement(thread_id, reply_to)
+        if keyboard is not None:
+            placement["reply_markup"] = keyboard
+        return await self._send_chunk(chat_id, chunks[-1], placement)
 
     def _placement(self, thread_id: int | None, reply_to: int | None) -> dict[str, Any]:
         """The keyword arguments that put a message in its topic, as a reply, paid or not."""
@@ -235,8 +333,7 @@ class TelegramMessenger:
                 raise
             log.warning("telegram.html_rejected", chat_id=chat_id, error=str(e.__cause__))
             sent = await self.flood.send(chat_id, partial(send, text=html_to_plain(chunk)))
-        found = sent.get("message_id") if isinstance(sent, dict) else None  # JSON, or a model
-        return found if isinstance(found, int) else getattr(sent, "message_id", None)
+        return _message_id(sent)
 
     async def send_reply(
         self,
@@ -248,18 +345,16 @@ class TelegramMessenger:
     ) -> int | None:
         """Send ``reply``'s text as ``send_text`` does, its buttons under the last message
         (whose id is returned)."""
-        chunks = render_chunks(reply.text, MAX_MESSAGE_LENGTH) or [reply.text.strip() or "…"]
-        for chunk in chunks[:-1]:
-            await self._send_chunk(chat_id, chunk, self._placement(thread_id, reply_to))
-            reply_to = None
-        placement = self._placement(thread_id, reply_to)
+        keyboard = None
         if reply.buttons:
-            keyboard = _keyboard(reply.buttons)
-            placement["reply_markup"] = keyboard.model_dump(mode="json", exclude_none=True)
-        return await self._send_chunk(chat_id, chunks[-1], placement)
+            keyboard = _keyboard(reply.buttons).model_dump(mode="json", exclude_none=True)
+        return await self._send_markdown(chat_id, reply.text, thread_id, reply_to, keyboard)
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
-        """Replace the text and buttons of the bot's message (the text cut to one message)."""
+        """Replace the text and buttons of the bot's message (the text cut to one message);
+        as a rich message where the server takes them."""
+        if self.rich.active and await self._edit_rich(chat_id, message_id, reply):
+            return
         chunk = (render_chunks(reply.text, MAX_MESSAGE_LENGTH) or [reply.text.strip() or "…"])[0]
         call = partial(
             self.api.edit_message_text,
@@ -271,6 +366,40 @@ class TelegramMessenger:
         )
         async with _errors_mapped("editMessageText"):
             await self.flood.send(chat_id, call)
+
+    async def _edit_rich(self, chat_id: int, message_id: int, reply: Reply) -> bool:
+        """Edit the message to ``reply`` as rich content; ``False`` if that was refused."""
+        part = (split_rich(reply.text) or ["…"])[0]
+        call = partial(
+            self.api.edit_message_text,
+            chat_id=chat_id,
+            message_id=message_id,
+            rich_message=InputRichMessage(markdown=part),
+            reply_markup=_keyboard(reply.buttons) if reply.buttons else None,
+        )
+        try:
+            async with _errors_mapped("editMessageText"):
+                await self.flood.send(chat_id, call)
+        except MessengerError as e:
+            if not self._rich_refused(e, "editMessageText", chat_id):
+                raise
+            return False
+        return True
+
+    async def set_reaction(self, chat_id: int, message_id: int, emoji: str | None) -> None:
+        """Put the bot's ``emoji`` on a message (``None`` takes it away), paced with the
+        chat's other sends; best effort: a refusal is logged, never raised."""
+        reaction = [{"type": "emoji", "emoji": emoji}] if emoji else []
+        call = partial(
+            self.sender.set_message_reaction,
+            chat_id=chat_id,
+            message_id=message_id,
+            reaction=reaction,
+        )
+        try:
+            await self.flood.send(chat_id, call)
+        except MessengerError as e:
+            log.info("telegram.reaction_failed", chat_id=chat_id, error=str(e))
 
     async def answer_press(self, press_id: str, text: str | None = None) -> None:
         """Stop the button's spinner, showing ``text`` briefly if given (best effort)."""
@@ -383,6 +512,7 @@ class TelegramMessenger:
             interval=self.draft_interval,
             thread_id=message.thread_id,
             lane=self._draft_lane,
+            rich=self.rich,
         )
 
     async def sync_commands(
@@ -411,6 +541,7 @@ class TelegramMessenger:
         *,
         on_press: OnPress | None = None,
         on_checkout: OnCheckout | None = None,
+        on_reaction: OnReaction | None = None,
     ) -> None:
         """Long-poll until ``stop`` is set; accepted messages are journaled, then handed on.
 
@@ -428,7 +559,8 @@ class TelegramMessenger:
         while not stop.is_set():
             for update_id, raw in await self._poll_once(offset, stop, failures):
                 offset = max(offset or 0, update_id + 1)
-                await self._take_safely(update_id, raw, on_message, on_stop, on_press, on_checkout)
+                handlers = _Handlers(on_message, on_stop, on_press, on_checkout, on_reaction)
+                await self._take_safely(update_id, raw, handlers)
         await self._confirm(offset)  # what was journaled, so a restart does not re-read it
 
     async def poll_raw(self, take: TakeRaw, stop: asyncio.Event) -> None:
@@ -494,10 +626,10 @@ class TelegramMessenger:
 
     async def read_update(
         self, raw: dict[str, Any]
-    ) -> Incoming | ButtonPress | Checkout | Update | str | None:
-        """One raw update read: the message for a turn; a button press; a checkout; the
-        ``Update`` when it is something else (a stop press); why it could not be read;
-        ``None`` when it is not for this bot."""
+    ) -> Incoming | ButtonPress | Checkout | Reaction | Update | str | None:
+        """One raw update read: the message for a turn; a button press; a checkout; a
+        reaction; the ``Update`` when it is something else (a stop press); why it could not be
+        read; ``None`` when it is not for this bot."""
         parsed = parse_update(raw, self.api)
         if parsed.update is None:
             return parsed.error or "unparseable"
@@ -510,6 +642,8 @@ class TelegramMessenger:
             return _press(parsed.update.callback_query)
         if parsed.update.pre_checkout_query is not None:
             return checkout_of(parsed.update.pre_checkout_query)
+        if parsed.update.message_reaction is not None:
+            return _reaction(parsed.update.message_reaction)
         return await self._incoming(parsed.update)
 
     async def _replay_inbox(self, on_message: OnMessage) -> None:
@@ -523,33 +657,18 @@ class TelegramMessenger:
                 log.info("telegram.replayed", update_id=item.update_id)
                 on_message(message)
 
-    async def _take_safely(
-        self,
-        update_id: int,
-        raw: dict[str, Any],
-        on_message: OnMessage,
-        on_stop: OnStop,
-        on_press: OnPress | None = None,
-        on_checkout: OnCheckout | None = None,
-    ) -> None:
+    async def _take_safely(self, update_id: int, raw: dict[str, Any], handlers: _Handlers) -> None:
         """Take one raw update; whatever goes wrong with it, the others are still taken."""
         try:
-            await self._take(update_id, raw, on_message, on_stop, on_press, on_checkout)
+            await self._take(update_id, raw, handlers)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("telegram.update_failed", update_id=update_id)
             self._reject(update_id, raw, f"{type(e).__name__}: {e}")
 
-    async def _take(
-        self,
-        update_id: int,
-        raw: dict[str, Any],
-        on_message: OnMessage,
-        on_stop: OnStop,
-        on_press: OnPress | None = None,
-        on_checkout: OnCheckout | None = None,
-    ) -> None:
+    async def _take(self, update_id: int, raw: dict[str, Any], handlers: _Handlers) -> None:
+        on_message, on_stop, on_press, on_checkout = handlers[:4]
         if self.inbox is not None and self.inbox.seen(update_id):
             return  # delivered again after a restart: already accepted
         parsed = parse_update(raw, self.api)
@@ -572,6 +691,11 @@ class TelegramMessenger:
         if update.pre_checkout_query is not None:
             if on_checkout is not None:
                 on_checkout(checkout_of(update.pre_checkout_query))
+            return
+        if update.message_reaction is not None:
+            reaction = _reaction(update.message_reaction)
+            if reaction is not None and handlers.on_reaction is not None:
+                handlers.on_reaction(reaction)
             return
         message = await self._incoming(update)
         if message is None:
@@ -718,6 +842,37 @@ def _keyboard(rows: Sequence[Sequence[Button]]) -> InlineKeyboardMarkup:
             [InlineKeyboardButton(text=b.text, callback_data=b.data) for b in row] for row in rows
         ]
     )
+
+
+class _Handlers(NamedTuple):
+    """Where ``poll`` hands each kind of update."""
+
+    on_message: OnMessage
+    on_stop: OnStop
+    on_press: OnPress | None
+    on_checkout: OnCheckout | None
+    on_reaction: OnReaction | None
+
+
+def _reaction(update: MessageReactionUpdated) -> Reaction | None:
+    """A user's reactions on a message now; ``None`` for an anonymous admin's."""
+    if update.user is None or update.user.is_bot:
+        return None
+    emoji = tuple(
+        item.emoji if isinstance(item, ReactionTypeEmoji) else f"custom:{_custom_id(item)}"
+        for item in update.new_reaction
+    )
+    return Reaction(
+        user_id=update.user.id,
+        chat_id=update.chat.id,
+        message_id=update.message_id,
+        emoji=emoji,
+        chat_type=update.chat.type,
+    )
+
+
+def _custom_id(item: Any) -> str:
+    return str(getattr(item, "custom_emoji_id", None) or getattr(item, "type", "other"))
 
 
 def _press(query: CallbackQuery) -> ButtonPress | None:
@@ -904,12 +1059,16 @@ def _describe_error(error: Exception) -> str:
 
 
 class TelegramDraft:
-    """A reply streamed into Telegram's ``sendMessageDraft``, at most one update per interval.
+    """A reply streamed into Telegram's drafts, at most one update per interval.
 
     ``start`` shows a "Thinking…" draft with a stop button at once, so a turn that only calls
     tools can be stopped too; the draft is re-sent before Telegram lets it expire (~30 s).
     Drafts of one messenger share a ``lane`` of a few requests at once: under load a draft
     waits its turn and then shows the newest text, so updates coalesce instead of queueing.
+
+    With ``rich`` active the text goes as ``sendRichMessageDraft`` Markdown (Bot API 10.1)
+    and what runs meanwhile as a thinking block (``<tg-thinking>``, drafts only) with how long
+    it has run; a server or a draft refusing that gets today's HTML draft instead.
     """
 
     def __init__(
@@ -921,6 +1080,7 @@ class TelegramDraft:
         thread_id: int | None = None,
         refresh: float = DRAFT_REFRESH,
         lane: asyncio.Semaphore | None = None,
+        rich: RichState | None = None,
     ) -> None:
         self.api = api
         self.lane = lane or asyncio.Semaphore(1)
@@ -929,9 +1089,12 @@ class TelegramDraft:
         self.interval = interval
         self.thread_id = thread_id if thread_id != GENERAL_TOPIC else None
         self.refresh = refresh
+        self.rich = rich
         self.text = ""
         self.note: str | None = None
-        """What the bot is doing while tools run, shown in italics under the text."""
+        """What the bot is doing while tools run, shown in italics (a thinking block in a
+        rich draft) under the text."""
+        self._note_since = 0.0
         self._shown = ""
         self._last_sent = 0.0
         """When a draft last went out (the placeholder and re-sends included)."""
@@ -958,7 +1121,7 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            await self._send(self._html())  # "" (Thinking…) unless text came meanwhile
+            await self._send(self._view())  # "" (Thinking…) unless text came meanwhile
         if (self.text or self.note) and not self._finished:
             await self._show_soon()
 
@@ -970,6 +1133,8 @@ class TelegramDraft:
 
     async def status(self, note: str | None) -> None:
         """Show ``note`` under the text until more text streams in (refreshed as text is)."""
+        if note != self.note:
+            self._note_since = time.monotonic()
         self.note = note
         self._refresh()
 
@@ -978,8 +1143,29 @@ class TelegramDraft:
             return
         self._sender = asyncio.create_task(self._show_soon())
 
+    @property
+    def _rich_active(self) -> bool:
+        return self.rich is not None and self.rich.active
+
+    def _view(self) -> str:
+        """The draft as shown: a rich draft's field and content (``markdown\0…``,
+        ``html\0…``), or HTML; "" for the placeholder."""
+        if not self._rich_active or not (self.text.strip() or self.note):
+            return self._html()
+        if not self.note:
+            return f"markdown{_FIELD}{draft_markdown(self.text)}"
+        shown = markdown_to_html(draft_markdown(self.text)) if self.text.strip() else ""
+        thinking = f"<tg-thinking>{html.escape(self._timed_note())}</tg-thinking>"
+        return f"html{_FIELD}{shown}\n{thinking}" if shown else f"html{_FIELD}{thinking}"
+
+    def _timed_note(self) -> str:
+        """The note with how long it has been showing (what runs, and for how long)."""
+        seconds = int(time.monotonic() - self._note_since)
+        note = self.note or ""
+        return f"{note} · {seconds} s" if seconds >= NOTE_SECONDS_FROM else note
+
     def _html(self) -> str:
-        """The draft as shown: the text, then the status note."""
+        """The draft as HTML: the text, then the status note."""
         text = draft_html(self.text)
         if not self.note:
             return text
@@ -1005,41 +1191,83 @@ class TelegramDraft:
         async with self.lane:
             if self._finished:
                 return
-            shown = self._html()  # rendered once it can go: the newest text
+            shown = self._view()  # rendered once it can go: the newest text
             if shown and shown != self._shown:
                 await self._send(shown)
 
     async def _keep_alive(self) -> None:
-        """Re-send what is shown before it expires, however long a tool call takes."""
+        """Re-send what is shown before it expires, however long a tool call takes; in a rich
+        draft, a running tool's time every few seconds."""
         while not self._finished:
-            await asyncio.sleep(max(self._last_sent + self.refresh - time.monotonic(), 0.05))
+            wake = self._last_sent + self.refresh - time.monotonic()
+            if self._rich_active:  # a note set meanwhile shows its time within a tick
+                wake = min(wake, NOTE_TICK)
+            await asyncio.sleep(max(wake, 0.05))
+            if self._sending or self._finished:
+                continue
             stale = time.monotonic() - self._last_sent >= self.refresh
-            if stale and not self._sending and not self._finished:
+            ticking = bool(self.note) and self._rich_active and self._view() != self._shown
+            if stale or ticking:
                 async with self.lane:
                     if not self._finished:
-                        await self._send(self._shown)
+                        await self._send(self._view() if ticking else self._shown)
 
-    async def _send(self, html: str) -> None:
+    async def _send(self, view: str) -> None:
         self._sending = True
         self._last_sent = time.monotonic()
-        if html:
+        if view:
             self._text_sent_at = self._last_sent
         try:
-            await self.api.send_message_draft(
-                chat_id=self.chat_id,
-                draft_id=self.draft_id,
-                text=html,
-                parse_mode="HTML",
-                message_thread_id=self.thread_id,
-                can_stop=True,
-                keep_on_stop=True,
-            )
-            self._shown = html
+            if _FIELD in view and not await self._send_rich(view):
+                view = self._html()  # refused: this update as today's HTML draft
+            if _FIELD not in view:
+                await self._send_html(view)
+            self._shown = view
         except AiogramError as e:  # a draft is a courtesy (garbled answers too): the final
             # message still comes
             log.debug("telegram.draft_failed", chat_id=self.chat_id, error=_describe_error(e))
         finally:
             self._sending = False
+
+    async def _send_html(self, shown: str) -> None:
+        await self.api.send_message_draft(
+            chat_id=self.chat_id,
+            draft_id=self.draft_id,
+            text=shown,
+            parse_mode="HTML",
+            message_thread_id=self.thread_id,
+            can_stop=True,
+            keep_on_stop=True,
+        )
+
+    async def _send_rich(self, view: str) -> bool:
+        """One ``sendRichMessageDraft``; ``False`` when the server or the draft refused it."""
+        field, _, content = view.partition(_FIELD)
+        try:
+            await self.api.send_rich_message_draft(
+                chat_id=self.chat_id,
+                draft_id=self.draft_id,
+                rich_message={field: content},
+                message_thread_id=self.thread_id,
+                can_stop=True,
+                keep_on_stop=True,
+            )
+        except TelegramNotFound as e:
+            if self.rich is not None:
+                self.rich.server_lacks_rich("sendRichMessageDraft", e.message)
+            return False
+        except TelegramBadRequest as e:
+            log.info("telegram.rich_draft_refused", chat_id=self.chat_id, error=e.message)
+            return False
+        return True
+
+
+_FIELD = "\0"
+"""Between a rich draft's field name and its content in a draft's view."""
+NOTE_TICK = 3.0
+"""Seconds between refreshes of a rich draft's thinking block while a tool runs."""
+NOTE_SECONDS_FROM = 2
+"""A thinking block says how long it has run from this many seconds on."""
 
 
 def draft_html(text: str) -> str:
@@ -1095,6 +1323,18 @@ def _attachments(message: TgMessage) -> tuple[Attachment, ...]:
             duration = getattr(item, "duration", None)
             return (Attachment(item.file_id, kind, name, mime, item.file_size, duration),)
     return ()
+
+
+def _message_id(sent: Any) -> int | None:
+    """The id of a message sent: from the raw JSON answer, or from aiogram's model."""
+    found = sent.get("message_id") if isinstance(sent, dict) else None
+    return found if isinstance(found, int) else getattr(sent, "message_id", None)
+
+
+def _is_chat_error(error: TelegramBadRequest) -> bool:
+    """A 400 about the chat or topic, not the content: HTML would be refused as well."""
+    text = error.message.lower()
+    return "chat not found" in text or "thread not found" in text or "topic_closed" in text
 
 
 def _is_entity_error(error: MessengerError) -> bool:

@@ -25,13 +25,19 @@ ERASED = "[erased]"
 
 
 def erase_turns(entries: list[dict[str, Any] | None], user_id: int) -> list[int]:
-    """Replace, in place, the turns ``user_id`` started by ``[erased]``; their positions.
+    """Replace, in place, the turns ``user_id`` started by ``[erased]`` (and their reactions by
+    a removed one); their positions.
 
     ``None`` stands for a line that could not be read (left alone).
     """
     erased: list[int] = []
     theirs = False
     for number, entry in enumerate(entries):
+        if entry is not None and entry.get("type") == "feedback":  # may land inside a turn
+            if entry.get("by") == user_id:
+                entry.update(emoji=[], kind="removed", by=0, user_id=0)  # their reaction
+                erased.append(number)
+            continue
         if entry is None or entry.get("type", "message") != "message":
             theirs = False
             continue

@@ -44,6 +44,8 @@ class RerunOptions:
     report: Path | None = None
     all_sessions: bool = False
     judge: str | None = None
+    feedback: str | None = None
+    """Only the turns whose replies got this reaction (``negative``: 👎)."""
 
 
 def rerun_command(session: str | None, options: RerunOptions, out: TextIO | None = None) -> int:
@@ -164,6 +166,7 @@ async def _rerun_all(
                     free=options.free,
                     model=options.model,
                     judge=options.judge,
+                    feedback=options.feedback,
                 )
         if progress is not None:
             progress.step()

@@ -7,12 +7,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from botkit.messengers.base import Incoming
-from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
+from botkit.sessions import CompactionEntry, FeedbackEntry, ResetEntry, SessionEntry
 from botkit.types import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 
-__all__ = ["Entry", "RecordedTurn", "ToolCall", "incoming_for", "recorded_turns"]
+__all__ = [
+    "Entry",
+    "RecordedTurn",
+    "ToolCall",
+    "feedback_by_turn",
+    "incoming_for",
+    "recorded_turns",
+]
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 
 _GROUP_KEY = re.compile(r"chat_(-?[0-9]+)(?:_([0-9]+))?")
 
@@ -76,11 +83,29 @@ def recorded_turns(entries: list[Entry]) -> list[RecordedTurn]:
         end = starts[number] if number < len(starts) else len(entries)
         user = entries[start]
         assert isinstance(user, SessionEntry)
-        outputs = [e for e in entries[start + 1 : end] if not _is_input(e)]
+        outputs = [e for e in entries[start + 1 : end] if not _is_input(e) and not _is_feedback(e)]
         while end > start + 1 and _is_input(entries[end - 1]):
             end -= 1  # notes and resets before the next turn are that turn's inputs
         turns.append(RecordedTurn(number, start, end, user, outputs))
     return turns
+
+
+def _is_feedback(entry: Entry) -> bool:
+    return isinstance(entry, FeedbackEntry)
+
+
+def feedback_by_turn(entries: list[Entry]) -> dict[int, list[FeedbackEntry]]:
+    """Each turn's feedback by its update id: each person's latest (a changed reaction
+    replaces the earlier one; one taken back counts as ``removed``)."""
+    latest: dict[tuple[int, int], FeedbackEntry] = {}
+    for entry in entries:
+        if isinstance(entry, FeedbackEntry):
+            latest.pop((entry.update_id, entry.by), None)
+            latest[(entry.update_id, entry.by)] = entry
+    by_turn: dict[int, list[FeedbackEntry]] = {}
+    for (update_id, _), entry in latest.items():
+        by_turn.setdefault(update_id, []).append(entry)
+    return by_turn
 
 
 def _starts_turn(entry: Entry) -> bool:

@@ -18,13 +18,14 @@ from botkit.rerun.recorded import (
     Entry,
     RecordedTurn,
     answer_text,
+    feedback_by_turn,
     incoming_for,
     recorded_turns,
     sum_usage,
     tool_calls,
 )
 from botkit.rerun.scratch import QuietMessenger, RerunSteps, ScratchStore, UnchargedAccess
-from botkit.sessions import SessionEntry, SessionFile
+from botkit.sessions import FeedbackEntry, SessionEntry, SessionFile
 from botkit.turns import BotSteps, TurnPipeline
 from botkit.types import Message, TextBlock
 
@@ -42,6 +43,7 @@ async def rerun_session(
     free: bool = False,
     model: str | None = None,
     judge: str | None = None,
+    feedback: str | None = None,
 ) -> RerunReport:
     """Run each recorded user turn of ``session`` again through ``bot``'s pipeline and compare.
 
@@ -50,9 +52,14 @@ async def rerun_session(
     starts from the recorded history before it; ``free`` carries the re-run's own answers on.
     Nothing is sent anywhere and nothing is written but to a scratch store in memory. With
     ``judge`` (a rubric), the bot's model grades each changed answer against the recorded one.
+    With ``feedback`` (``negative``, ``positive``, ``other``), only the turns someone reacted
+    to so are re-run.
     """
     entries = list(session.entries)
     turns = recorded_turns(entries)
+    if feedback is not None:
+        reacted = feedback_by_turn(entries)
+        turns = [t for t in turns if _got(reacted.get(t.user.update_id or 0, []), feedback)]
     metrics = Metrics()
     reports: list[TurnReport] = []
     carried: list[Entry] = []
@@ -75,6 +82,11 @@ async def _judged(bot: BotSteps, rubric: str, report: TurnReport, model: str | N
     """The bot's model grades the re-run's answer against the recorded one."""
     recorded, now = report.recorded.answer, report.now.answer
     return await judge_answer(bot.llm, rubric, report.user_text, recorded, now, model=model)
+
+
+def _got(feedback: Sequence[FeedbackEntry], kind: str) -> bool:
+    """Whether someone's latest reaction on a turn is of ``kind``."""
+    return any(entry.kind == kind for entry in feedback)
 
 
 def _inputs(entries: Sequence[Entry], *, first: bool) -> list[Entry]:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import mimetypes
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
@@ -25,7 +26,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from botkit.agent.events import ToolEnd
 from botkit.bot import Bot
 from botkit.errors import LLMAuthError
-from botkit.messengers.base import Attachment, Incoming, OutgoingFile, Reply
+from botkit.messengers.base import (
+    Attachment,
+    Button,
+    ButtonPress,
+    Incoming,
+    OutgoingFile,
+    Reply,
+)
+from botkit.messengers.markdown import html_to_plain, markdown_to_html
 from botkit.runtime.setup import check_llm, mcp_tools
 from botkit.types import ToolResultBlock, ToolUseBlock
 
@@ -33,7 +42,16 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
-__all__ = ["ConsoleMessenger", "ConsoleView", "PlainView", "RichView", "run_console", "tool_line"]
+__all__ = [
+    "ConsoleMessenger",
+    "ConsoleUpdate",
+    "ConsoleView",
+    "PlainView",
+    "RichView",
+    "run_console",
+    "tables_as_text",
+    "tool_line",
+]
 
 PROMPT = "you> "
 BOT = "bot> "
@@ -46,6 +64,23 @@ MAX_RESULT = 200
 AUTH_FAILURE_TEXT = "Anthropic rejected ANTHROPIC_API_KEY: set a valid key and start again."
 VOICE_NOTE = "/voice_note"
 """The console's own command: ``/voice_note PATH`` sends a local audio file as a voice note."""
+PRESS = re.compile(r"/press\s+(\d+)\s*$")
+"""``/press 2``: press the second button of the last message that has buttons."""
+PRESS_HINT = "(/press N presses one)"
+NO_BUTTON = "No button {number} here: {count} under the last message with buttons."
+
+
+def tables_as_text(markdown: str) -> str:
+    """``markdown`` with each table drawn as aligned text (as a rich message shows one)."""
+    from markdown_it import MarkdownIt
+
+    lines = markdown.split("\n")
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    tables = [t.map for t in tokens if t.type == "table_open" and t.map is not None]
+    for start, end in reversed(tables):
+        drawn = html_to_plain(markdown_to_html("\n".join(lines[start:end])))
+        lines[start:end] = drawn.split("\n")
+    return "\n".join(lines)
 
 
 def tool_line(call: ToolUseBlock, result: ToolResultBlock) -> str:
@@ -116,9 +151,9 @@ class PlainView:
             self._write("\n")
 
     def reply(self, text: str, *, error: bool) -> None:
-        """One ``bot>`` line."""
+        """One ``bot>`` line (tables drawn as aligned text)."""
         self.end_text()
-        self._write(f"{BOT}{text}\n")
+        self._write(f"{BOT}{tables_as_text(text)}\n")
 
     def tool(self, call: ToolUseBlock, result: ToolResultBlock) -> None:
         """One ``tool>`` line."""
@@ -228,6 +263,19 @@ class ConsoleDraft:
         self.on_finish(self.text)
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleUpdate:
+    """A line typed at the terminal, as a held message keeps it (``Incoming.raw``)."""
+
+    update_id: int
+    user_id: int
+    text: str
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        """The line as a raw update, read back by ``ConsoleMessenger.read_update``."""
+        return {"update_id": self.update_id, "console": {"user": self.user_id, "text": self.text}}
+
+
 class ConsoleMessenger:
     """A messenger whose chat is this terminal."""
 
@@ -243,6 +291,10 @@ class ConsoleMessenger:
         self.spoken_dir = spoken_dir
         """Where spoken answers (voice notes) are saved; ``None``: only said."""
         self._streamed: str | None = None
+        self._message_ids = 0
+        self._shown = ""
+        self.buttons: tuple[int, tuple[Button, ...]] | None = None
+        """The last message with buttons: its id, and its buttons in the order numbered."""
         self._local_files: dict[str, Path] = {}
 
     def attach_local(self, path: Path, kind: str = "voice") -> Attachment:
@@ -298,17 +350,55 @@ class ConsoleMessenger:
         thread_id: int | None = None,
         reply_to: int | None = None,
     ) -> int | None:
-        """Show the reply's text; its buttons as a line of labels (a terminal cannot press)."""
-        labels = " ".join(f"[{b.text}]" for row in reply.buttons for b in row)
-        await self.send_text(chat_id, f"{reply.text}\n{labels}" if labels else reply.text)
-        return None
+        """Show the reply's text, its buttons numbered for ``/press N``; the message's id."""
+        self._message_ids += 1
+        await self._show(self._message_ids, reply)
+        return self._message_ids
+
+    async def _show(self, message_id: int, reply: Reply) -> None:
+        buttons = tuple(button for row in reply.buttons for button in row)
+        if not buttons:
+            self._shown = reply.text
+            await self.send_text(0, reply.text)
+            return
+        self.buttons = (message_id, buttons)
+        self._shown = reply.text
+        labels = "  ".join(f"[{n}] {b.text}" for n, b in enumerate(buttons, start=1))
+        await self.send_text(0, f"{reply.text}\n{labels}  {PRESS_HINT}")
 
     async def edit_reply(self, chat_id: int, message_id: int, reply: Reply) -> None:
-        """Show the new text (nothing in a terminal can be edited)."""
-        await self.send_reply(chat_id, reply)
+        """Show the new text (nothing in a terminal can be edited); buttons it no longer has
+        cannot be pressed."""
+        if self.buttons is not None and self.buttons[0] == message_id:
+            self.buttons = None
+        await self._show(message_id, reply)
 
     async def answer_press(self, press_id: str, text: str | None = None) -> None:
-        """No buttons are pressed in a terminal."""
+        """Show the press's notice, unless the message it edited says it already."""
+        if text and text not in self._shown:
+            self.view.reply(text, error=False)
+
+    def press(self, number: int, user_id: int) -> ButtonPress | None:
+        """A press of button ``number`` (from 1) of the last message with buttons."""
+        if self.buttons is None or not 1 <= number <= len(self.buttons[1]):
+            count = 0 if self.buttons is None else len(self.buttons[1])
+            self.view.notice(NO_BUTTON.format(number=number, count=count))
+            return None
+        message_id, buttons = self.buttons
+        return ButtonPress(
+            press_id=f"console-{time.time_ns()}",
+            user_id=user_id,
+            chat_id=user_id,
+            message_id=message_id,
+            data=buttons[number - 1].data,
+        )
+
+    async def read_update(self, raw: dict[str, Any]) -> Incoming | None:
+        """A held line read back (a message that waited behind an approval)."""
+        line = raw.get("console")
+        if not isinstance(line, dict):
+            return None
+        return _incoming(int(raw["update_id"]), int(line["user"]), str(line["text"]))
 
     def _remember_streamed(self, text: str) -> None:
         self._streamed = text
@@ -357,19 +447,33 @@ async def _read_loop(bot: Bot, messenger: ConsoleMessenger, source: TextIO, user
         text = line.strip()
         if not text:
             continue
-        message = Incoming(
-            update_id=-time.time_ns(),  # negative and unique: never a Telegram update id
-            user_id=user_id,
-            chat_id=user_id,
-            text=text,
-            date=datetime.now(UTC),
-        )
-        if text.split(maxsplit=1)[0] == VOICE_NOTE:
-            voiced = _voice_note(messenger, message)
-            if voiced is None:
-                continue
-            message = voiced
-        await bot.turns.handle_safely(message, messenger)
+        pressed = PRESS.match(text)
+        if pressed is not None:
+            press = messenger.press(int(pressed[1]), user_id)
+            if press is not None:
+                await bot.turns.handle_press(press, messenger)
+        else:
+            # negative and unique: never a Telegram update id
+            message = _incoming(-time.time_ns(), user_id, text)
+            if text.split(maxsplit=1)[0] == VOICE_NOTE:
+                voiced = _voice_note(messenger, message)
+                if voiced is None:
+                    continue
+                message = voiced
+            await bot.turns.handle_safely(message, messenger)
+        await bot.approvals.settled()  # a decided approval's turn answers before the next line
+
+
+def _incoming(update_id: int, user_id: int, text: str) -> Incoming:
+    """A terminal line as a private message of ``user_id``."""
+    return Incoming(
+        update_id=update_id,
+        user_id=user_id,
+        chat_id=user_id,
+        text=text,
+        date=datetime.now(UTC),
+        raw=ConsoleUpdate(update_id, user_id, text),
+    )
 
 
 def _voice_note(messenger: ConsoleMessenger, message: Incoming) -> Incoming | None:

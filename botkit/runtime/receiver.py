@@ -22,7 +22,7 @@ import structlog
 from botkit import tracing
 from botkit.config import Settings
 from botkit.errors import StoreError
-from botkit.messengers.base import ButtonPress, Checkout, Incoming
+from botkit.messengers.base import ButtonPress, Checkout, Incoming, Reaction
 from botkit.runtime.queue import Outage, TurnQueue, lock_for
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class Receiver:
         """The lock of the job an update read becomes (``None``: it is not queued)."""
         if isinstance(read, Incoming):
             return lock_for(read, self.settings.group_context)
-        if isinstance(read, ButtonPress):  # a worker answers it, behind the user's turns
+        if isinstance(read, ButtonPress | Reaction):  # a worker takes it, behind their turns
             return f"user:{read.user_id}"
         if isinstance(read, Checkout) and self.checkouts is None:
             return f"checkout:{read.user_id}"  # not behind the user's turns: 10 s to answer

@@ -15,7 +15,7 @@ from botkit.commands import command_menu
 from botkit.config import FREE_RATE, Settings
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.log import configure_logging
-from botkit.messengers.base import ButtonPress, Checkout, Messenger
+from botkit.messengers.base import ButtonPress, Checkout, Messenger, Reaction
 from botkit.ops import ReadinessCheck, ops_server, stores_check
 from botkit.reminders.firing import FiringLoop
 from botkit.runtime.base import ServedBot, freeze_startup_objects, until_signalled
@@ -81,6 +81,7 @@ def messenger_for(
         paid_broadcast=settings.paid_broadcast and settings.global_rate > FREE_RATE,
         operators_chat=settings.operators_chat,
         listen_in_groups=settings.transcribe_url is not None,
+        rich_messages=settings.rich_messages,
     )
 
 
@@ -125,6 +126,11 @@ async def _serve(
         presses.add(task)
         task.add_done_callback(presses.discard)
 
+    def on_reaction(reaction: Reaction) -> None:  # recorded beside running turns
+        task = asyncio.create_task(bot.turns.handle_reaction(reaction))
+        presses.add(task)
+        task.add_done_callback(presses.discard)
+
     def on_checkout(checkout: Checkout) -> None:  # answered at once, beside running turns
         task = asyncio.create_task(bot.payments.answer_checkout(checkout, messenger))
         presses.add(task)
@@ -162,6 +168,7 @@ async def _serve(
                 stop,
                 on_press=on_press,
                 on_checkout=on_checkout,
+                on_reaction=on_reaction,
             )
             log.info("bot.stopping", unfinished=len(dispatcher.unfinished))
             grace = bot.settings.grace_period if grace_period is None else grace_period

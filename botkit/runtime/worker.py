@@ -25,7 +25,7 @@ from procrastinate.exceptions import ConnectorException
 
 from botkit.agent.pool import known_head
 from botkit.errors import StoreError
-from botkit.messengers.base import ButtonPress, Checkout, Incoming
+from botkit.messengers.base import ButtonPress, Checkout, Incoming, Reaction
 from botkit.runtime.base import ServedBot
 from botkit.runtime.poison import SuspectLane, tell_given_up
 from botkit.runtime.queue import Claim, Outage, TurnQueue, lock_for
@@ -114,6 +114,8 @@ class Worker:
             await self.bot.turns.handle_press(message, self.messenger)
         elif isinstance(message, Checkout):
             await self.bot.payments.answer_checkout(message, self.messenger)
+        elif isinstance(message, Reaction):
+            await self.bot.turns.handle_reaction(message)
 
     async def _give_up(self, update: dict[str, Any], job_id: int, claim: Claim) -> None:
         """Mark the update given up with the messages the job gathered, then (the one start

@@ -6,7 +6,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, SessionFile
+from botkit.sessions.jsonl import (
+    CompactionEntry,
+    FeedbackEntry,
+    ResetEntry,
+    SessionEntry,
+    SessionFile,
+)
 
 __all__ = ["NumberedSessionFile", "NumberedSessionStore", "SessionStore", "is_conversation_key"]
 
@@ -21,7 +27,9 @@ def is_conversation_key(text: str) -> bool:
 class SessionStore(Protocol):
     """Records every append to a conversation's context and reads it back."""
 
-    async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+    async def append(
+        self, entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
+    ) -> None:
         """Persist one entry, after those before it."""
         ...
 

@@ -44,6 +44,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AnyEntry",
     "CompactionEntry",
+    "FeedbackEntry",
     "JsonlSessionStore",
     "ResetEntry",
     "SessionEntry",
@@ -89,6 +90,9 @@ class SessionEntry(_Entry):
     content: list[ContentBlock]
     update_id: int | None = None
     """The Telegram update that carried a user message."""
+    message_id: int | None = None
+    """The Telegram message id of a user message: a reaction to a reply finds its turn by it
+    (absent on lines written before botkit recorded it)."""
     usage: Usage | None = None
     """What the LLM call cost, on assistant messages."""
     model: str | None = None
@@ -150,11 +154,34 @@ class CompactionEntry(_Entry):
     model: str | None = None
 
 
-AnyEntry = Annotated[SessionEntry | ResetEntry | CompactionEntry, Field(discriminator="type")]
-_ENTRY: TypeAdapter[SessionEntry | ResetEntry | CompactionEntry] = TypeAdapter(AnyEntry)
+class FeedbackEntry(_Entry):
+    """A user's reaction to one of the bot's replies: feedback on the turn that reply answers.
+
+    A later entry for the same turn and person replaces it (a changed reaction); no emoji
+    means the reaction was taken back."""
+
+    type: Literal["feedback"] = "feedback"
+    update_id: int
+    """The turn: the update of the user message the reply answers."""
+    message_id: int
+    """The bot's message that was reacted to."""
+    emoji: list[str]
+    """The reactions now set on it by that person (custom emoji as ``custom:<id>``)."""
+    kind: Literal["positive", "negative", "other", "removed"]
+    """👍 is positive, 👎 negative, any other reaction other; none left: removed."""
+    by: int
+    """Who reacted."""
 
 
-def parse_entry(line: bytes | str) -> SessionEntry | ResetEntry | CompactionEntry:
+AnyEntry = Annotated[
+    SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry, Field(discriminator="type")
+]
+_ENTRY: TypeAdapter[SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry] = TypeAdapter(
+    AnyEntry
+)
+
+
+def parse_entry(line: bytes | str) -> SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry:
     """One session-file line as an entry (raises on a torn or invalid line)."""
     return _ENTRY.validate_python(orjson.loads(line))
 
@@ -163,7 +190,7 @@ def parse_entry(line: bytes | str) -> SessionEntry | ResetEntry | CompactionEntr
 class SessionFile:
     """What a session file held: its readable entries and the lines that were not."""
 
-    entries: list[SessionEntry | ResetEntry | CompactionEntry]
+    entries: list[SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry]
     problems: list[tuple[int, str]] = field(default_factory=list)
     """(line number, what was wrong) for each line that was skipped."""
 
@@ -184,7 +211,7 @@ def read_session_file(path: Path, *, media: bool = True) -> SessionFile:
         return SessionFile(entries=[])
     except OSError as e:
         raise SessionError(f"cannot read session file {path}: {e}") from e
-    entries: list[SessionEntry | ResetEntry | CompactionEntry] = []
+    entries: list[SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry] = []
     problems: list[tuple[int, str]] = []
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
@@ -246,7 +273,9 @@ class JsonlSessionStore:
             return None
         return status.st_dev, status.st_ino
 
-    async def append(self, entry: SessionEntry | ResetEntry | CompactionEntry) -> None:
+    async def append(
+        self, entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
+    ) -> None:
         """Write ``entry`` as one line at the end of its conversation's file (whole, or not)."""
         key = entry.key
         path = self.path_for(key)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry
+from botkit.sessions.jsonl import CompactionEntry, FeedbackEntry, ResetEntry, SessionEntry
 
 __all__ = ["needed_from"]
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 
 
 def needed_from(entries: Sequence[Entry]) -> int:
@@ -25,6 +25,8 @@ def needed_from(entries: Sequence[Entry]) -> int:
             live, pending = [], []
         elif isinstance(entry, CompactionEntry):
             live = [index, *(live[max(len(live) - entry.kept, 0) :] if entry.kept else [])]
+        elif isinstance(entry, FeedbackEntry):
+            continue  # a reaction shapes no context
         elif entry.deferred:
             pending.append(index)
         else:

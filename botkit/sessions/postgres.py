@@ -27,6 +27,7 @@ from botkit.errors import ConfigError, SessionError
 from botkit.sessions.base import NumberedSessionFile
 from botkit.sessions.jsonl import (
     CompactionEntry,
+    FeedbackEntry,
     ResetEntry,
     SessionEntry,
     parse_entry,
@@ -38,7 +39,7 @@ from botkit.sessions.usage import stored_media
 
 __all__ = ["PostgresSessionStore"]
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 
 _RUN_MIGRATE = "run `python -m botkit migrate`"
 _TABLES = ("botkit_sessions", "botkit_session_heads")

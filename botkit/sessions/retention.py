@@ -34,7 +34,13 @@ from botkit.config import Settings
 from botkit.errors import SessionError
 from botkit.extras import require_extra
 from botkit.sessions.base import is_conversation_key
-from botkit.sessions.jsonl import CompactionEntry, ResetEntry, SessionEntry, parse_entry
+from botkit.sessions.jsonl import (
+    CompactionEntry,
+    FeedbackEntry,
+    ResetEntry,
+    SessionEntry,
+    parse_entry,
+)
 from botkit.sessions.live import needed_from
 from botkit.sessions.media import MEDIA_DIR, write_all
 
@@ -51,7 +57,7 @@ __all__ = [
     "sweep_media_files",
 ]
 
-Entry = SessionEntry | ResetEntry | CompactionEntry
+Entry = SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
 
 _REFERENCE = re.compile(rb'"sha256":"([0-9a-f]{64})"')
 _MEDIA_NAME = re.compile(r"([0-9a-f]{64})\.[a-z]{3,4}")

@@ -78,8 +78,13 @@ class _IsolatedSettings(Settings):
 def isolated_settings(tmp_path: Path, **overrides: Any) -> Settings:
     """Settings for one test that read neither the environment nor ``.env`` (an exported
     BOTKIT_DATABASE_URL or TELEGRAM_BOT_TOKEN is not used): sessions under ``tmp_path``,
-    replies not streamed, and ``overrides`` (``Settings`` fields)."""
-    values: dict[str, Any] = {"sessions_dir": tmp_path / "sessions", "stream_replies": False}
+    replies not streamed and sent as HTML messages (``rich_messages="auto"`` sends rich
+    messages, as ``python -m botkit`` does), and ``overrides`` (``Settings`` fields)."""
+    values: dict[str, Any] = {
+        "sessions_dir": tmp_path / "sessions",
+        "stream_replies": False,
+        "rich_messages": "off",
+    }
     return _IsolatedSettings(**{**values, **overrides})
 
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from aiohttp import web
 
 from botkit.testing._loopback import LoopbackServer, serve_on_loopback
+from botkit.testing._rich import RichRefusal, rich_text
 
 __all__ = [
     "MAX_MESSAGE_LENGTH",
@@ -49,6 +50,12 @@ __all__ = [
 ]
 
 MAX_MESSAGE_LENGTH = 4096
+_RICH_METHODS = frozenset({"sendrichmessage", "sendrichmessagedraft"})
+_REACTION_EMOJI = frozenset(
+    "👍👎❤🔥🥰👏😁🤔🤯😱🤬😢🎉🤩🤮💩🙏👌🕊🤡🥱🥴😍🐳🌚🌭💯🤣⚡🍌🏆💔🤨😐🍓🍾💋🖕😈"
+    "😴😭🤓👻👀🎃🙈😇😨🤝✍🤗🫡🎅🎄☃💅🤪🗿🆒💘🙉🦄😘💊🙊😎👾🤷😡"
+) | {"❤️", "👨‍💻", "🤷‍♂️", "🤷‍♀️"}
+"""Emoji a bot may react with (Telegram's standard reactions; ``ReactionTypeEmoji``)."""
 _STALL = 0
 """A download fault: no answer at all."""
 """Longest text (after entity parsing) ``sendMessage`` accepts, like the real API."""
@@ -172,6 +179,8 @@ class SentMessage:
     entities: tuple[dict[str, Any], ...] = ()
     thread_id: int | None = None
     """The forum topic it went to (``message_thread_id``), if any."""
+    rich: dict[str, Any] | None = None
+    """The ``rich_message`` it was sent with (``sendRichMessage``); ``None`` for plain text."""
 
 
 @dataclass(frozen=True)
@@ -437,6 +446,7 @@ class FakeTelegramServer(LoopbackServer):
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._files: dict[str, tuple[str, bytes]] = {}
         self._sent_files: list[SentFile] = []
+        self._user_reactions: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
         self.max_download_bytes = 20 * 1024 * 1024
         """getFile refuses larger files ("file is too big"), as the cloud Bot API does."""
         self._blocked: set[int] = set()
@@ -474,6 +484,12 @@ class FakeTelegramServer(LoopbackServer):
             "logout": self._return_true,
         }
         self._handlers.update(self._stars_handlers())
+        self._handlers.update(self._rich_handlers())
+        self.rich_unsupported = False
+        """Answer ``sendRichMessage`` and ``sendRichMessageDraft`` 404, like a self-hosted Bot
+        API server older than 10.1."""
+        self.reactions: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        """The bot's own reactions (``setMessageReaction``) by (chat id, message id)."""
         self.checkout_answers: dict[str, dict[str, Any]] = {}
         """``answerPreCheckoutQuery`` calls by query id (``ok``, ``error_message``)."""
         self.charges: dict[str, int] = {}
@@ -951,6 +967,8 @@ class FakeTelegramServer(LoopbackServer):
     async def _dispatch(self, method: str, params: dict[str, Any]) -> Any:
         key = method.lower()
         handler = self._handlers.get(key)
+        if self.rich_unsupported and key in _RICH_METHODS:
+            handler = None
         if handler is None:
             raise _ApiError(404, "Not Found: method not found")
         if key != "getupdates" and self.latency > 0:
@@ -1299,7 +1317,13 @@ class FakeTelegramServer(LoopbackServer):
             raise _ApiError(400, "Bad Request: message to edit not found")
         if not stored.from_bot:
             raise _ApiError(400, "Bad Request: message can't be edited")
-        raw, plain, mode, entities = self._render_text(params)
+        rich = params.get("rich_message")
+        if rich is not None:
+            plain = self._rich_plain(rich, draft=False)
+            raw, mode = json.dumps(rich, ensure_ascii=False), None
+            entities: list[dict[str, Any]] = []
+        else:
+            raw, plain, mode, entities = self._render_text(params)
         markup = self._inline_markup(params)
         old = stored.message
         if (
@@ -1329,6 +1353,7 @@ class FakeTelegramServer(LoopbackServer):
             params=params,
             plain_text=plain,
             entities=tuple(entities),
+            rich=dict(rich) if isinstance(rich, dict) else None,
         )
         self._edits.append(sent)
         self._messages[(chat_id, message_id)] = _StoredMessage(message, True, sent)
@@ -1660,6 +1685,117 @@ class FakeTelegramServer(LoopbackServer):
         self._messages[(chat_id, message_id)] = _StoredMessage(message, True)
 
     # ------------------------------------------------------------------ Telegram Stars
+
+    # ------------------------------------------------------------------ rich messages, reactions
+
+    def _rich_handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
+        return {
+            "sendrichmessage": self._send_rich_message,
+            "sendrichmessagedraft": self._send_rich_message_draft,
+            "setmessagereaction": self._set_message_reaction,
+        }
+
+    def rich_messages(self, chat_id: int | None = None) -> list[SentMessage]:
+        """Messages delivered by ``sendRichMessage``, in order (``rich`` holds what was sent)."""
+        return [m for m in self.sent_messages(chat_id) if m.rich is not None]
+
+    def rich_drafts(self, chat_id: int) -> list[RecordedRequest]:
+        """Successful ``sendRichMessageDraft`` calls for ``chat_id``, in order."""
+        return [
+            request
+            for request in self.requests_for("sendRichMessageDraft")
+            if request.error_code is None and request.params.get("chat_id") == chat_id
+        ]
+
+    def react(
+        self, user_id: int, message: SentMessage, *emoji: str, first_name: str = "User"
+    ) -> int:
+        """Set ``user_id``'s reactions on the bot's ``message`` to ``emoji`` (none: taken
+        back): a ``message_reaction`` update with the old and new lists; returns its id."""
+        key = (message.chat_id, message.message_id, user_id)
+        old = self._user_reactions.get(key, [])
+        new = [{"type": "emoji", "emoji": e} for e in emoji]
+        self._user_reactions[key] = new
+        update = {
+            "message_reaction": {
+                "chat": self._chat(message.chat_id),
+                "message_id": message.message_id,
+                "user": {"id": user_id, "is_bot": False, "first_name": first_name},
+                "date": int(time.time()),
+                "old_reaction": old,
+                "new_reaction": new,
+            }
+        }
+        return self.inject_update(update)
+
+    async def _send_rich_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        rich = params.get("rich_message")
+        plain = self._rich_plain(rich, draft=False)
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "rich_message": {"blocks": [{"type": "paragraph", "text": plain}]},
+        }
+        reply_to = self._reply_to_id(params)
+        if reply_to is not None:
+            message["reply_to_message"] = self._reply_target(chat_id, reply_to)
+        markup = self._inline_markup(params)
+        if markup is not None:
+            message["reply_markup"] = markup
+        assert isinstance(rich, dict)  # checked by _rich_plain
+        source = rich.get("markdown") or rich.get("html") or json.dumps(rich.get("blocks"))
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=message["message_id"],
+            text=source,
+            parse_mode=None,
+            params=params,
+            plain_text=plain,
+            thread_id=self._place_in_topic(chat_id, message, params),
+            rich=dict(rich),
+        )
+        self._sent.append(sent)
+        self._sent_by_chat.setdefault(chat_id, []).append(sent)
+        self._messages[(chat_id, sent.message_id)] = _StoredMessage(message, True, sent)
+        return message
+
+    async def _send_rich_message_draft(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        self._check_blocked(chat_id)
+        if self._chat(chat_id).get("type") != "private":
+            raise _ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        if not self._int_param(params, "draft_id"):
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        self._rich_plain(params.get("rich_message"), draft=True)
+        return True
+
+    @staticmethod
+    def _rich_plain(rich: Any, *, draft: bool) -> str:
+        try:
+            plain, _ = rich_text(rich, draft=draft)
+        except RichRefusal as refusal:
+            raise _ApiError(400, str(refusal)) from None
+        return plain
+
+    async def _set_message_reaction(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        message_id = self._int_param(params, "message_id")
+        if message_id is None or (chat_id, message_id) not in self._messages:
+            raise _ApiError(400, "Bad Request: message to react not found")
+        reaction = params.get("reaction") or []
+        if not isinstance(reaction, list) or len(reaction) > 1:
+            raise _ApiError(400, "Bad Request: REACTIONS_TOO_MANY")
+        for item in reaction:
+            if not isinstance(item, dict) or item.get("type") != "emoji":
+                raise _ApiError(400, "Bad Request: REACTION_INVALID")
+            if item.get("emoji") not in _REACTION_EMOJI:
+                raise _ApiError(400, "Bad Request: REACTION_INVALID")
+        self.reactions[(chat_id, message_id)] = [dict(item) for item in reaction]
+        return True
 
     def _stars_handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[Any]]]:
         return {
