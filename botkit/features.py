@@ -15,6 +15,7 @@ from botkit.admin import AdminHost, register_admin_commands
 from botkit.approvals.request import BUTTON_PREFIX as APPROVAL_BUTTONS
 from botkit.approvals.service import ApprovalHost, Approvals
 from botkit.commands import CommandHost, register_builtin_commands
+from botkit.console.command import register_console_command
 from botkit.handoff import HandoffHost, Handoffs, attach_handoffs
 from botkit.memory.plugin import MemoryHost, enable_memory
 from botkit.memory.store import MemoryStore
@@ -68,6 +69,7 @@ def attach_features(bot: FeatureHost, plans: Iterable[Plan] = ()) -> None:
     enable_forget_me(bot)  # /forget_me, unless BOTKIT_FORGET_ME=false
     bot.handoffs = attach_handoffs(bot)
     bot.approvals = Approvals(bot)
+    register_console_command(bot)  # with BOTKIT_CONSOLE_PORT or _URL
     bot.buttons[APPROVAL_BUTTONS] = bot.approvals.on_press
 
 

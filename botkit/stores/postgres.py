@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._postgres_console import PostgresConsoleLinks
 from botkit.stores._postgres_handoffs import PostgresHandoffs
 from botkit.stores._postgres_schedules import PostgresSchedules
 from botkit.stores.base import (
@@ -165,7 +166,7 @@ def _stored_invite(row: Any) -> StoredInvite:
     )
 
 
-class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
+class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLinks):
     """A :class:`~botkit.stores.UserStore` in PostgreSQL, over an asyncpg pool.
 
     It never creates tables: ``python -m botkit migrate`` does. Before its first query it

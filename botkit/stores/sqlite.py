@@ -15,6 +15,7 @@ import aiosqlite
 import structlog
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._sqlite_console import CONSOLE_SCHEMA, SqliteConsoleLinks
 from botkit.stores._sqlite_handoffs import HANDOFF_SCHEMA, SqliteHandoffs
 from botkit.stores._sqlite_schedules import (
     SCHEDULE_SCHEMA,
@@ -83,6 +84,7 @@ _SCHEMA = (
     )""",
     *SCHEDULE_SCHEMA,
     *HANDOFF_SCHEMA,
+    *CONSOLE_SCHEMA,
     """CREATE TABLE IF NOT EXISTS botkit_model_usage (
         user_id               INTEGER NOT NULL,
         day                   TEXT    NOT NULL,
@@ -187,7 +189,7 @@ def _one(rows: Iterable[Sequence[Any]]) -> Sequence[Any]:
     return next(iter(rows))
 
 
-class SqliteUserStore(SqliteSchedules, SqliteHandoffs):
+class SqliteUserStore(SqliteSchedules, SqliteHandoffs, SqliteConsoleLinks):
     """A :class:`~botkit.stores.UserStore` in one SQLite file.
 
     The file and its tables are made on first use, the file readable by its owner only (as
