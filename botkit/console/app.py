@@ -81,6 +81,10 @@ class _Visitor:
         return self.role == "admin"
 
 
+_VISITOR: web.RequestKey[_Visitor] = web.RequestKey("visitor", _Visitor)
+_NONCE: web.RequestKey[str] = web.RequestKey("nonce", str)
+
+
 class ConsoleApp:
     """The console's pages over the bot's stores."""
 
@@ -144,9 +148,9 @@ class ConsoleApp:
                     return self._refusal(request, 403, "This form is stale: reload the page.")
                 if not visitor.acts and request.path != "/signout":
                     return self._refusal(request, 403, "Viewers can see, not act.")
-            request["visitor"] = visitor
+            request[_VISITOR] = visitor
         response = await handler(request)
-        _secure_headers(response, script_nonce=request.get("nonce"))
+        _secure_headers(response, script_nonce=request.get(_NONCE))
         return response
 
     async def _visitor(self, request: web.Request) -> _Visitor | None:
@@ -231,7 +235,7 @@ class ConsoleApp:
 
     async def _mini_app(self, request: web.Request) -> web.Response:
         nonce = secrets.token_urlsafe(16)
-        request["nonce"] = nonce
+        request[_NONCE] = nonce
         script = (
             "const p=new URLSearchParams(location.hash.slice(1));"
             "const d=p.get('tgWebAppData');const s=document.getElementById('state');"
@@ -259,7 +263,7 @@ class ConsoleApp:
         return await self._start(request, user_id, "mini_app")
 
     async def _signout(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         self.signed_in.end(visitor.token)
         response = _page(html.page("Signed out", "<p>Signed out.</p>", nav=False))
         response.del_cookie(COOKIE, path="/")
@@ -275,12 +279,12 @@ class ConsoleApp:
         return content == "all" or (content == "admins" and visitor.role == "admin")
 
     def _render(self, request: web.Request, title: str, body: str) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         who = f'<span class="note">{visitor.session.user_id} ({visitor.role}) </span>'
         return _page(html.page(title, body, status_line=who))
 
     async def _conversations(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         page_number = _page_number(request)
         user = request.query.get("user", "").strip() or None
         text = request.query.get("q", "").strip() or None
@@ -316,7 +320,7 @@ class ConsoleApp:
         return self._render(request, "Conversations", search + listing + note + pager)
 
     async def _transcript(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         key = request.match_info["key"]
         from botkit.sessions import is_conversation_key
 
@@ -341,7 +345,7 @@ class ConsoleApp:
         return self._render(request, "Usage and cost", body)
 
     async def _approvals(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         waiting = await self.approvals.waiting()
         flash = request.query.get("done", "")
         parts = [f'<p class="flash">{escape(flash)}</p>'] if flash else []
@@ -380,7 +384,7 @@ class ConsoleApp:
         return head + "".join(calls) + actions + "</div>"
 
     async def _decide(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         form = await request.post()
         approval_id = request.match_info["id"]
         choice = str(form.get("choice", ""))
@@ -391,7 +395,7 @@ class ConsoleApp:
         raise web.HTTPSeeOther("/approvals?" + urlencode({"done": notice}))
 
     async def _users(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         store = await self.access.user_store()
         users = await store.list_users()
         page_number = _page_number(request)
@@ -423,7 +427,7 @@ class ConsoleApp:
         return self._render(request, "Users", body)
 
     async def _user_action(self, request: web.Request) -> web.Response:
-        visitor: _Visitor = request["visitor"]
+        visitor = request[_VISITOR]
         form = await request.post()
         try:
             user_id = int(request.match_info["id"])

@@ -1,4 +1,4 @@
-"""``/console``: an admin (or viewer) gets a one-time sign-in link, and in a private chat
+"""``/console``: an admin (or a viewer) gets a one-time sign-in link, and in a private chat
 served over HTTPS a button that opens the console as a Mini App."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class ConsoleCommandHost(Protocol):
 
 
 def register_console_command(bot: ConsoleCommandHost, texts: ConsoleTexts | None = None) -> None:
-    """Add ``/console`` (hidden: for admins and viewers) when the console is configured."""
+    """Add ``/console`` (admins and viewers get a link) when the console is configured."""
     settings = bot.settings
     if settings.console_port is None and settings.console_url is None:
         return
@@ -61,7 +61,8 @@ def register_console_command(bot: ConsoleCommandHost, texts: ConsoleTexts | None
             return Reply(text, ((Button(said.open_here, web_app=f"{base}/app"),),))
         return text
 
-    bot.command("console", "A sign-in link to the operators' console", hidden=True)(handle)
+    # Not hidden: viewers (a role, not BOTKIT_ADMINS) use it too; anyone else is refused.
+    bot.command("console", "Operators: a sign-in link to the console")(handle)
 
 
 async def _may_enter(bot: ConsoleCommandHost, message: Incoming) -> bool:

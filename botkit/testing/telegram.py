@@ -1146,6 +1146,25 @@ class FakeTelegramServer(LoopbackServer):
             return markup
         return None
 
+    @staticmethod
+    def _check_web_apps(markup: dict[str, Any], chat_id: int) -> None:
+        """A ``web_app`` button opens an HTTPS page, in a private chat only (Bot API:
+        InlineKeyboardButton.web_app, WebAppInfo)."""
+        for row in markup.get("inline_keyboard", []):
+            for button in row:
+                web_app = button.get("web_app")
+                if web_app is None:
+                    continue
+                if chat_id < 0:
+                    raise _ApiError(400, "Bad Request: BUTTON_TYPE_INVALID")
+                url = str(web_app.get("url", ""))
+                if not url.startswith("https://"):
+                    raise _ApiError(
+                        400,
+                        f"Bad Request: inline keyboard button Web App URL '{url}' is invalid: "
+                        "Only HTTPS links are allowed",
+                    )
+
     def _reply_to_id(self, params: dict[str, Any]) -> int | None:
         reply = params.get("reply_parameters")
         if isinstance(reply, dict):
@@ -1224,6 +1243,7 @@ class FakeTelegramServer(LoopbackServer):
             message["reply_to_message"] = self._reply_target(chat_id, reply_to)
         markup = self._inline_markup(params)
         if markup is not None:
+            self._check_web_apps(markup, chat_id)
             message["reply_markup"] = markup
         sent = SentMessage(
             chat_id=chat_id,
