@@ -126,8 +126,8 @@ class Browser:
         await asyncio.to_thread(press)
         return await self.text()
 
-    async def wait_for(self, words: str, timeout: float = 10) -> str:
-        deadline = time.monotonic() + timeout
+    async def wait_for(self, words: str) -> str:
+        deadline = time.monotonic() + 10
         while words not in (text := await self.text()):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{words!r} never showed; the page says: {text[:500]}")
