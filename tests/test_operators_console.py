@@ -10,9 +10,11 @@ import hmac
 import json
 import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,9 @@ from structlog.testing import capture_logs
 from botkit import Bot
 from botkit.console import check_init_data
 from botkit.console.signin import InitDataRefused
+from botkit.messengers.flood import FloodControl
+from botkit.runtime.cluster import serve_queued
+from botkit.runtime.telegram import messenger_for
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
@@ -159,15 +164,14 @@ def console_bot(
     ran: list[str],
     **settings: Any,
 ) -> Bot:
-    bot = make_bot(
-        claude,
-        tmp_path,
-        admins=frozenset({ADMIN}),
-        allowed_users=frozenset({VIEWER, STRANGER}),
-        telegram_bot_token=SecretStr(telegram.token),
-        console_port=0,
+    values: dict[str, Any] = {
+        "admins": frozenset({ADMIN}),
+        "allowed_users": frozenset({VIEWER, STRANGER}),
+        "telegram_bot_token": SecretStr(telegram.token),
+        "console_port": 0,
         **settings,
-    )
+    }
+    bot = make_bot(claude, tmp_path, **values)
 
     @bot.tool(approval=True)
     async def delete_file(path: str) -> str:
@@ -384,3 +388,68 @@ async def test_the_mini_app_signs_in_with_telegrams_init_data_and_refuses_a_forg
         await browser.open(f"{base}/app#" + urlencode({"tgWebAppData": good}))
         page = await browser.wait_for("Last written")
         assert str(ADMIN) in page and await browser.cookie()
+
+
+# ---- the queued runtime on PostgreSQL: the receiver serves it, a worker answers /console ------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def queued(bot: Bot, *, receive: bool = True, work: bool = True) -> AsyncIterator[None]:
+    """``serve_queued`` in this loop while the block runs; on exit, stop it and wait."""
+    messenger = messenger_for(bot.settings, flood=FloodControl.unlimited(), inbox=False)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve_queued(
+            bot,
+            stop,
+            receive=receive,
+            work=work,
+            concurrency=2,
+            messenger=messenger,
+            grace_period=5,
+        )
+    )
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def test_on_postgres_the_receiver_serves_the_console_and_a_workers_link_signs_in(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    browser: Browser,
+) -> None:
+    port = free_port()
+    common: dict[str, Any] = {
+        "database_url": SecretStr(db),
+        "telegram_api_base": telegram.base_url,
+        "stalled_timeout": 2.0,
+        "poll_timeout": 1,
+        "console_port": port,
+    }
+    receiver = console_bot(claude, telegram, tmp_path / "r", [], **common)
+    worker = console_bot(claude, telegram, tmp_path / "w", [], **common)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        for _ in range(100):  # the processes start in the background
+            if receiver.console is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert receiver.console is not None and worker.console is None
+        await ask(telegram, STRANGER, "a question about <i>tides</i>")
+        await sign_in(browser, telegram)  # the worker made the link; the receiver took it
+        page = await browser.open(f"http://127.0.0.1:{port}/conversations?q=tides")
+        assert str(STRANGER) in page and "entries" in page
+        page = await browser.open(f"http://127.0.0.1:{port}/conversations?q=no-such-words")
+        assert str(STRANGER) not in page
+        page = await browser.open(f"http://127.0.0.1:{port}/conversations/{STRANGER}")
+        assert "a question about <i>tides</i>" in page

@@ -306,6 +306,7 @@ _TABLE_TEXTS = {
     "botkit_schedules": "your reminders and scheduled tasks",
     "botkit_timezones": "your time zone",
     "botkit_task_runs": "when your scheduled tasks ran",
+    "botkit_console_links": "sign-in links to the operators' console you asked for (hashed)",
 }
 
 
