@@ -453,3 +453,92 @@ async def test_on_postgres_the_receiver_serves_the_console_and_a_workers_link_si
         assert str(STRANGER) not in page
         page = await browser.open(f"http://127.0.0.1:{port}/conversations/{STRANGER}")
         assert "a question about <i>tides</i>" in page
+
+
+async def test_an_invite_made_on_the_page_shows_its_link_and_qr_code_once(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        await browser.open(f"{bot.console.served_at}/invites")
+        with capture_logs() as logs:
+            page = await browser.click("#create")
+        link = await asyncio.to_thread(
+            lambda: browser.chrome.find_element(By.ID, "invite-link").get_attribute("value")
+        )
+        qr = await asyncio.to_thread(
+            lambda: browser.chrome.find_elements(By.CSS_SELECTOR, "#qr svg")
+        )
+        await browser.screenshot("invite")
+        assert "Invite for role user" in page and qr
+        assert link and link.startswith(f"https://t.me/{telegram.bot_username}?start=")
+        code = link.rpartition("=")[2]
+        store = await bot.access.user_store()
+        invite = await store.get_invite(code)
+        assert invite is not None and invite.uses_left == 1 and invite.created_by == ADMIN
+        page = await browser.open(f"{bot.console.served_at}/invites")
+        assert code[:4] in page and code not in page, "the list shows the prefix only"
+    (audit,) = [line for line in logs if line["event"] == "admin.action"]
+    assert audit["action"] == "invites.create" and audit["actor"] == ADMIN
+
+
+async def test_the_health_page_counts_turns_and_waiting_approvals(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        await ask(telegram, ADMIN, "hello")
+        await ask(telegram, ADMIN, "DELETE /tmp/x")
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/health")
+        assert "user store answers" in page
+        assert "approvals waiting 1" in page
+        assert "turns: answered 1" in page
+
+
+async def test_a_forgotten_user_is_gone_from_every_page(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        store = await bot.access.user_store()
+        await store.upsert_user(STRANGER, "user", "Stan Ranger")
+        await ask(telegram, STRANGER, "my secret recipe")
+        await ask(telegram, STRANGER, "DELETE /home/stan")
+        await bot.access.ledger.flush()
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        base = bot.console.served_at
+        pages = ["/conversations", "/users", "/usage", "/approvals", f"/conversations/{STRANGER}"]
+        before = {path: await browser.open(base + path) for path in pages}
+        assert all(str(STRANGER) in text for text in before.values())
+        await ask(telegram, STRANGER, "/forget_me")
+        telegram.press_button(STRANGER, telegram.sent_messages(STRANGER)[-1], "Erase it all")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        await asyncio.sleep(0.5)
+        for path in pages:
+            page = await browser.open(base + path)
+            assert str(STRANGER) not in page, path
+            assert "Stan" not in page and "secret recipe" not in page, path
+
+
+async def test_with_content_none_even_an_admin_sees_no_words(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [], console_content="none")
+    async with running(bot, telegram):
+        await ask(telegram, STRANGER, "my secret recipe")
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/conversations/{STRANGER}")
+        assert "user" in page and "content hidden" in page and "recipe" not in page
+        page = await browser.open(f"{bot.console.served_at}/conversations?q=recipe")
+        names = await asyncio.to_thread(
+            lambda: [
+                i.get_attribute("name") for i in browser.chrome.find_elements(By.TAG_NAME, "input")
+            ]
+        )
+        assert "q" not in names and "recipe" not in page, "no search by a text that is hidden"

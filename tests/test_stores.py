@@ -224,6 +224,9 @@ async def test_users_are_listed_in_join_order_and_by_role(store: UserStore) -> N
     assert [u.user_id for u in await store.list_users("user")] == [30, 20]
     assert [u.role for u in await store.list_users("admin")] == ["admin"]
     assert await store.list_users("nobody") == []
+    assert [u.user_id for u in await store.list_users(offset=1, limit=2)] == [10, 20]
+    assert [u.user_id for u in await store.list_users(offset=3)] == [40]
+    assert [u.user_id for u in await store.list_users("user", limit=1)] == [30]
 
 
 async def test_blocking_a_user_never_registered_registers_them_blocked(store: UserStore) -> None:

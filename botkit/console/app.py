@@ -53,9 +53,13 @@ USAGE_DAYS = 14
 """The days the usage page shows unless asked for others (at most ``MAX_USAGE_DAYS``)."""
 MAX_USAGE_DAYS = 92
 TOP_SPENDERS = 10
+MAX_INVITES_SHOWN = 200
+"""The newest invites the invites page lists."""
 
 Role = Literal["admin", "viewer"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Readings = Callable[[], Awaitable[list[tuple[str, str]]]]
+"""The health page's lines: (what, how much)."""
 
 
 class Deciding(Protocol):
@@ -96,12 +100,19 @@ class ConsoleApp:
         conversations: Conversations,
         approvals: Deciding,
         texts: ConsoleTexts | None = None,
+        *,
+        health: Readings | None = None,
+        bot_username: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.access = access
         self.sessions = sessions
         self.conversations = conversations
         self.approvals = approvals
+        self.health = health
+        """The health page's readings (queue depth, turns, errors)."""
+        self.bot_username = bot_username
+        """The bot's username, for invite links (``None`` until known)."""
         self.texts = texts or ConsoleTexts()
         self.signed_in = Sessions(settings.session_seconds, settings.max_sessions)
         """The open sessions."""
@@ -125,6 +136,9 @@ class ConsoleApp:
         app.router.add_get("/users", self._users)
         app.router.add_post("/users/{id}", self._user_action)
         app.router.add_get("/handoffs", self._handoffs)
+        app.router.add_get("/invites", self._invites)
+        app.router.add_post("/invites", self._create_invite)
+        app.router.add_get("/health", self._health)
         return app
 
     # ---- who may come in ----------------------------------------------------------------
@@ -327,10 +341,11 @@ class ConsoleApp:
         if not is_conversation_key(key):
             raise web.HTTPNotFound()
         file = await self.sessions.load(key)
-        if not file.entries:
-            body = '<p class="note">Nothing is kept of this conversation.</p>'
-        else:
-            body = transcript_html(file, show_content=self._sees_content(visitor))
+        if not file.entries:  # never was, or erased: nothing of it, not even its key
+            response = self._render(request, "No such conversation", "")
+            response.set_status(404)
+            return response
+        body = transcript_html(file, show_content=self._sees_content(visitor))
         return self._render(request, f"Conversation {key}", body)
 
     async def _usage(self, request: web.Request) -> web.Response:
@@ -397,10 +412,10 @@ class ConsoleApp:
     async def _users(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
         store = await self.access.user_store()
-        users = await store.list_users()
         page_number = _page_number(request)
         size = self.settings.page_size
-        shown = users[page_number * size : (page_number + 1) * size]
+        found = await store.list_users(offset=page_number * size, limit=size + 1)
+        shown = found[:size]
         rows = []
         for user in shown:
             action = ""
@@ -423,7 +438,7 @@ class ConsoleApp:
         body = (f'<p class="flash">{escape(flash)}</p>' if flash else "") + html.table(
             ["User", "Role", "Name", "Joined (UTC)", "", ""], rows, numeric=[0]
         )
-        body += _pager(request, page_number, len(users) > (page_number + 1) * size)
+        body += _pager(request, page_number, len(found) > size)
         return self._render(request, "Users", body)
 
     async def _user_action(self, request: web.Request) -> web.Response:
@@ -465,9 +480,90 @@ class ConsoleApp:
         )
         return self._render(request, "Handoffs", body)
 
+    async def _invites(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        store = await self.access.user_store()
+        moment = datetime.now(UTC)
+        rows = [
+            [
+                escape(invite.prefix) + "…",
+                escape(invite.role),
+                str(invite.uses_left),
+                escape(_when(invite.expires_at)) if invite.expires_at else "never",
+                escape(str(invite.refusal(moment) or "usable")).replace("_", " "),
+            ]
+            for invite in (await store.list_invites())[-MAX_INVITES_SHOWN:]
+        ]
+        body = ""
+        if visitor.acts:
+            body += (
+                '<form method="post" action="/invites">'
+                f'<input type="hidden" name="csrf" value="{escape(visitor.session.csrf)}">'
+                '<input name="role" value="user" size="8" aria-label="role"> '
+                '<input name="uses" value="1" size="3" inputmode="numeric" aria-label="uses"> '
+                'uses, <input name="days" value="7" size="3" inputmode="numeric" '
+                'aria-label="days"> days <button id="create">Create an invite</button></form>'
+            )
+        body += (
+            html.table(["Code", "Role", "Uses left", "Expires (UTC)", "State"], rows, numeric=[2])
+            if rows
+            else '<p class="note">No invites.</p>'
+        )
+        return self._render(request, "Invites", body)
+
+    async def _create_invite(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        form = await request.post()
+        role = str(form.get("role", "user")).strip() or "user"
+        try:
+            uses = int(str(form.get("uses", "1")))
+            days = float(str(form.get("days", "7")))
+        except ValueError:
+            return self._refusal(request, 400, "Uses and days are numbers.")
+        if not 1 <= uses <= 10_000 or not 0 < days <= 366:
+            return self._refusal(request, 400, "Uses: 1 to 10,000; days: up to 366.")
+        expires = datetime.now(UTC) + timedelta(days=days)
+        invite = await (await self._admin(visitor)).create_invite(role, uses, expires)
+        username = self.bot_username()
+        link = f"https://t.me/{username}?start={invite.code}" if username else invite.code
+        body = (
+            f"<p>Invite for role <b>{escape(role)}</b>, {uses} use(s), until "
+            f"{escape(_when(expires))} UTC. It is shown once:</p>"
+            f'<p><input readonly id="invite-link" size="60" value="{escape(link)}"></p>'
+            + _qr_code(link)
+            + '<p><a href="/invites">All invites</a></p>'
+        )
+        return self._render(request, "Invite created", body)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        readings = await self.health() if self.health is not None else []
+        store_state = "answers"
+        try:
+            store = await self.access.user_store()
+            await store.get_user(0)
+        except Exception as e:  # the page says so rather than failing
+            store_state = f"fails: {type(e).__name__}"
+        waiting = len(await self.approvals.waiting())
+        rows = [
+            ["user store", escape(store_state)],
+            ["approvals waiting", str(waiting)],
+            *([escape(name), escape(value)] for name, value in readings),
+        ]
+        return self._render(request, "Health", html.table(["", ""], rows, numeric=[1]))
+
     async def _admin(self, visitor: _Visitor) -> Admin:
         store = await self.access.user_store()
         return Admin(store, visitor.session.user_id, via="console")
+
+
+def _qr_code(link: str) -> str:
+    """The link as a QR code in inline SVG (with the ``console`` extra's segno), else nothing."""
+    try:
+        import segno
+    except ImportError:
+        return '<p class="note">A QR code needs botkit\'s console extra (segno).</p>'
+    svg: str = segno.make(link, error="m").svg_inline(scale=4, title="invite QR code")
+    return f'<p id="qr">{svg}</p>'
 
 
 def _page(text: str) -> web.Response:

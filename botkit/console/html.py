@@ -39,6 +39,8 @@ NAV = (
     ("/approvals", "Approvals"),
     ("/users", "Users"),
     ("/handoffs", "Handoffs"),
+    ("/invites", "Invites"),
+    ("/health", "Health"),
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -16,7 +16,11 @@ from botkit.console.app import ConsoleApp
 from botkit.console.conversations import conversations_of
 from botkit.console.settings import ConsoleSettings
 from botkit.errors import ConfigError
+from botkit.metrics import Metrics
 from botkit.sessions.base import SessionStore
+
+if TYPE_CHECKING:
+    from botkit.messengers.telegram import TelegramMessenger
 
 __all__ = ["ConsoleHost", "console_server", "console_url"]
 
@@ -24,12 +28,13 @@ log = structlog.get_logger(__name__)
 
 
 class ConsoleHost(Protocol):
-    """What the console needs of a bot: its settings, users, sessions and approvals."""
+    """What the console needs of a bot: its settings, users, sessions, approvals, metrics."""
 
     settings: Settings
     access: Access
     sessions: SessionStore
     approvals: Approvals
+    metrics: Metrics
     console: ConsoleApp | None
     """The console this process serves (set while it does)."""
 
@@ -47,25 +52,70 @@ class _Deciding:
         return await self.approvals.press(approval_id, choice, user_id)
 
 
-def console_app(bot: ConsoleHost) -> ConsoleApp:
-    """The console of ``bot``, not served yet."""
+HEALTH = (
+    ("botkit_turns_running", "turns running"),
+    ("botkit_turns_waiting", "turns waiting (the queue's depth, in a scale-out)"),
+    ("botkit_contexts_in_memory", "conversations in memory"),
+    ("botkit_inbox_unfinished", "updates in the inbox not finished"),
+    ("botkit_handoffs_open", "conversations with a person"),
+    ("botkit_updates_given_up_total", "updates given up (poison)"),
+)
+"""The metrics the health page shows, and what it calls them."""
+HEALTH_BY_LABEL = (("botkit_turns_total", "outcome", "turns"),)
+"""Counters shown once per label value: (metric, label, what)."""
+
+
+def console_app(bot: ConsoleHost, messenger: TelegramMessenger | None = None) -> ConsoleApp:
+    """The console of ``bot``, not served yet (``messenger`` tells the bot's username)."""
     settings = ConsoleSettings.of(bot.settings)
     conversations = conversations_of(bot.sessions, bot.settings.sessions_dir)
-    texts = getattr(getattr(bot, "options", None), "console_texts", None)
+
+    def username() -> str | None:
+        me = messenger.me if messenger is not None else None
+        return me.username if me is not None else None
+
+    async def health() -> list[tuple[str, str]]:
+        await bot.metrics.scrape()  # runs the refreshes (the queue's depth)
+        return _readings(bot.metrics)
+
     return ConsoleApp(
-        settings, bot.access, bot.sessions, conversations, _Deciding(bot.approvals), texts
+        settings,
+        bot.access,
+        bot.sessions,
+        conversations,
+        _Deciding(bot.approvals),
+        health=health,
+        bot_username=username,
     )
 
 
+def _readings(metrics: Metrics) -> list[tuple[str, str]]:
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+    }
+    found = [
+        (what, f"{samples[(name, ())]:,.0f}") for name, what in HEALTH if (name, ()) in samples
+    ]
+    for metric, label, what in HEALTH_BY_LABEL:
+        for (name, labels), value in sorted(samples.items()):
+            if name == metric and len(labels) == 1 and labels[0][0] == label:
+                found.append((f"{what}: {labels[0][1]}", f"{value:,.0f}"))
+    return found
+
+
 @asynccontextmanager
-async def console_server(bot: ConsoleHost) -> AsyncIterator[ConsoleApp | None]:
+async def console_server(
+    bot: ConsoleHost, messenger: TelegramMessenger | None = None
+) -> AsyncIterator[ConsoleApp | None]:
     """Serve ``bot``'s console while the block runs (nothing with BOTKIT_CONSOLE_PORT unset);
     yields the console (its address in ``served_at``), also kept in ``bot.console``."""
     settings = bot.settings
     if settings.console_port is None:
         yield None
         return
-    console = console_app(bot)
+    console = console_app(bot, messenger)
     server = BoundedServer(console.application(), HttpLimits.of(settings), name="console")
     try:
         try:

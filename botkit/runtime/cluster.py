@@ -120,7 +120,7 @@ async def serve_queued(
         await claim_database(queue, settings.bot_id)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
         if receive:  # the receiver serves the console (workers come and go)
-            await stack.enter_async_context(console_server(bot))
+            await stack.enter_async_context(console_server(bot, messenger))
         jobs = []
         if receive:
             jobs.append(_receive(bot, messenger, queue, stop))

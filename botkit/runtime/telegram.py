@@ -147,7 +147,7 @@ async def _serve(
     try:
         async with (
             ops_server(bot.settings, bot.metrics, readiness(bot, messenger)),
-            console_server(bot),
+            console_server(bot, messenger),
             mcp_tools(bot),
         ):
             me = await messenger.start()

@@ -115,7 +115,7 @@ _BLOCK_USER = f"""
 _LIST_USERS = f"""
     SELECT {_USER} FROM botkit_users
     WHERE (?1 IS NULL OR role = ?1) AND (?2 IS NULL OR blocked = ?2)
-    ORDER BY joined_at, user_id"""
+    ORDER BY joined_at, user_id LIMIT ?3 OFFSET ?4"""
 _LISTED = f"code_hash, code_prefix, {_INVITE}"
 _INVITE_BY_HASH = f"SELECT {_LISTED} FROM botkit_invites WHERE code_hash = ?"
 _INVITES_BY_PREFIX = f"""
@@ -269,12 +269,19 @@ class SqliteUserStore(SqliteSchedules, SqliteHandoffs, SqliteConsoleLinks):
         return _user(_one(rows))
 
     async def list_users(
-        self, role: str | None = None, *, blocked: bool | None = None
+        self,
+        role: str | None = None,
+        *,
+        blocked: bool | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[UserRecord]:
-        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined;
+        from the ``offset``-th, at most ``limit`` of them (all, with ``None``)."""
         flag = None if blocked is None else int(blocked)
         async with self._read("listing users") as db:
-            rows = await db.execute_fetchall(_LIST_USERS, (role, flag))
+            values = (role, flag, -1 if limit is None else limit, offset)
+            rows = await db.execute_fetchall(_LIST_USERS, values)
         return [_user(row) for row in rows]
 
     async def create_invite(
