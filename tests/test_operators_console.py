@@ -542,3 +542,23 @@ async def test_with_content_none_even_an_admin_sees_no_words(
             ]
         )
         assert "q" not in names and "recipe" not in page, "no search by a text that is hidden"
+
+
+async def test_console_in_a_group_gives_no_link_and_over_https_opens_as_a_mini_app(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [], console_url="https://ops.example.org/")
+    group = -1001234
+    async with running(bot, telegram):
+        telegram.send_text(
+            ADMIN, f"/console@{telegram.bot_username}", chat_id=group, chat_type="supergroup"
+        )
+        (answer,) = await telegram.wait_for_messages(group, 1)
+        assert "private chat" in answer.plain_text and "signin" not in answer.plain_text
+        await ask(telegram, ADMIN, "/console")
+        sent = telegram.sent_messages(ADMIN)[-1]
+    assert "https://ops.example.org/signin/" in sent.plain_text
+    markup = sent.params["reply_markup"]
+    markup = json.loads(markup) if isinstance(markup, str) else markup
+    (button,) = [b for row in markup["inline_keyboard"] for b in row]
+    assert button["web_app"] == {"url": "https://ops.example.org/app"}

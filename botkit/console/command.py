@@ -47,6 +47,8 @@ def register_console_command(bot: ConsoleCommandHost, texts: ConsoleTexts | None
         if not await _may_enter(bot, message):
             log.info("console.command_refused", user_id=message.user_id)
             return said.refused
+        if message.chat_type != "private":
+            return said.private_only
         base = _base_url(bot, settings)
         if base is None:
             return said.not_served
@@ -57,7 +59,7 @@ def register_console_command(bot: ConsoleCommandHost, texts: ConsoleTexts | None
         minutes = max(1, round(console.link_seconds / 60))
         text = said.link.format(url=f"{base}/signin/{token}", minutes=minutes)
         log.info("console.link_made", user_id=message.user_id)
-        if base.startswith("https://") and message.chat_type == "private":
+        if base.startswith("https://"):
             return Reply(text, ((Button(said.open_here, web_app=f"{base}/app"),),))
         return text
 

@@ -17,6 +17,8 @@ class ConsoleTexts:
     """The label of the Mini App button under that answer (an HTTPS console only)."""
     not_served: str = "The console is not served: set BOTKIT_CONSOLE_PORT."
     """``/console`` when BOTKIT_CONSOLE_PORT is unset."""
+    private_only: str = "Send /console in a private chat with me: a sign-in link is personal."
+    """``/console`` in a group (anyone there could use the link)."""
     refused: str = "The console is for the bot's admins."
     """``/console`` from anyone else."""
     link_used: str = "This sign-in link was used already, or it is not a link of this bot."
