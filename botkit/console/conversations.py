@@ -99,33 +99,36 @@ class _FileConversations:
             if len(files) > SEARCHED_FILES:
                 note = f"The search read the newest {SEARCHED_FILES:,} conversations."
             needle = text.casefold()
-            files = [f for f in files[:SEARCHED_FILES] if _holds(f[0], needle)]
+            files = [f for f in files[:SEARCHED_FILES] if _holds(self.directory / f[1], needle)]
         chosen = files[offset : offset + limit]
         rows = [
-            ConversationRow(path.stem, datetime.fromtimestamp(mtime, UTC), _size(size))
-            for path, mtime, size in chosen
+            ConversationRow(
+                name.removesuffix(".jsonl"), datetime.fromtimestamp(-when, UTC), _size(size)
+            )
+            for when, name, size in chosen
         ]
         return ConversationPage(rows, more=len(files) > offset + limit, note=note)
 
-    def _files(self, user: str | None) -> list[tuple[Path, float, int]]:
-        found: list[tuple[Path, float, int]] = []
+    def _files(self, user: str | None) -> list[tuple[float, str, int]]:
+        """(minus the time, name, size) of each session file, the latest written first."""
+        found: list[tuple[float, str, int]] = []
         try:
             entries = os.scandir(self.directory)
         except FileNotFoundError:
             return []
         with entries:
             for entry in entries:
-                stem, dot, ext = entry.name.rpartition(".")
-                if not dot or ext != "jsonl" or not is_conversation_key(stem):
+                name = entry.name
+                if not name.endswith(".jsonl") or (user and user not in name):
                     continue
-                if user and user not in stem:
+                if not is_conversation_key(name[: -len(".jsonl")]):
                     continue
                 try:
                     status = entry.stat()
                 except FileNotFoundError:
                     continue
-                found.append((Path(entry.path), status.st_mtime, status.st_size))
-        found.sort(key=lambda f: (-f[1], f[0].name))
+                found.append((-status.st_mtime, name, status.st_size))
+        found.sort()
         return found
 
 
