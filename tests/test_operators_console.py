@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
@@ -116,7 +116,7 @@ class Browser:
                         lambda: self.chrome.find_element(By.TAG_NAME, "body").text
                     )
                 )
-            except StaleElementReferenceException:  # the page changes under us
+            except WebDriverException:  # the page changes under us (stale, or gone)
                 await asyncio.sleep(0.1)
         raise AssertionError("the page never settled")
 
