@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
 import re
 import shutil
 import socket
@@ -147,6 +148,9 @@ class Browser:
         await asyncio.to_thread(self.chrome.delete_all_cookies)
 
     async def screenshot(self, name: str) -> None:
+        """With ``CONSOLE_SCREENSHOTS=1``, save the page for the docs (the guide's pictures)."""
+        if not os.environ.get("CONSOLE_SCREENSHOTS"):
+            return
         DOCS.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.chrome.save_screenshot, str(DOCS / f"{name}.png"))
 

@@ -24,8 +24,9 @@ from aiohttp import web
 
 from botkit.access import Access
 from botkit.admin import Admin
-from botkit.console import html
 from botkit.console.conversations import Conversations
+from botkit.console.html import bar_chart, page, table
+from botkit.console.html import form as button_form
 from botkit.console.settings import ConsoleSettings
 from botkit.console.signin import (
     InitDataRefused,
@@ -192,9 +193,7 @@ class ConsoleApp:
 
     def _refusal(self, request: web.Request, status: int, text: str) -> web.Response:
         body = f"<p>{escape(text)}</p>"
-        response = _page(
-            html.page("Not signed in" if status == 401 else "Refused", body, nav=False)
-        )
+        response = _page(page("Not signed in" if status == 401 else "Refused", body, nav=False))
         response.set_status(status)
         _secure_headers(response)
         return response
@@ -209,7 +208,7 @@ class ConsoleApp:
             f'<input type="hidden" name="token" value="{escape(token)}">'
             '<button class="allow" id="signin">Sign in to the console</button></form>'
         )
-        return _page(html.page("Sign in", body, nav=False))
+        return _page(page("Sign in", body, nav=False))
 
     async def _signin(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -261,7 +260,7 @@ class ConsoleApp:
             "else{s.textContent=(await r.text()).replace(/<[^>]*>/g,' ').trim();}});}"
         )
         body = f'<p id="state">Signing in…</p><script nonce="{nonce}">{script}</script>'
-        return _page(html.page("Console", body, nav=False))
+        return _page(page("Console", body, nav=False))
 
     async def _mini_app_signin(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -279,7 +278,7 @@ class ConsoleApp:
     async def _signout(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
         self.signed_in.end(visitor.token)
-        response = _page(html.page("Signed out", "<p>Signed out.</p>", nav=False))
+        response = _page(page("Signed out", "<p>Signed out.</p>", nav=False))
         response.del_cookie(COOKIE, path="/")
         return response
 
@@ -295,7 +294,7 @@ class ConsoleApp:
     def _render(self, request: web.Request, title: str, body: str) -> web.Response:
         visitor = request[_VISITOR]
         who = f'<span class="note">{visitor.session.user_id} ({visitor.role}) </span>'
-        return _page(html.page(title, body, status_line=who))
+        return _page(page(title, body, status_line=who))
 
     async def _conversations(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
@@ -326,7 +325,7 @@ class ConsoleApp:
             ]
             for row in found.rows
         ]
-        listing = html.table(["Conversation", "Last written (UTC)", "Holds"], rows, numeric=[2])
+        listing = table(["Conversation", "Last written (UTC)", "Holds"], rows, numeric=[2])
         if not found.rows:
             listing = '<p class="note">No conversations.</p>'
         pager = _pager(request, page_number, found.more)
@@ -390,9 +389,9 @@ class ConsoleApp:
         elif approval.may_press(visitor.session.user_id):
             csrf = visitor.session.csrf
             actions = (
-                html.form(f"/approvals/{approval.id}", csrf, "Allow", css="allow", choice="a")
+                button_form(f"/approvals/{approval.id}", csrf, "Allow", css="allow", choice="a")
                 + " "
-                + html.form(f"/approvals/{approval.id}", csrf, "Deny", css="deny", choice="d")
+                + button_form(f"/approvals/{approval.id}", csrf, "Deny", css="deny", choice="d")
             )
         else:
             actions = '<p class="note">Only the user or the approvers they were given decide.</p>'
@@ -421,7 +420,7 @@ class ConsoleApp:
             action = ""
             if visitor.acts and user.user_id != visitor.session.user_id:
                 todo = "unblock" if user.blocked else "block"
-                action = html.form(
+                action = button_form(
                     f"/users/{user.user_id}", visitor.session.csrf, todo.title(), action=todo
                 )
             rows.append(
@@ -435,7 +434,7 @@ class ConsoleApp:
                 ]
             )
         flash = request.query.get("done", "")
-        body = (f'<p class="flash">{escape(flash)}</p>' if flash else "") + html.table(
+        body = (f'<p class="flash">{escape(flash)}</p>' if flash else "") + table(
             ["User", "Role", "Name", "Joined (UTC)", "", ""], rows, numeric=[0]
         )
         body += _pager(request, page_number, len(found) > size)
@@ -474,7 +473,7 @@ class ConsoleApp:
             for h in handoffs
         ]
         body = (
-            html.table(["User", "Name", "Opened (UTC)", "First reply", "Topic"], rows)
+            table(["User", "Name", "Opened (UTC)", "First reply", "Topic"], rows)
             if rows
             else '<p class="note">No conversation is with a person now.</p>'
         )
@@ -505,7 +504,7 @@ class ConsoleApp:
                 'aria-label="days"> days <button id="create">Create an invite</button></form>'
             )
         body += (
-            html.table(["Code", "Role", "Uses left", "Expires (UTC)", "State"], rows, numeric=[2])
+            table(["Code", "Role", "Uses left", "Expires (UTC)", "State"], rows, numeric=[2])
             if rows
             else '<p class="note">No invites.</p>'
         )
@@ -549,7 +548,7 @@ class ConsoleApp:
             ["approvals waiting", str(waiting)],
             *([escape(name), escape(value)] for name, value in readings),
         ]
-        return self._render(request, "Health", html.table(["", ""], rows, numeric=[1]))
+        return self._render(request, "Health", table(["", ""], rows, numeric=[1]))
 
     async def _admin(self, visitor: _Visitor) -> Admin:
         store = await self.access.user_store()
@@ -635,10 +634,10 @@ def _usage_html(rows: list[Any], first: date, days: int) -> str:
     return (
         f'<p>{choose}</p><p>Since {first.isoformat()}: <b id="total">${total:,.4f}</b> '
         "estimated from each model's list prices.</p>"
-        + html.bar_chart("Cost per day", day_bars, unit="$")
-        + html.bar_chart("Cost per model", model_bars, unit="$")
-        + html.bar_chart("Top spenders", spenders, unit="$")
-        + html.bar_chart("Prompts read from the cache, per model", cache_bars, unit=" %")
+        + bar_chart("Cost per day", day_bars, unit="$")
+        + bar_chart("Cost per model", model_bars, unit="$")
+        + bar_chart("Top spenders", spenders, unit="$")
+        + bar_chart("Prompts read from the cache, per model", cache_bars, unit=" %")
     )
 
 
