@@ -69,7 +69,7 @@ def attach_features(bot: FeatureHost, plans: Iterable[Plan] = ()) -> None:
     enable_forget_me(bot)  # /forget_me, unless BOTKIT_FORGET_ME=false
     bot.handoffs = attach_handoffs(bot)
     bot.approvals = Approvals(bot)
-    register_console_command(bot)  # with BOTKIT_CONSOLE_PORT or _URL
+    register_console_command(bot, bot.options.console_texts)  # with BOTKIT_CONSOLE_PORT or _URL
     bot.buttons[APPROVAL_BUTTONS] = bot.approvals.on_press
 
 

@@ -1,20 +1,13 @@
 """The operators' console: web pages (and a Telegram Mini App) over the bot's stores.
 
-With BOTKIT_CONSOLE_PORT set, ``run`` (and ``receive`` in a scale-out) serves it; an admin
-signs in with the one-time link ``/console`` gives them, or inside Telegram as a Mini App.
+With BOTKIT_CONSOLE_PORT set, ``run`` (and ``receive`` in a scale-out) serves it
+(``botkit.console.server``); an admin signs in with the one-time link ``/console`` gives them
+(``botkit.console.command``), or inside Telegram as a Mini App. This package's top holds only
+what has no dependency on the bot (``BotOptions`` imports the texts from here).
 """
 
-from botkit.console.command import register_console_command
-from botkit.console.server import console_server
 from botkit.console.settings import ConsoleSettings
-from botkit.console.signin import check_init_data, sign_init_data
+from botkit.console.signin import check_init_data
 from botkit.console.texts import ConsoleTexts
 
-__all__ = [
-    "ConsoleSettings",
-    "ConsoleTexts",
-    "check_init_data",
-    "console_server",
-    "register_console_command",
-    "sign_init_data",
-]
+__all__ = ["ConsoleSettings", "ConsoleTexts", "check_init_data"]

@@ -17,6 +17,7 @@ from botkit.console.conversations import conversations_of
 from botkit.console.settings import ConsoleSettings
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
+from botkit.options import BotOptions
 from botkit.sessions.base import SessionStore
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class ConsoleHost(Protocol):
     sessions: SessionStore
     approvals: Approvals
     metrics: Metrics
+    options: BotOptions
     console: ConsoleApp | None
     """The console this process serves (set while it does)."""
 
@@ -84,6 +86,7 @@ def console_app(bot: ConsoleHost, messenger: TelegramMessenger | None = None) ->
         bot.sessions,
         conversations,
         _Deciding(bot.approvals),
+        bot.options.console_texts,
         health=health,
         bot_username=username,
     )

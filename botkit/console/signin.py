@@ -31,7 +31,6 @@ __all__ = [
     "Sessions",
     "check_init_data",
     "make_link_token",
-    "sign_init_data",
     "take_link_token",
 ]
 
@@ -76,17 +75,6 @@ def _secret_key(bot_token: str) -> bytes:
 
 def _data_check_string(fields: dict[str, str]) -> str:
     return "\n".join(f"{key}={fields[key]}" for key in sorted(fields) if key != "hash")
-
-
-def sign_init_data(fields: dict[str, str], bot_token: str) -> str:
-    """``fields`` as a query string signed the way Telegram signs ``initData`` (for tests and
-    the fake Telegram client)."""
-    from urllib.parse import urlencode
-
-    digest = hmac.new(
-        _secret_key(bot_token), _data_check_string(fields).encode(), hashlib.sha256
-    ).hexdigest()
-    return urlencode({**fields, "hash": digest})
 
 
 def check_init_data(

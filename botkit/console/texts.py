@@ -9,7 +9,7 @@ __all__ = ["ConsoleTexts"]
 
 @dataclass(frozen=True, slots=True)
 class ConsoleTexts:
-    """The console's texts; give a ``BotOptions(console_texts=...)`` to change them."""
+    """The console's texts: change them with ``BotOptions(console_texts=...)``."""
 
     link: str = "Your sign-in link to the console (it works once, for {minutes} minutes):\n{url}"
     """``/console``'s answer: ``{url}`` the link, ``{minutes}`` how long it works."""
