@@ -566,3 +566,37 @@ async def test_console_in_a_group_gives_no_link_and_over_https_opens_as_a_mini_a
     markup = json.loads(markup) if isinstance(markup, str) else markup
     (button,) = [b for row in markup["inline_keyboard"] for b in row]
     assert button["web_app"] == {"url": "https://ops.example.org/app"}
+
+
+async def test_on_postgres_allow_on_the_receivers_console_runs_the_call_once_on_a_worker(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    browser: Browser,
+) -> None:
+    port = free_port()
+    common: dict[str, Any] = {
+        "database_url": SecretStr(db),
+        "telegram_api_base": telegram.base_url,
+        "stalled_timeout": 2.0,
+        "poll_timeout": 1,
+        "console_port": port,
+        "approval_timeout": 12.0,  # the sweep that resumes decided requests: every 3 s
+    }
+    on_receiver: list[str] = []
+    on_worker: list[str] = []
+    receiver = console_bot(claude, telegram, tmp_path / "r", on_receiver, **common)
+    worker = console_bot(claude, telegram, tmp_path / "w", on_worker, **common)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        request = await ask(telegram, ADMIN, "DELETE /tmp/pg")
+        assert "delete_file" in request
+        await sign_in(browser, telegram)
+        page = await browser.open(f"http://127.0.0.1:{port}/approvals")
+        assert "/tmp/pg" in page
+        page = await browser.click("button.allow")
+        assert "Allowed." in page
+        answers = await telegram.wait_for_messages(ADMIN, 3, timeout=20)
+        await asyncio.sleep(1)
+    assert answers[-1].plain_text == "tool said: deleted /tmp/pg"
+    assert on_receiver == [] and on_worker == ["/tmp/pg"], "run once, by a worker"
