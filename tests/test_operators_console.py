@@ -38,6 +38,7 @@ from botkit.console.signin import InitDataRefused
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
+from botkit.stores.schedules import NewSchedule
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
@@ -600,3 +601,27 @@ async def test_on_postgres_allow_on_the_receivers_console_runs_the_call_once_on_
         await asyncio.sleep(1)
     assert answers[-1].plain_text == "tool said: deleted /tmp/pg"
     assert on_receiver == [] and on_worker == ["/tmp/pg"], "run once, by a worker"
+
+
+async def test_a_reminder_listed_on_the_page_is_cancelled_there(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        store = await bot.access.user_store()
+        due = datetime.now(UTC) + timedelta(hours=3)
+        made = await store.add_schedule(
+            NewSchedule(STRANGER, STRANGER, "reminder", "water the plants", due, "UTC"),
+            max_pending=10,
+        )
+        assert made is not None
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/scheduled")
+        assert "water the plants" in page and str(STRANGER) in page
+        with capture_logs() as logs:
+            page = await browser.click(f'form[action="/scheduled/{made.id}"] button')
+        assert f"Cancelled schedule {made.id}." in page and "water the plants" not in page
+        assert await store.pending_schedules() == []
+    (audit,) = [line for line in logs if line["event"] == "admin.action"]
+    assert (audit["action"], audit["target"]) == ("schedules.cancel", made.id)

@@ -56,6 +56,8 @@ MAX_USAGE_DAYS = 92
 TOP_SPENDERS = 10
 MAX_INVITES_SHOWN = 200
 """The newest invites the invites page lists."""
+MAX_SCHEDULES_SHOWN = 200
+"""The soonest reminders and tasks the scheduled page lists."""
 
 Role = Literal["admin", "viewer"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -139,6 +141,8 @@ class ConsoleApp:
         app.router.add_get("/handoffs", self._handoffs)
         app.router.add_get("/invites", self._invites)
         app.router.add_post("/invites", self._create_invite)
+        app.router.add_get("/scheduled", self._scheduled)
+        app.router.add_post("/scheduled/{id}", self._cancel_schedule)
         app.router.add_get("/health", self._health)
         return app
 
@@ -533,6 +537,57 @@ class ConsoleApp:
             + '<p><a href="/invites">All invites</a></p>'
         )
         return self._render(request, "Invite created", body)
+
+    async def _scheduled(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        store = await self.access.user_store()
+        pending = await store.pending_schedules()
+        shown = pending[:MAX_SCHEDULES_SHOWN]
+        rows = []
+        for schedule in shown:
+            text = escape(schedule.text) if self._sees_content(visitor) else "(hidden)"
+            cancel = ""
+            if visitor.acts:
+                target = f"/scheduled/{schedule.id}"
+                cancel = button_form(target, visitor.session.csrf, "Cancel")
+            rows.append(
+                [
+                    str(schedule.id),
+                    str(schedule.user_id),
+                    escape(schedule.kind),
+                    escape(_when(schedule.due_at)),
+                    escape(schedule.repeat or "once") + (" (paused)" if schedule.paused else ""),
+                    text,
+                    cancel,
+                ]
+            )
+        flash = request.query.get("done", "")
+        body = f'<p class="flash">{escape(flash)}</p>' if flash else ""
+        if not rows:
+            body += '<p class="note">Nothing is scheduled.</p>'
+        else:
+            headers = ["#", "User", "Kind", "Next (UTC)", "Repeats", "What", ""]
+            body += table(headers, rows, numeric=[0, 1])
+        if len(pending) > len(shown):
+            body += f'<p class="note">The soonest {len(shown)} of {len(pending):,}.</p>'
+        return self._render(request, "Reminders and scheduled tasks", body)
+
+    async def _cancel_schedule(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        try:
+            schedule_id = int(request.match_info["id"])
+        except ValueError:
+            raise web.HTTPNotFound() from None
+        store = await self.access.user_store()
+        cancelled = await store.cancel_schedule(schedule_id)
+        if cancelled is None:
+            done = f"Schedule {schedule_id} was done or cancelled already."
+        else:
+            (await self._admin(visitor)).audit(
+                "schedules.cancel", schedule_id, user_id=cancelled.user_id, kind=cancelled.kind
+            )
+            done = f"Cancelled schedule {schedule_id}."
+        raise web.HTTPSeeOther("/scheduled?" + urlencode({"done": done}))
 
     async def _health(self, request: web.Request) -> web.Response:
         readings = await self.health() if self.health is not None else []

@@ -40,6 +40,7 @@ NAV = (
     ("/users", "Users"),
     ("/handoffs", "Handoffs"),
     ("/invites", "Invites"),
+    ("/scheduled", "Scheduled"),
     ("/health", "Health"),
 )
 
