@@ -284,7 +284,10 @@ async def test_a_transcript_shows_tool_calls_and_the_usage_page_draws_its_charts
         await sign_in(browser, telegram)
         assert bot.console is not None
         base = bot.console.served_at
-        await browser.open(f"{base}/conversations")
+        page = await browser.open(f"{base}/conversations?since=2999-01-01")
+        assert "No conversations" in page
+        page = await browser.open(f"{base}/conversations?q=not+markup&since=2000-01-01")
+        assert str(ADMIN) in page
         page = await browser.click(f'a[href="/conversations/{ADMIN}"]')
         assert "→ delete_file" in page and "/tmp/a.txt" in page
         assert "↳ delete_file: deleted /tmp/a.txt" in page
@@ -456,6 +459,10 @@ async def test_on_postgres_the_receiver_serves_the_console_and_a_workers_link_si
         assert str(STRANGER) in page and "entries" in page
         page = await browser.open(f"http://127.0.0.1:{port}/conversations?q=no-such-words")
         assert str(STRANGER) not in page
+        page = await browser.open(f"http://127.0.0.1:{port}/conversations?since=2000-01-01")
+        assert str(STRANGER) in page
+        page = await browser.open(f"http://127.0.0.1:{port}/conversations?since=2999-01-01")
+        assert str(STRANGER) not in page and "No conversations" in page
         page = await browser.open(f"http://127.0.0.1:{port}/conversations/{STRANGER}")
         assert "a question about <i>tides</i>" in page
 

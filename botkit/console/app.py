@@ -307,9 +307,14 @@ class ConsoleApp:
         text = request.query.get("q", "").strip() or None
         if text and not self._sees_content(visitor):
             text = None
+        since_text = request.query.get("since", "").strip()
+        try:
+            since = datetime.fromisoformat(since_text).replace(tzinfo=UTC) if since_text else None
+        except ValueError:
+            since, since_text = None, ""
         size = self.settings.page_size
         found = await self.conversations.page(
-            offset=page_number * size, limit=size, user=user, text=text
+            offset=page_number * size, limit=size, user=user, text=text, since=since
         )
         search = (
             '<form method="get" action="/conversations">'
@@ -319,6 +324,7 @@ class ConsoleApp:
                 if self._sees_content(visitor)
                 else ""
             )
+            + f'since <input type="date" name="since" value="{escape(since_text)}"> '
             + "<button>Search</button></form>"
         )
         rows = [

@@ -49,9 +49,16 @@ class Conversations(Protocol):
     """Where the console lists conversations from."""
 
     async def page(
-        self, *, offset: int, limit: int, user: str | None = None, text: str | None = None
+        self,
+        *,
+        offset: int,
+        limit: int,
+        user: str | None = None,
+        text: str | None = None,
+        since: datetime | None = None,
     ) -> ConversationPage:
-        """The conversations from ``offset``, the latest written to first."""
+        """The conversations from ``offset``, the latest written to first; only those whose
+        key holds ``user``, that hold ``text``, written to ``since``, when given."""
         ...
 
 
@@ -72,10 +79,16 @@ class _DatabaseConversations:
         self.store = store
 
     async def page(
-        self, *, offset: int, limit: int, user: str | None = None, text: str | None = None
+        self,
+        *,
+        offset: int,
+        limit: int,
+        user: str | None = None,
+        text: str | None = None,
+        since: datetime | None = None,
     ) -> ConversationPage:
         rows = await self.store.conversation_page(
-            offset=offset, limit=limit + 1, key_part=user, text=text
+            offset=offset, limit=limit + 1, key_part=user, text=text, since=since
         )
         found = [ConversationRow(key, when, f"{last:,} entries") for key, last, when in rows]
         return ConversationPage(found[:limit], more=len(found) > limit)
@@ -86,14 +99,28 @@ class _FileConversations:
         self.directory = directory
 
     async def page(
-        self, *, offset: int, limit: int, user: str | None = None, text: str | None = None
+        self,
+        *,
+        offset: int,
+        limit: int,
+        user: str | None = None,
+        text: str | None = None,
+        since: datetime | None = None,
     ) -> ConversationPage:
-        return await asyncio.to_thread(self._page, offset, limit, user, text)
+        return await asyncio.to_thread(self._page, offset, limit, user, text, since)
 
     def _page(
-        self, offset: int, limit: int, user: str | None, text: str | None
+        self,
+        offset: int,
+        limit: int,
+        user: str | None,
+        text: str | None,
+        since: datetime | None,
     ) -> ConversationPage:
         files = self._files(user)
+        if since is not None:
+            latest = -since.timestamp()  # the list holds minus the time: the newest first
+            files = [f for f in files if f[0] <= latest]
         note = ""
         if text:
             if len(files) > SEARCHED_FILES:

@@ -108,6 +108,7 @@ _CONVERSATION_PAGE = """
         AND ($1::text IS NULL OR h.conversation LIKE $1)
         AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM botkit_sessions t
             WHERE t.conversation = h.conversation AND t.entry ILIKE $2))
+        AND ($5::timestamptz IS NULL OR s.recorded_at >= $5)
     ORDER BY s.recorded_at DESC NULLS LAST, h.conversation
     LIMIT $3 OFFSET $4"""
 _CONVERSATIONS = """
@@ -226,10 +227,11 @@ class PostgresSessionStore:
         limit: int,
         key_part: str | None = None,
         text: str | None = None,
+        since: datetime | None = None,
     ) -> list[tuple[str, int, datetime | None]]:
         """A page of conversations, the latest written to first: (key, entries' last number,
         when the last was written); only keys containing ``key_part``, only those with an
-        entry containing ``text`` (any case), when given."""
+        entry containing ``text`` (any case), only those written to ``since``, when given."""
         async with self._connection() as conn:
             rows = await conn.fetch(
                 _CONVERSATION_PAGE,
@@ -237,6 +239,7 @@ class PostgresSessionStore:
                 None if text is None else f"%{_like_escaped(text)}%",
                 limit,
                 offset,
+                since,
             )
         return [(row["conversation"], row["last_seq"], row["recorded_at"]) for row in rows]
 
