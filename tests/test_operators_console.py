@@ -391,6 +391,11 @@ async def test_the_mini_app_signs_in_with_telegrams_init_data_and_refuses_a_forg
         await browser.open(f"{base}/app#" + urlencode({"tgWebAppData": stale}))
         await browser.wait_for("could not be checked")
         assert await browser.cookie() is None
+        strangers = _init_data(telegram.token, STRANGER, time.time())  # Telegram's, not an admin
+        await browser.open("about:blank")
+        await browser.open(f"{base}/app#" + urlencode({"tgWebAppData": strangers}))
+        await browser.wait_for("Only the bot's admins")
+        assert await browser.cookie() is None
         good = _init_data(telegram.token, ADMIN, time.time())
         await browser.open("about:blank")
         await browser.open(f"{base}/app#" + urlencode({"tgWebAppData": good}))

@@ -229,14 +229,21 @@ class ConsoleApp:
     async def _start(self, request: web.Request, user_id: int, how: str) -> web.Response:
         if await self.role_of(user_id) is None:
             log.info("console.signin_refused", user_id=user_id, via=how)
-            return self._refusal(request, 403, self.texts.not_admin)
+            if how == "link":
+                return self._refusal(request, 403, self.texts.not_admin)
+            return web.Response(status=403, text=self.texts.not_admin)  # shown by the app's script
         token = self.signed_in.start(user_id)
         log.info("console.signed_in", user_id=user_id, via=how)
-        response = (
-            web.HTTPSeeOther("/conversations")
-            if how == "link"
-            else web.json_response({"ok": True, "next": "/conversations"})
-        )
+        if how == "link":
+            redirect = web.HTTPSeeOther("/conversations")
+            self._set_cookie(redirect, token)
+            raise redirect
+        response = web.json_response({"ok": True, "next": "/conversations"})
+        self._set_cookie(response, token)
+        return response
+
+    def _set_cookie(self, response: web.StreamResponse, token: str) -> None:
+        """The session's cookie: HttpOnly, SameSite=Strict, expiring with the session."""
         response.set_cookie(
             COOKIE,
             token,
@@ -246,9 +253,6 @@ class ConsoleApp:
             samesite="Strict",
             secure=self.settings.secure,
         )
-        if isinstance(response, web.HTTPSeeOther):
-            raise response
-        return response
 
     async def _mini_app(self, request: web.Request) -> web.Response:
         nonce = secrets.token_urlsafe(16)
@@ -261,7 +265,7 @@ class ConsoleApp:
             "headers:{'Content-Type':'application/x-www-form-urlencoded'},"
             "body:new URLSearchParams({init_data:d})}).then(async r=>{"
             "if(r.ok){location.replace((await r.json()).next);}"
-            "else{s.textContent=(await r.text()).replace(/<[^>]*>/g,' ').trim();}});}"
+            "else{s.textContent=await r.text();}});}"
         )
         body = f'<p id="state">Signing in…</p><script nonce="{nonce}">{script}</script>'
         return _page(page("Console", body, nav=False))
