@@ -39,6 +39,7 @@ from botkit.console.signin import (
 from botkit.console.texts import ConsoleTexts
 from botkit.console.transcript import transcript_html
 from botkit.pricing import estimate
+from botkit.sessions import is_conversation_key
 from botkit.sessions.base import SessionStore
 from botkit.stores.console_links import ConsoleLinkStore
 from botkit.stores.handoffs import HandoffStore
@@ -349,8 +350,6 @@ class ConsoleApp:
     async def _transcript(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
         key = request.match_info["key"]
-        from botkit.sessions import is_conversation_key
-
         if not is_conversation_key(key):
             raise web.HTTPNotFound()
         file = await self.sessions.load(key)
@@ -416,10 +415,11 @@ class ConsoleApp:
         form = await request.post()
         approval_id = request.match_info["id"]
         choice = str(form.get("choice", ""))
+        if choice not in ("a", "d"):
+            raise web.HTTPBadRequest(text="choose a (Allow) or d (Deny)")
         notice = await self.approvals.press(approval_id, choice, visitor.session.user_id)
-        (await self._admin(visitor)).audit(
-            "approvals.allow" if choice == "a" else "approvals.deny", approval_id, notice=notice
-        )
+        action = "approvals.allow" if choice == "a" else "approvals.deny"
+        (await self._admin(visitor)).audit(action, approval_id, notice=notice)
         raise web.HTTPSeeOther("/approvals?" + urlencode({"done": notice}))
 
     async def _users(self, request: web.Request) -> web.Response:
