@@ -34,7 +34,7 @@ from structlog.testing import capture_logs
 
 from botkit import Bot
 from botkit.console import check_init_data
-from botkit.console.signin import InitDataRefused
+from botkit.console.signin import InitDataRefused, Sessions
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
@@ -637,3 +637,34 @@ async def test_a_reminder_listed_on_the_page_is_cancelled_there(
         assert await store.pending_schedules() == []
     (audit,) = [line for line in logs if line["event"] == "admin.action"]
     assert (audit["action"], audit["target"]) == ("schedules.cancel", made.id)
+
+
+async def test_signing_out_ends_the_session_its_cookie_named(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        await sign_in(browser, telegram)
+        cookie = await browser.cookie()
+        assert bot.console is not None and cookie and len(bot.console.signed_in) == 1
+        page = await browser.click("#signout")
+        assert "Signed out." in page and await browser.cookie() is None
+        assert len(bot.console.signed_in) == 0
+        async with (
+            aiohttp.ClientSession(cookies={"botkit_console": cookie}) as http,
+            http.get(f"{bot.console.served_at}/users") as response,
+        ):
+            assert response.status == 401, "the old cookie opens nothing"
+
+
+def test_a_session_ends_at_its_expiry_and_the_oldest_goes_beyond_the_cap() -> None:
+    sessions = Sessions(seconds=0.2, most=2)
+    first = sessions.start(ADMIN)
+    found = sessions.get(first)
+    assert found is not None and found.user_id == ADMIN and len(found.csrf) >= 32
+    assert sessions.get("made-up") is None and sessions.get(None) is None
+    time.sleep(0.25)
+    assert sessions.get(first) is None, "expired"
+    kept = [sessions.start(user) for user in (1, 2, 3)]
+    assert sessions.get(kept[0]) is None and len(sessions) == 2
+    assert [sessions.get(t).user_id for t in kept[1:]] == [2, 3]  # type: ignore[union-attr]

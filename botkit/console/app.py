@@ -198,7 +198,7 @@ class ConsoleApp:
 
     def _refusal(self, request: web.Request, status: int, text: str) -> web.Response:
         body = f"<p>{escape(text)}</p>"
-        response = _page(page("Not signed in" if status == 401 else "Refused", body, nav=False))
+        response = _page(page("Not signed in" if status == 401 else "Refused", body))
         response.set_status(status)
         _secure_headers(response)
         return response
@@ -213,7 +213,7 @@ class ConsoleApp:
             f'<input type="hidden" name="token" value="{escape(token)}">'
             '<button class="allow" id="signin">Sign in to the console</button></form>'
         )
-        return _page(page("Sign in", body, nav=False))
+        return _page(page("Sign in", body))
 
     async def _signin(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -269,7 +269,7 @@ class ConsoleApp:
             "else{s.textContent=await r.text();}});}"
         )
         body = f'<p id="state">Signing in…</p><script nonce="{nonce}">{script}</script>'
-        return _page(page("Console", body, nav=False))
+        return _page(page("Console", body))
 
     async def _mini_app_signin(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -287,7 +287,7 @@ class ConsoleApp:
     async def _signout(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
         self.signed_in.end(visitor.token)
-        response = _page(page("Signed out", "<p>Signed out.</p>", nav=False))
+        response = _page(page("Signed out", "<p>Signed out.</p>"))
         response.del_cookie(COOKIE, path="/")
         return response
 
@@ -303,7 +303,7 @@ class ConsoleApp:
     def _render(self, request: web.Request, title: str, body: str) -> web.Response:
         visitor = request[_VISITOR]
         who = f'<span class="note">{visitor.session.user_id} ({visitor.role}) </span>'
-        return _page(page(title, body, status_line=who))
+        return _page(page(title, body, csrf=visitor.session.csrf, status_line=who))
 
     async def _conversations(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]

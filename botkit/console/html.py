@@ -45,12 +45,15 @@ NAV = (
 )
 
 
-def page(title: str, body: str, *, nav: bool = True, status_line: str = "") -> str:
-    """A whole page: ``title``, the menu (``nav``), and ``body`` (HTML already escaped)."""
+def page(title: str, body: str, *, csrf: str = "", status_line: str = "") -> str:
+    """A whole page: ``title`` and ``body`` (HTML already escaped); with the session's
+    ``csrf`` token, the menu and a Sign out button too."""
+    nav = bool(csrf)
     links = "".join(f'<a href="{href}">{escape(text)}</a>' for href, text in NAV) if nav else ""
     signout = (
         '<form class="inline" method="post" action="/signout">'
-        f"{status_line}<button>Sign out</button></form>"
+        f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
+        f'{status_line}<button id="signout">Sign out</button></form>'
         if nav
         else ""
     )
