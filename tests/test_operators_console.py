@@ -668,3 +668,23 @@ def test_a_session_ends_at_its_expiry_and_the_oldest_goes_beyond_the_cap() -> No
     kept = [sessions.start(user) for user in (1, 2, 3)]
     assert sessions.get(kept[0]) is None and len(sessions) == 2
     assert [sessions.get(t).user_id for t in kept[1:]] == [2, 3]  # type: ignore[union-attr]
+
+
+async def test_an_open_handoff_links_to_its_topic_in_the_operators_chat(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        store: Any = await bot.access.user_store()
+        await store.open_handoff(STRANGER, -1001234, 77, "Stan (1003)")
+        await store.open_handoff(VIEWER, -1001234, 78, "Vera (1002)")
+        await store.close_handoff(VIEWER)
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/handoffs")
+        href = await asyncio.to_thread(
+            lambda: browser.chrome.find_element(By.LINK_TEXT, "topic 77").get_attribute("href")
+        )
+    assert "Stan (1003)" in page and "not yet" in page
+    assert "Vera" not in page, "a closed handoff is not listed"
+    assert href == "https://t.me/c/1234/77"
