@@ -395,7 +395,8 @@ class ConsoleApp:
         head = (
             f'<div class="entry" id="approval-{escape(approval.id)}"><div class="meta">'
             f"user {approval.user_id} · conversation "
-            f"{escape(approval.conversation)} · expires {escape(_when(deadline))}</div>"
+            f"{escape(approval.conversation.removesuffix(':'))} · "
+            f"expires {escape(_when(deadline))} UTC</div>"
         )
         if not visitor.acts:
             actions = ""
