@@ -35,6 +35,7 @@ from structlog.testing import capture_logs
 from botkit import Bot
 from botkit.console import check_init_data
 from botkit.console.signin import InitDataRefused, Sessions
+from botkit.errors import ConfigError
 from botkit.messengers.flood import FloodControl
 from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
@@ -688,3 +689,16 @@ async def test_an_open_handoff_links_to_its_topic_in_the_operators_chat(
     assert "Stan (1003)" in page and "not yet" in page
     assert "Vera" not in page, "a closed handoff is not listed"
     assert href == "https://t.me/c/1234/77"
+
+
+async def test_a_console_port_in_use_stops_the_bot_with_one_sentence(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        bot = console_bot(claude, telegram, tmp_path, [], console_port=port)
+        with pytest.raises(ConfigError, match=f"cannot serve the console on 127.0.0.1:{port}"):
+            async with running(bot, telegram):
+                await asyncio.sleep(2)
