@@ -22,6 +22,7 @@ from botkit.choices.personas import Persona
 from botkit.choices.service import Choices
 from botkit.commands import ButtonHandler, Command, CommandHandler
 from botkit.config import Settings
+from botkit.console.app import ConsoleApp
 from botkit.features import attach_features, close_features
 from botkit.handoff import Handoffs
 from botkit.invites import invite_tool
@@ -109,6 +110,8 @@ class Bot:
         self.metrics.watch_tools(self.hooks)
         self.messenger: Messenger | None = None
         """Where replies and relayed messages go; set when the bot starts serving."""
+        self.console: ConsoleApp | None = None
+        """The operators' console while this process serves it (BOTKIT_CONSOLE_PORT)."""
         self.tools = ToolRegistry()
         for item in tools:
             self.tools.register(item)

@@ -409,6 +409,28 @@ class Settings(BaseSettings):
         "127.0.0.1", validation_alias=AliasChoices("BOTKIT_METRICS_HOST", "metrics_host")
     )
     """BOTKIT_METRICS_HOST: the address the metrics server listens on."""
+    console_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("BOTKIT_CONSOLE_PORT", "console_port"),
+    )
+    """BOTKIT_CONSOLE_PORT: serve the operators' console on this port (``run``, and
+    ``receive`` in a scale-out; ``0``: any free one); unset: no console."""
+    console_host: str = Field(
+        "127.0.0.1", validation_alias=AliasChoices("BOTKIT_CONSOLE_HOST", "console_host")
+    )
+    """BOTKIT_CONSOLE_HOST: the address the console listens on."""
+    console_url: str | None = Field(
+        None, validation_alias=AliasChoices("BOTKIT_CONSOLE_URL", "console_url")
+    )
+    """BOTKIT_CONSOLE_URL: the console's public address behind a proxy, used in sign-in links
+    (HTTPS: ``/console`` also offers it as a Mini App); unset: its own host and port."""
+    console_content: Literal["admins", "all", "none"] = Field(
+        "admins", validation_alias=AliasChoices("BOTKIT_CONSOLE_CONTENT", "console_content")
+    )
+    """BOTKIT_CONSOLE_CONTENT: who sees what people wrote on the console's pages: ``admins``
+    (viewers see who and when, not what), ``all``, or ``none`` (nobody)."""
 
     @field_validator("allowed_users", "admins", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from botkit.choices.menus import ChoiceMenus
 from botkit.choices.personas import Persona, load_personas
 from botkit.choices.service import ChoiceHost, Choices, ChoiceSettings
 from botkit.commands import CommandHost, register_builtin_commands
+from botkit.console.command import register_console_command
 from botkit.handoff import HandoffHost, Handoffs, attach_handoffs
 from botkit.memory.plugin import MemoryHost, enable_memory
 from botkit.memory.store import MemoryStore
@@ -82,6 +83,7 @@ def attach_features(
     enable_forget_me(bot)  # /forget_me, unless BOTKIT_FORGET_ME=false
     bot.handoffs = attach_handoffs(bot)
     bot.approvals = Approvals(bot)
+    register_console_command(bot, bot.options.console_texts)  # with BOTKIT_CONSOLE_PORT or _URL
     bot.buttons[APPROVAL_BUTTONS] = bot.approvals.on_press
     bot.voice = attach_voice(bot)  # /voice last: after every other command in the menu
 

@@ -9,6 +9,7 @@ from typing import Any
 from botkit.agent.loop import LoopTexts
 from botkit.approvals.texts import ApprovalTexts
 from botkit.choices.texts import ChoiceTexts
+from botkit.console.texts import ConsoleTexts
 from botkit.files import FileTexts, Transcribe
 from botkit.memory.texts import MemoryTexts
 from botkit.messengers.base import Incoming
@@ -202,6 +203,8 @@ class BotOptions:
     memory_texts: MemoryTexts = field(default_factory=MemoryTexts)
     privacy_texts: PrivacyTexts = field(default_factory=PrivacyTexts)
     """The texts of ``/forget_me`` (on with BOTKIT_FORGET_ME, the default)."""
+    console_texts: ConsoleTexts = field(default_factory=ConsoleTexts)
+    """What ``/console`` and the console's pages say (with BOTKIT_CONSOLE_PORT)."""
     handle_start: HandleStart | None = None
     authorize: Authorize | None = None
     build_extra: BuildExtra | None = None

@@ -130,6 +130,24 @@ async def test_send_message_to_a_group_reply_and_keyboard(bot: Bot, tg: FakeTele
     assert reply.reply_markup.inline_keyboard[0][0].callback_data == "ok"
 
 
+async def test_a_web_app_button_opens_https_in_a_private_chat_only(
+    bot: Bot, tg: FakeTelegramServer
+) -> None:
+    from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, WebAppInfo
+
+    def app(url: str) -> InlineKeyboardMarkup:
+        button = InlineKeyboardButton(text="open", web_app=WebAppInfo(url=url))
+        return InlineKeyboardMarkup(inline_keyboard=[[button]])
+
+    sent = await bot.send_message(5, "console", reply_markup=app("https://ops.example.org/app"))
+    assert isinstance(sent.reply_markup, InlineKeyboardMarkup)
+    with pytest.raises(TelegramBadRequest, match="Only HTTPS links are allowed"):
+        await bot.send_message(5, "console", reply_markup=app("http://127.0.0.1:8080/app"))
+    tg.send_text(5, "hi all", chat_id=-100500, chat_type="supergroup", chat_title="Chat")
+    with pytest.raises(TelegramBadRequest, match="BUTTON_TYPE_INVALID"):
+        await bot.send_message(-100500, "console", reply_markup=app("https://ops.example.org/"))
+
+
 async def test_get_updates_offset_confirms(bot: Bot, tg: FakeTelegramServer) -> None:
     first = tg.send_text(1, "one")
     second = tg.send_text(2, "two", username="bob")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import socket
 import sqlite3
@@ -72,6 +73,7 @@ ALL = [
     "023_choices",
     "025_usage_hour_writes",
     "026_voice",
+    "027_console_links",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
@@ -226,6 +228,9 @@ async def test_users_are_listed_in_join_order_and_by_role(store: UserStore) -> N
     assert [u.user_id for u in await store.list_users("user")] == [30, 20]
     assert [u.role for u in await store.list_users("admin")] == ["admin"]
     assert await store.list_users("nobody") == []
+    assert [u.user_id for u in await store.list_users(offset=1, limit=2)] == [10, 20]
+    assert [u.user_id for u in await store.list_users(offset=3)] == [40]
+    assert [u.user_id for u in await store.list_users("user", limit=1)] == [30]
 
 
 async def test_blocking_a_user_never_registered_registers_them_blocked(store: UserStore) -> None:
@@ -1413,3 +1418,27 @@ async def test_approvals_over_the_stores_pool_skip_the_reset_too(migrated_db: st
         assert "botkit_approvals" in await last_query_of(migrated_db, pid), "no reset after"
     finally:
         await store.close()
+
+
+# --- console sign-in links (#48) --------------------------------------------------------------
+
+
+async def test_a_console_link_is_taken_once_and_keeps_its_expiry(store: UserStore) -> None:
+    links: Any = store
+    digest = hashlib.sha256(b"token").hexdigest()
+    expires = now() + timedelta(minutes=5)
+    await links.add_console_link(digest, 42, expires)
+    taken = await links.take_console_link(digest)
+    assert taken is not None and taken.user_id == 42
+    assert abs((taken.expires_at - expires).total_seconds()) < 0.001
+    assert await links.take_console_link(digest) is None, "a link works once"
+    assert await links.take_console_link(hashlib.sha256(b"other").hexdigest()) is None
+
+
+async def test_keeping_a_console_link_drops_the_expired_ones(store: UserStore) -> None:
+    links: Any = store
+    old, new = hashlib.sha256(b"old").hexdigest(), hashlib.sha256(b"new").hexdigest()
+    await links.add_console_link(old, 1, now() - timedelta(seconds=1))
+    await links.add_console_link(new, 1, now() + timedelta(minutes=5))
+    assert await links.take_console_link(old) is None
+    assert await links.take_console_link(new) is not None

@@ -183,24 +183,30 @@ class Approvals:
 
     async def on_press(self, press: ButtonPress, payload: str) -> PressAnswer:
         """Allow or Deny pressed: record the decision once, then resume the turn."""
-        texts = self.bot.options.approval_texts
         approval_id, _, choice = payload.partition(":")
+        return PressAnswer(await self.press(approval_id, choice, press.user_id))
+
+    async def press(self, approval_id: str, choice: str, user_id: int) -> str:
+        """Allow (``choice`` ``"a"``) or Deny (``"d"``) by ``user_id``, whether pressed under
+        the request or on the console: the decision recorded once (by one who may), then the
+        turn resumed; the notice for the presser."""
+        texts = self.bot.options.approval_texts
         approval = await self.store.get(approval_id)
         if approval is None or choice not in ("a", "d"):
-            return PressAnswer(texts.too_late)
-        if not approval.may_press(press.user_id):
-            log.info("approval.not_theirs", approval_id=approval_id, user_id=press.user_id)
-            return PressAnswer(texts.not_yours)
+            return texts.too_late
+        if not approval.may_press(user_id):
+            log.info("approval.not_theirs", approval_id=approval_id, user_id=user_id)
+            return texts.not_yours
         if approval.state != "pending":
             expired = approval.decision == "expired"
-            return PressAnswer(texts.too_late if expired else texts.already_decided)
+            return texts.too_late if expired else texts.already_decided
         if approval.deadline <= now():
             await self._decide(approval, "expired", None)
-            return PressAnswer(texts.too_late)
+            return texts.too_late
         decision: Decision = "allowed" if choice == "a" else "denied"
-        if not await self._decide(approval, decision, press.user_id):
-            return PressAnswer(texts.already_decided)
-        return PressAnswer(texts.allowed if decision == "allowed" else texts.denied)
+        if not await self._decide(approval, decision, user_id):
+            return texts.already_decided
+        return texts.allowed if decision == "allowed" else texts.denied
 
     async def _decide(self, approval: PendingApproval, decision: Decision, by: int | None) -> bool:
         """Record ``decision`` (if no other was), show it, and resume the turn in the

@@ -164,8 +164,10 @@ class Button:
     """An inline button under a message: its label, and the data a press sends back."""
 
     text: str
-    data: str
+    data: str = ""
     """At most 64 bytes (Telegram's limit for ``callback_data``)."""
+    web_app: str | None = None
+    """Instead of data: the HTTPS address of a Mini App the button opens (private chats only)."""
 
 
 @dataclass(frozen=True, slots=True)

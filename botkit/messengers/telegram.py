@@ -44,6 +44,7 @@ from aiogram.types import (
     ReactionTypeEmoji,
     Update,
     User,
+    WebAppInfo,
 )
 from aiogram.types import Message as TgMessage
 
@@ -837,11 +838,13 @@ class TelegramMessenger:
 
 
 def _keyboard(rows: Sequence[Sequence[Button]]) -> InlineKeyboardMarkup:
-    return InlineKeyboardMarkup(
-        inline_keyboard=[
-            [InlineKeyboardButton(text=b.text, callback_data=b.data) for b in row] for row in rows
-        ]
-    )
+    return InlineKeyboardMarkup(inline_keyboard=[[_button(b) for b in row] for row in rows])
+
+
+def _button(button: Button) -> InlineKeyboardButton:
+    if button.web_app is not None:
+        return InlineKeyboardButton(text=button.text, web_app=WebAppInfo(url=button.web_app))
+    return InlineKeyboardButton(text=button.text, callback_data=button.data)
 
 
 class _Handlers(NamedTuple):

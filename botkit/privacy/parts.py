@@ -308,6 +308,7 @@ _TABLE_TEXTS = {
     "botkit_timezones": "your time zone",
     "botkit_voice_modes": "whether the bot answers you with voice notes (/voice)",
     "botkit_task_runs": "when your scheduled tasks ran",
+    "botkit_console_links": "sign-in links to the operators' console you asked for (hashed)",
 }
 
 

@@ -14,8 +14,10 @@ import structlog
 from botkit.access import Access
 from botkit.agent.events import Hooks
 from botkit.agent.pool import ContextPool
+from botkit.approvals.service import Approvals
 from botkit.commands import Command
 from botkit.config import Settings
+from botkit.console.app import ConsoleApp
 from botkit.llm.base import LLM
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
@@ -47,6 +49,8 @@ class ServedBot(Protocol):
     access: Access
     contexts: ContextPool
     turns: TurnPipeline
+    approvals: Approvals
+    console: ConsoleApp | None
 
     @property
     def llm(self) -> LLM:

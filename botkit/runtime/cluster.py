@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from botkit.config import Settings
+from botkit.console.server import console_server
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
@@ -118,6 +119,8 @@ async def serve_queued(
         stack.push_async_callback(messenger.close)
         await claim_database(queue, settings.bot_id)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
+        if receive:  # the receiver serves the console (workers come and go)
+            await stack.enter_async_context(console_server(bot, messenger))
         jobs = []
         if receive:
             jobs.append(_receive(bot, messenger, queue, stop))

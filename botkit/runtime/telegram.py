@@ -13,6 +13,7 @@ from botkit.approvals.service import sweeping
 from botkit.chats import conversation_of
 from botkit.commands import command_menu
 from botkit.config import FREE_RATE, Settings
+from botkit.console.server import console_server
 from botkit.errors import LLMAuthError, MessengerError
 from botkit.log import configure_logging
 from botkit.messengers.base import ButtonPress, Checkout, Messenger, Reaction
@@ -151,7 +152,11 @@ async def _serve(
         inbox=(lambda: len(inbox.pending())) if inbox else None,
     )
     try:
-        async with ops_server(bot.settings, bot.metrics, readiness(bot, messenger)), mcp_tools(bot):
+        async with (
+            ops_server(bot.settings, bot.metrics, readiness(bot, messenger)),
+            console_server(bot, messenger),
+            mcp_tools(bot),
+        ):
             me = await messenger.start()
             await bot.on_start()
             await check_llm(bot, partial(tell_admins, bot, messenger))

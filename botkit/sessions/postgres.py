@@ -101,6 +101,17 @@ _MEDIA_BYTES = """
 _USER_MEDIA = """
     SELECT entry FROM botkit_sessions
     WHERE (conversation = $1 OR conversation LIKE 'chat\\_%') AND strpos(entry, '"stored"') > 0"""
+_CONVERSATION_PAGE = """
+    SELECT h.conversation, h.last_seq, s.recorded_at
+    FROM botkit_session_heads h
+    LEFT JOIN botkit_sessions s ON s.conversation = h.conversation AND s.seq = h.last_seq
+    WHERE h.last_seq > 0
+        AND ($1::text IS NULL OR h.conversation LIKE $1)
+        AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM botkit_sessions t
+            WHERE t.conversation = h.conversation AND t.entry ILIKE $2))
+        AND ($5::timestamptz IS NULL OR s.recorded_at >= $5)
+    ORDER BY s.recorded_at DESC NULLS LAST, h.conversation
+    LIMIT $3 OFFSET $4"""
 _CONVERSATIONS = """
     SELECT conversation FROM botkit_session_heads WHERE last_seq > 0 ORDER BY conversation"""
 
@@ -209,6 +220,29 @@ class PostgresSessionStore:
         """The keys of every conversation with entries, sorted."""
         async with self._connection() as conn:
             return [row["conversation"] for row in await conn.fetch(_CONVERSATIONS)]
+
+    async def conversation_page(
+        self,
+        *,
+        offset: int,
+        limit: int,
+        key_part: str | None = None,
+        text: str | None = None,
+        since: datetime | None = None,
+    ) -> list[tuple[str, int, datetime | None]]:
+        """A page of conversations, the latest written to first: (key, entries' last number,
+        when the last was written); only keys containing ``key_part``, only those with an
+        entry containing ``text`` (any case), only those written to ``since``, when given."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                _CONVERSATION_PAGE,
+                None if key_part is None else f"%{_like_escaped(key_part)}%",
+                None if text is None else f"%{_like_escaped(text)}%",
+                limit,
+                offset,
+                since,
+            )
+        return [(row["conversation"], row["last_seq"], row["recorded_at"]) for row in rows]
 
     async def lines(self, key: int | str) -> list[bytes]:
         """The conversation's entries as stored: JSONL lines, newline included, oldest first."""
@@ -388,3 +422,8 @@ def _without_password(text: str, dsn: str) -> str:
     except ValueError:
         return text
     return text.replace(password, "***") if password else text
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally by LIKE (its ``%``, ``_`` and ``\\`` escaped)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -302,9 +302,15 @@ class UserStore(ScheduleStore, Protocol):
         ...
 
     async def list_users(
-        self, role: str | None = None, *, blocked: bool | None = None
+        self,
+        role: str | None = None,
+        *,
+        blocked: bool | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[UserRecord]:
-        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined;
+        from the ``offset``-th, at most ``limit`` of them (all, with ``None``)."""
         ...
 
     async def create_invite(

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._postgres_console import PostgresConsoleLinks
 from botkit.stores._postgres_handoffs import PostgresHandoffs
 from botkit.stores._postgres_schedules import PostgresSchedules
 from botkit.stores.base import (
@@ -88,7 +89,7 @@ _BLOCK_USER = f"""
 _LIST_USERS = f"""
     SELECT {_USER} FROM botkit_users
     WHERE ($1::text IS NULL OR role = $1) AND ($2::boolean IS NULL OR blocked = $2)
-    ORDER BY joined_at, user_id"""
+    ORDER BY joined_at, user_id LIMIT $3 OFFSET $4"""
 _LISTED = f"code_hash, code_prefix, {_INVITE}"
 _INVITE_BY_HASH = f"SELECT {_LISTED} FROM botkit_invites WHERE code_hash = $1 FOR UPDATE"
 _INVITES_BY_PREFIX = f"""
@@ -173,7 +174,7 @@ def _stored_invite(row: Any) -> StoredInvite:
     )
 
 
-class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
+class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLinks):
     """A :class:`~botkit.stores.UserStore` in PostgreSQL, over an asyncpg pool.
 
     It never creates tables: ``python -m botkit migrate`` does. Before its first query it
@@ -260,11 +261,17 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs):
         return _user(row)
 
     async def list_users(
-        self, role: str | None = None, *, blocked: bool | None = None
+        self,
+        role: str | None = None,
+        *,
+        blocked: bool | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[UserRecord]:
-        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined;
+        from the ``offset``-th, at most ``limit`` of them (all, with ``None``)."""
         async with self._connection("listing users") as conn:
-            rows = await conn.fetch(_LIST_USERS, role, blocked)
+            rows = await conn.fetch(_LIST_USERS, role, blocked, limit, offset)
         return [_user(row) for row in rows]
 
     async def create_invite(

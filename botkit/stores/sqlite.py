@@ -15,6 +15,7 @@ import aiosqlite
 import structlog
 
 from botkit.errors import ConfigError, StoreError
+from botkit.stores._sqlite_console import CONSOLE_SCHEMA, SqliteConsoleLinks
 from botkit.stores._sqlite_handoffs import HANDOFF_SCHEMA, SqliteHandoffs
 from botkit.stores._sqlite_schedules import (
     SCHEDULE_SCHEMA,
@@ -83,6 +84,7 @@ _SCHEMA = (
     )""",
     *SCHEDULE_SCHEMA,
     *HANDOFF_SCHEMA,
+    *CONSOLE_SCHEMA,
     """CREATE TABLE IF NOT EXISTS botkit_model_usage (
         user_id               INTEGER NOT NULL,
         day                   TEXT    NOT NULL,
@@ -125,7 +127,7 @@ _BLOCK_USER = f"""
 _LIST_USERS = f"""
     SELECT {_USER} FROM botkit_users
     WHERE (?1 IS NULL OR role = ?1) AND (?2 IS NULL OR blocked = ?2)
-    ORDER BY joined_at, user_id"""
+    ORDER BY joined_at, user_id LIMIT ?3 OFFSET ?4"""
 _LISTED = f"code_hash, code_prefix, {_INVITE}"
 _INVITE_BY_HASH = f"SELECT {_LISTED} FROM botkit_invites WHERE code_hash = ?"
 _INVITES_BY_PREFIX = f"""
@@ -212,7 +214,7 @@ def _one(rows: Iterable[Sequence[Any]]) -> Sequence[Any]:
     return next(iter(rows))
 
 
-class SqliteUserStore(SqliteSchedules, SqliteHandoffs):
+class SqliteUserStore(SqliteSchedules, SqliteHandoffs, SqliteConsoleLinks):
     """A :class:`~botkit.stores.UserStore` in one SQLite file.
 
     The file and its tables are made on first use, the file readable by its owner only (as
@@ -292,12 +294,19 @@ class SqliteUserStore(SqliteSchedules, SqliteHandoffs):
         return _user(_one(rows))
 
     async def list_users(
-        self, role: str | None = None, *, blocked: bool | None = None
+        self,
+        role: str | None = None,
+        *,
+        blocked: bool | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[UserRecord]:
-        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined."""
+        """Every user (or those with ``role``, or ``blocked`` or not), in the order they joined;
+        from the ``offset``-th, at most ``limit`` of them (all, with ``None``)."""
         flag = None if blocked is None else int(blocked)
         async with self._read("listing users") as db:
-            rows = await db.execute_fetchall(_LIST_USERS, (role, flag))
+            values = (role, flag, -1 if limit is None else limit, offset)
+            rows = await db.execute_fetchall(_LIST_USERS, values)
         return [_user(row) for row in rows]
 
     async def create_invite(

@@ -1210,6 +1210,25 @@ class FakeTelegramServer(LoopbackServer):
             return markup
         return None
 
+    @staticmethod
+    def _check_web_apps(markup: dict[str, Any], chat_id: int) -> None:
+        """A ``web_app`` button opens an HTTPS page, in a private chat only (Bot API:
+        InlineKeyboardButton.web_app, WebAppInfo)."""
+        for row in markup.get("inline_keyboard", []):
+            for button in row:
+                web_app = button.get("web_app")
+                if web_app is None:
+                    continue
+                if chat_id < 0:
+                    raise _ApiError(400, "Bad Request: BUTTON_TYPE_INVALID")
+                url = str(web_app.get("url", ""))
+                if not url.startswith("https://"):
+                    raise _ApiError(
+                        400,
+                        f"Bad Request: inline keyboard button Web App URL '{url}' is invalid: "
+                        "Only HTTPS links are allowed",
+                    )
+
     def _reply_to_id(self, params: dict[str, Any]) -> int | None:
         reply = params.get("reply_parameters")
         if isinstance(reply, dict):
@@ -1288,6 +1307,7 @@ class FakeTelegramServer(LoopbackServer):
             message["reply_to_message"] = self._reply_target(chat_id, reply_to)
         markup = self._inline_markup(params)
         if markup is not None:
+            self._check_web_apps(markup, chat_id)
             message["reply_markup"] = markup
         sent = SentMessage(
             chat_id=chat_id,
@@ -1721,7 +1741,7 @@ class FakeTelegramServer(LoopbackServer):
                 "chat": self._chat(message.chat_id),
                 "message_id": message.message_id,
                 "user": {"id": user_id, "is_bot": False, "first_name": first_name},
-                "date": int(time.time()),
+                "date": int(self.now()),
                 "old_reaction": old,
                 "new_reaction": new,
             }
@@ -1736,7 +1756,7 @@ class FakeTelegramServer(LoopbackServer):
         message: dict[str, Any] = {
             "message_id": self._next_message_id(chat_id),
             "from": self._bot_user(),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "chat": self._chat(chat_id),
             "rich_message": {"blocks": [{"type": "paragraph", "text": plain}]},
         }
