@@ -140,7 +140,8 @@ async def test_every_json_output_is_json_lines_with_money_rounded(tmp_path: Path
     for name, done in outputs.items():
         assert done.returncode == 0, done.stderr
         records = [json.loads(line) for line in done.stdout.splitlines()]
-        assert len(records) == 2 and all(isinstance(r, dict) for r in records), (name, done)
+        expected = 3 if name == "usage" else 2  # usage: the day, the user's total, the model
+        assert len(records) == expected and all(isinstance(r, dict) for r in records), (name, done)
     costs = re.findall(r'"cost_usd": ([0-9.e-]+)', outputs["usage"].stdout)
     assert costs and all(cost == "0.000114" for cost in costs), outputs["usage"].stdout
 
