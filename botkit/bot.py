@@ -30,17 +30,7 @@ from botkit.llm.base import LLM
 from botkit.memory.store import MemoryStore
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
-from botkit.options import (
-    DEFAULT_SYSTEM_PROMPT,
-    PLAIN_FORMAT_NOTE,
-    RICH_FORMAT_NOTE,
-    Authorize,
-    BotOptions,
-    BuildExtra,
-    BuildPrompt,
-    BuildTools,
-    HandleStart,
-)
+from botkit.options import Authorize, BotOptions, BuildExtra, BuildPrompt, BuildTools, HandleStart
 from botkit.payments.plans import Plan
 from botkit.payments.service import Payments
 from botkit.plugins import Plugin
@@ -110,8 +100,7 @@ class Bot:
         self.metrics.watch_tools(self.hooks)
         self.messenger: Messenger | None = None
         """Where replies and relayed messages go; set when the bot starts serving."""
-        self.console: ConsoleApp | None = None
-        """The operators' console while this process serves it (BOTKIT_CONSOLE_PORT)."""
+        self.console: ConsoleApp | None = None  # served with BOTKIT_CONSOLE_PORT
         self.tools = ToolRegistry()
         for item in tools:
             self.tools.register(item)
@@ -218,10 +207,7 @@ class Bot:
         ``feature_prompts=False``)."""
         if self.options.build_prompt is not None:
             return await self.options.build_prompt(message)
-        if self.options.system_prompt == DEFAULT_SYSTEM_PROMPT:  # says what renders
-            rich = self.settings.rich_messages == "auto"
-            return f"{DEFAULT_SYSTEM_PROMPT} {RICH_FORMAT_NOTE if rich else PLAIN_FORMAT_NOTE}"
-        return self.options.system_prompt
+        return self.options.prompt_for(rich=self.settings.rich_messages == "auto")
 
     async def context_for(self, user_id: int, conversation: str | None = None) -> ContextManager:
         """A conversation's context: ``user_id``'s private one, or a group's ``conversation``."""
@@ -230,9 +216,7 @@ class Bot:
     async def transcribe(self, audio: bytes, mime: str) -> str | None:
         """What a voice note or audio file says; ``None`` (the default): not understood.
 
-        Override it (or pass ``transcribe=``) to answer voice: the text becomes the turn and
-        the user is shown what was understood.
-        """
+        Override it (or pass ``transcribe=``): the text becomes the turn, shown to the user."""
         if self.options.transcribe is not None:
             return await self.options.transcribe(audio, mime)
         return None

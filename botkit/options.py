@@ -212,3 +212,10 @@ class BotOptions:
     build_prompt: BuildPrompt | None = None
     transcribe: Transcribe | None = None
     """Voice notes and audio files to text; without it they get ``unsupported_text``."""
+
+    def prompt_for(self, *, rich: bool) -> str:
+        """``system_prompt``; the default one also says what renders in the chat (tables and
+        formulas with rich messages, or not)."""
+        if self.system_prompt != DEFAULT_SYSTEM_PROMPT:
+            return self.system_prompt
+        return f"{DEFAULT_SYSTEM_PROMPT} {RICH_FORMAT_NOTE if rich else PLAIN_FORMAT_NOTE}"
