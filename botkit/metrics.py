@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -27,12 +29,14 @@ from botkit.pricing import FALLBACK, Price, price_for
 from botkit.types import Usage
 
 __all__ = [
+    "LAST_FAILURES",
     "LLM_OUTCOMES",
     "MAX_LABEL_VALUES",
     "REFRESH_TIMEOUT",
     "SCHEDULE_OUTCOMES",
     "TURN_OUTCOMES",
     "Metrics",
+    "TurnFailure",
     "TurnOutcome",
 ]
 
@@ -111,6 +115,20 @@ class _ModelChildren:
     price: Price
 
 
+LAST_FAILURES = 20
+"""How many of the last failed turns a process remembers (shown on the console's health)."""
+FAILED_OUTCOMES = frozenset({"error", "overloaded"})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A turn that ended in an error: when, its outcome, and what failed (no user data)."""
+
+    at: datetime
+    outcome: str
+    error: str
+
+
 class Metrics:
     """The metrics of one bot, in a registry of its own; ``render`` gives the scrape text."""
 
@@ -119,6 +137,8 @@ class Metrics:
         """Where the metrics are registered: this bot's own."""
         self.served_at: str | None = None
         """The URL the metrics are served at, once a server listens (see ``botkit.ops``)."""
+        self.last_failures: deque[TurnFailure] = deque(maxlen=LAST_FAILURES)
+        """The last turns of this process that ended ``error`` or ``overloaded``, oldest first."""
         r = self.registry
         self.turns = Counter("botkit_turns", "Turns by how they ended", ["outcome"], registry=r)
         self.turn_seconds = Histogram(
@@ -240,10 +260,14 @@ class Metrics:
 
     # ---- turns and LLM calls ----------------------------------------------------------
 
-    def turn_done(self, outcome: TurnOutcome, seconds: float) -> None:
-        """Count a finished turn and how long it took."""
+    def turn_done(self, outcome: TurnOutcome, seconds: float, error: str | None = None) -> None:
+        """Count a finished turn and how long it took; a failed one is also remembered
+        (``error``: what failed, e.g. the exception's class)."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
+        if outcome in FAILED_OUTCOMES:
+            failure = TurnFailure(datetime.now(UTC), outcome, error or "the LLM call failed")
+            self.last_failures.append(failure)
 
     def approval_decided(self, decision: str) -> None:
         """Count one approval decision: ``allowed``, ``denied`` or ``expired``."""
