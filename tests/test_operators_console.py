@@ -775,6 +775,19 @@ async def test_a_viewer_sees_payments_without_refund_and_an_erased_payer_shows_a
         page = await browser.open(f"{base}/payments")
         assert charge in page and "Stan Ranger" in page and str(STRANGER) in page
         assert "Refund" not in page, "viewers see, not act"
+        csrf = await asyncio.to_thread(
+            lambda: browser.chrome.find_element(
+                By.CSS_SELECTOR, 'form[action="/signout"] input[name="csrf"]'
+            ).get_attribute("value")
+        )
+        cookie = await browser.cookie()
+        assert csrf and cookie
+        async with aiohttp.ClientSession(cookies={"botkit_console": cookie}) as http:
+            url = f"{base}/payments/{charge}"
+            async with http.post(url, data={"csrf": csrf}, allow_redirects=False) as response:
+                assert response.status == 403, "a viewer's own form token acts on nothing"
+                assert "Viewers can see, not act." in await response.text()
+        assert telegram.refunded == []
         await ask(telegram, STRANGER, "/forget_me")
         telegram.press_button(STRANGER, telegram.sent_messages(STRANGER)[-1], "Erase it all")
         await telegram.wait_for_requests("answerCallbackQuery", 1)
