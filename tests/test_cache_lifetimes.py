@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
+from test_doctor import environment, lines, run_doctor
+from test_scaleout import queued, queued_bot
 
 from botkit import Bot, Incoming
 from botkit.llm.caching import conversation_lifetime, mark_cache_points
 from botkit.prefixwatch import PrefixWatch
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, ask, make_bot
 from botkit.testing.harness import running
-from tests.test_doctor import environment, lines, run_doctor
-from tests.test_scaleout import queued, queued_bot
 
 SYSTEM = "You answer questions about the shop's opening hours, briefly and kindly. " * 60
 PAUSE = 10 * 60
