@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 from structlog.testing import capture_logs
 
@@ -133,7 +133,15 @@ class Browser:
         def press() -> None:
             body = self.chrome.find_element(By.TAG_NAME, "body")
             self.chrome.find_element(By.CSS_SELECTOR, css).click()
-            WebDriverWait(self.chrome, 10).until(staleness_of(body))
+
+            def left(_: Any) -> bool:
+                try:
+                    body.is_enabled()
+                except WebDriverException:  # stale, or Chrome's "does not belong to the document"
+                    return True
+                return False
+
+            WebDriverWait(self.chrome, 10).until(left)
 
         await asyncio.to_thread(press)
         return await self.text()
@@ -740,6 +748,12 @@ async def test_a_refund_pressed_on_the_payments_page_refunds_once_and_is_audited
         page = await browser.open(f"{bot.console.served_at}/payments")
         assert page.index(charge) < page.index(kept), "the newest first"
         assert "pro" in page and "Refund" in page
+        bot.console.settings = replace(bot.console.settings, page_size=1)
+        page = await browser.open(f"{bot.console.served_at}/payments")
+        assert charge in page and kept not in page
+        page = await browser.click("#next")
+        assert kept in page and charge not in page, "paged"
+        page = await browser.open(f"{bot.console.served_at}/payments")
         with capture_logs() as logs:
             page = await browser.click(f'form[action="/payments/{charge}"] button')
         assert "Refunded 50 Stars; plan pro ended." in page
