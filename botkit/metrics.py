@@ -117,7 +117,6 @@ class _ModelChildren:
 
 LAST_FAILURES = 20
 """How many of the last failed turns a process remembers (shown on the console's health)."""
-FAILED_OUTCOMES = frozenset({"error", "overloaded"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +259,15 @@ class Metrics:
 
     # ---- turns and LLM calls ----------------------------------------------------------
 
-    def turn_done(self, outcome: TurnOutcome, seconds: float, error: str | None = None) -> None:
-        """Count a finished turn and how long it took; a failed one is also remembered
-        (``error``: what failed, e.g. the exception's class)."""
+    def turn_done(self, outcome: TurnOutcome, seconds: float) -> None:
+        """Count a finished turn and how long it took."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
-        if outcome in FAILED_OUTCOMES:
-            failure = TurnFailure(datetime.now(UTC), outcome, error or "the LLM call failed")
-            self.last_failures.append(failure)
+
+    def turn_failed(self, outcome: TurnOutcome, error: str) -> None:
+        """Remember a turn that failed (``error``: what failed, e.g. the exception's class)
+        among the last ``LAST_FAILURES``; ``turn_done`` counts it."""
+        self.last_failures.append(TurnFailure(datetime.now(UTC), outcome, error))
 
     def approval_decided(self, decision: str) -> None:
         """Count one approval decision: ``allowed``, ``denied`` or ``expired``."""

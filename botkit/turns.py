@@ -242,7 +242,6 @@ class TurnPipeline:
         """``handle``, but a failure is logged and the user gets a polite message."""
         started = message.received_at or time.monotonic()
         outcome: TurnOutcome = "error"
-        failure: str | None = None
         with tracing.tracer.turn(message, messenger, self.bot.settings.group_context) as span:
             try:
                 outcome = await self.handle(message, messenger)
@@ -250,14 +249,14 @@ class TurnPipeline:
                 outcome = "cancelled"
                 raise
             except Exception as e:
-                failure = type(e).__qualname__
-                span.fail(failure)
+                span.fail(type(e).__qualname__)
+                self.metrics.turn_failed("error", type(e).__qualname__)
                 log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
                 with suppress(Exception):
                     await self._reply(messenger, message, self.bot.options.error_text)
             finally:
                 tracing.tracer.turn_ended(span, outcome)
-                self.metrics.turn_done(outcome, time.monotonic() - started, failure)
+                self.metrics.turn_done(outcome, time.monotonic() - started)
 
     async def handle(self, message: Incoming, messenger: Messenger) -> TurnOutcome:
         """Take one incoming message through the gates and the tool loop to a reply.
@@ -715,6 +714,7 @@ class TurnPipeline:
                 error=str(e),
             )
             text = self.bot.options.overloaded_text if overloaded else self.bot.options.error_text
+            self.metrics.turn_failed("overloaded" if overloaded else "error", type(e).__qualname__)
             if emit is not None:
                 await emit(
                     ErrorEvent(
