@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -27,12 +29,14 @@ from botkit.pricing import FALLBACK, Price, price_for
 from botkit.types import Usage
 
 __all__ = [
+    "LAST_FAILURES",
     "LLM_OUTCOMES",
     "MAX_LABEL_VALUES",
     "REFRESH_TIMEOUT",
     "SCHEDULE_OUTCOMES",
     "TURN_OUTCOMES",
     "Metrics",
+    "TurnFailure",
     "TurnOutcome",
 ]
 
@@ -111,6 +115,19 @@ class _ModelChildren:
     price: Price
 
 
+LAST_FAILURES = 20
+"""How many of the last failed turns a process remembers (shown on the console's health)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A turn that ended in an error: when, its outcome, and what failed (no user data)."""
+
+    at: datetime
+    outcome: str
+    error: str
+
+
 class Metrics:
     """The metrics of one bot, in a registry of its own; ``render`` gives the scrape text."""
 
@@ -119,6 +136,8 @@ class Metrics:
         """Where the metrics are registered: this bot's own."""
         self.served_at: str | None = None
         """The URL the metrics are served at, once a server listens (see ``botkit.ops``)."""
+        self.last_failures: deque[TurnFailure] = deque(maxlen=LAST_FAILURES)
+        """The last turns of this process that ended ``error`` or ``overloaded``, oldest first."""
         r = self.registry
         self.turns = Counter("botkit_turns", "Turns by how they ended", ["outcome"], registry=r)
         self.turn_seconds = Histogram(
@@ -244,6 +263,11 @@ class Metrics:
         """Count a finished turn and how long it took."""
         self._turn_children[outcome].inc()
         self.turn_seconds.observe(seconds)
+
+    def turn_failed(self, outcome: TurnOutcome, error: str) -> None:
+        """Remember a turn that failed (``error``: what failed, e.g. the exception's class)
+        among the last ``LAST_FAILURES``; ``turn_done`` counts it."""
+        self.last_failures.append(TurnFailure(datetime.now(UTC), outcome, error))
 
     def approval_decided(self, decision: str) -> None:
         """Count one approval decision: ``allowed``, ``denied`` or ``expired``."""

@@ -250,6 +250,7 @@ class TurnPipeline:
                 raise
             except Exception as e:
                 span.fail(type(e).__qualname__)
+                self.metrics.turn_failed("error", type(e).__qualname__)
                 log.exception("turn.failed", user_id=message.user_id, update_id=message.update_id)
                 with suppress(Exception):
                     await self._reply(messenger, message, self.bot.options.error_text)
@@ -713,6 +714,7 @@ class TurnPipeline:
                 error=str(e),
             )
             text = self.bot.options.overloaded_text if overloaded else self.bot.options.error_text
+            self.metrics.turn_failed("overloaded" if overloaded else "error", type(e).__qualname__)
             if emit is not None:
                 await emit(
                     ErrorEvent(

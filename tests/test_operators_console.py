@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 from structlog.testing import capture_logs
 
@@ -41,11 +41,15 @@ from botkit.runtime.cluster import serve_queued
 from botkit.runtime.telegram import messenger_for
 from botkit.stores.schedules import NewSchedule
 from botkit.testing import make_bot, running
-from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
+from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply, FakeRequest
 from botkit.testing.telegram import FakeTelegramServer
 
 ADMIN, VIEWER, STRANGER = 1001, 1002, 1003
 DOCS = Path(__file__).parent.parent / "docs" / "guides" / "console"
+PRO = json.dumps(
+    [{"id": "pro", "title": "Pro", "description": "More", "stars": 50, "daily_tokens": 1_000_000}]
+)
+"""A plan sold (BOTKIT_PLANS)."""
 LINK = re.compile(r"(http://\S+/signin/[A-Za-z0-9_-]+)")
 
 
@@ -129,7 +133,15 @@ class Browser:
         def press() -> None:
             body = self.chrome.find_element(By.TAG_NAME, "body")
             self.chrome.find_element(By.CSS_SELECTOR, css).click()
-            WebDriverWait(self.chrome, 10).until(staleness_of(body))
+
+            def left(_: Any) -> bool:
+                try:
+                    body.is_enabled()
+                except WebDriverException:  # stale, or Chrome's "does not belong to the document"
+                    return True
+                return False
+
+            WebDriverWait(self.chrome, 10).until(left)
 
         await asyncio.to_thread(press)
         return await self.text()
@@ -478,6 +490,11 @@ async def test_on_postgres_the_receiver_serves_the_console_and_a_workers_link_si
         assert str(STRANGER) not in page and "No conversations" in page
         page = await browser.open(f"http://127.0.0.1:{port}/conversations/{STRANGER}")
         assert "a question about <i>tides</i>" in page
+        page = await browser.open(f"http://127.0.0.1:{port}/health")
+        workers = await asyncio.to_thread(
+            lambda: browser.chrome.find_element(By.ID, "workers").text
+        )
+        assert re.search(r"worker \d+ +\d+ s ago 0", workers), workers
 
 
 async def test_an_invite_made_on_the_page_shows_its_link_and_qr_code_once(
@@ -709,3 +726,134 @@ async def test_a_console_port_in_use_stops_the_bot_with_one_sentence(
         with pytest.raises(ConfigError, match=f"cannot serve the console on 127.0.0.1:{port}"):
             async with running(bot, telegram):
                 await asyncio.sleep(2)
+
+
+async def pay(bot: Bot, telegram: FakeTelegramServer, user: int) -> str:
+    """``user`` buys Pro; the charge id, once the payment is recorded and thanked for."""
+    before = len(telegram.sent_messages(user))
+    charge = telegram.complete_payment(user, f"plan:pro:50:{user}", 50)
+    await telegram.wait_for_messages(user, before + 1)
+    return charge
+
+
+async def test_a_refund_pressed_on_the_payments_page_refunds_once_and_is_audited(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [], plans=PRO)
+    async with running(bot, telegram):
+        kept = await pay(bot, telegram, VIEWER)
+        charge = await pay(bot, telegram, STRANGER)
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/payments")
+        assert page.index(charge) < page.index(kept), "the newest first"
+        assert "pro" in page and "Refund" in page
+        bot.console.settings = replace(bot.console.settings, page_size=1)
+        page = await browser.open(f"{bot.console.served_at}/payments")
+        assert charge in page and kept not in page
+        page = await browser.click("#next")
+        assert kept in page and charge not in page, "paged"
+        page = await browser.open(f"{bot.console.served_at}/payments")
+        with capture_logs() as logs:
+            page = await browser.click(f'form[action="/payments/{charge}"] button')
+        assert "Refunded 50 Stars; plan pro ended." in page
+        assert telegram.refunded == [charge]
+        assert [r.params["user_id"] for r in telegram.requests_for("refundStarPayment")] == [
+            STRANGER
+        ]
+        assert "refunded" in page
+        refund_buttons = await asyncio.to_thread(
+            browser.chrome.find_elements, By.CSS_SELECTOR, f'form[action="/payments/{charge}"]'
+        )
+        assert refund_buttons == [], "a refunded payment offers no second refund"
+        grant = await (await bot.payments.store()).get(charge)
+        assert grant is not None and grant.refunded_at is not None
+        assert (await (await bot.payments.store()).get(kept)).refunded_at is None  # type: ignore[union-attr]
+    (audit,) = [line for line in logs if line["event"] == "admin.action"]
+    assert (audit["action"], audit["target"], audit["actor"]) == ("payments.refund", charge, ADMIN)
+    assert audit["via"] == "console" and audit["user_id"] == STRANGER
+
+
+async def test_a_viewer_sees_payments_without_refund_and_an_erased_payer_shows_as_erased(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [], plans=PRO)
+    async with running(bot, telegram):
+        store = await bot.access.user_store()
+        await store.upsert_user(VIEWER, "viewer")
+        await store.upsert_user(STRANGER, "user", "Stan Ranger")
+        charge = await pay(bot, telegram, STRANGER)
+        await sign_in(browser, telegram, VIEWER)
+        assert bot.console is not None
+        base = bot.console.served_at
+        page = await browser.open(f"{base}/payments")
+        assert charge in page and "Stan Ranger" in page and str(STRANGER) in page
+        assert "Refund" not in page, "viewers see, not act"
+        csrf = await asyncio.to_thread(
+            lambda: browser.chrome.find_element(
+                By.CSS_SELECTOR, 'form[action="/signout"] input[name="csrf"]'
+            ).get_attribute("value")
+        )
+        cookie = await browser.cookie()
+        assert csrf and cookie
+        async with aiohttp.ClientSession(cookies={"botkit_console": cookie}) as http:
+            url = f"{base}/payments/{charge}"
+            async with http.post(url, data={"csrf": csrf}, allow_redirects=False) as response:
+                assert response.status == 403, "a viewer's own form token acts on nothing"
+                assert "Viewers can see, not act." in await response.text()
+        assert telegram.refunded == []
+        await ask(telegram, STRANGER, "/forget_me")
+        telegram.press_button(STRANGER, telegram.sent_messages(STRANGER)[-1], "Erase it all")
+        await telegram.wait_for_requests("answerCallbackQuery", 1)
+        for _ in range(50):
+            if await store.get_user(STRANGER) is None:
+                break
+            await asyncio.sleep(0.1)
+        page = await browser.open(f"{base}/payments")
+        assert charge in page, "payment records outlive an erasure"
+        assert "erased user" in page
+        assert str(STRANGER) not in page and "Stan" not in page
+        await browser.forget_cookies()
+        await sign_in(browser, telegram)
+        page = await browser.open(f"{base}/payments")
+        assert "erased user" in page and "Refund" in page, "an admin can still refund it"
+
+
+async def test_the_users_page_shows_each_users_plan_and_todays_use_of_their_budget(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [], plans=PRO, daily_token_budget=5_000)
+    async with running(bot, telegram):
+        store = await bot.access.user_store()
+        await store.upsert_user(VIEWER, "user", "Vera")
+        await store.upsert_user(STRANGER, "user", "Stan")
+        await pay(bot, telegram, STRANGER)
+        today = datetime.now(UTC).date()
+        await store.add_usage(STRANGER, today, 1_234)
+        await store.add_usage(VIEWER, today, 321)
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/users")
+        lines = {line.split()[0]: line for line in page.splitlines() if line[:1].isdigit()}
+        assert "pro until" in lines[str(STRANGER)]
+        assert "1,234 / 1,000,000" in lines[str(STRANGER)], "the plan's budget is in force"
+        assert "none" in lines[str(VIEWER)] and "321 / 5,000" in lines[str(VIEWER)]
+
+
+async def test_the_health_page_lists_this_process_and_the_last_failed_turn(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, browser: Browser
+) -> None:
+    bot = console_bot(claude, telegram, tmp_path, [])
+    async with running(bot, telegram):
+        await sign_in(browser, telegram)
+        assert bot.console is not None
+        page = await browser.open(f"{bot.console.served_at}/health")
+        assert f"this process (pid {os.getpid()}" in page
+        assert "No turn has failed here." in page
+        claude.enqueue(FakeError.invalid_request("messages: something is wrong"))
+        await ask(telegram, ADMIN, "this one fails")
+        page = await browser.open(f"{bot.console.served_at}/health")
+        assert "No turn has failed here." not in page
+        errors = await asyncio.to_thread(lambda: browser.chrome.find_element(By.ID, "errors").text)
+        assert re.search(r"^\S+ \S+ error LLM\w*Error$", errors, re.M), errors
+        assert "this one fails" not in page, "no user's words on the health page"

@@ -38,14 +38,19 @@ from botkit.console.signin import (
 )
 from botkit.console.texts import ConsoleTexts
 from botkit.console.transcript import transcript_html
+from botkit.errors import MessengerError
+from botkit.metrics import TurnFailure
+from botkit.payments.service import RefundError
+from botkit.payments.store import Grant
 from botkit.pricing import estimate
 from botkit.sessions import is_conversation_key
 from botkit.sessions.base import SessionStore
+from botkit.stores.base import UserRecord
 from botkit.stores.console_links import ConsoleLinkStore
 from botkit.stores.handoffs import HandoffStore
 from botkit.types import Usage
 
-__all__ = ["COOKIE", "ConsoleApp", "Deciding"]
+__all__ = ["COOKIE", "ConsoleApp", "Deciding", "Paying", "Worker"]
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +64,9 @@ MAX_INVITES_SHOWN = 200
 """The newest invites the invites page lists."""
 MAX_SCHEDULES_SHOWN = 200
 """The soonest reminders and tasks the scheduled page lists."""
+
+ERASED = "erased user"
+"""How a payment of a user erased since shows its payer (the record is kept; the person is not)."""
 
 Role = Literal["admin", "viewer"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -76,6 +84,34 @@ class Deciding(Protocol):
     async def press(self, approval_id: str, choice: str, user_id: int) -> str:
         """Allow (``"a"``) or Deny (``"d"``), as the buttons do; the notice."""
         ...
+
+
+class Paying(Protocol):
+    """What the console needs of payments: a page of them, a user's plan, and a refund."""
+
+    async def recent(self, limit: int, offset: int) -> list[Grant]:
+        """Payments, newest first."""
+        ...
+
+    async def plan(self, user_id: int) -> Grant | None:
+        """The user's current plan, if any."""
+        ...
+
+    async def refund(self, charge_id: str, admin: Admin) -> Grant:
+        """Refund as ``payments refund`` does (``RefundError`` if it cannot be)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """One line of the health page's workers."""
+
+    name: str
+    started: datetime | None
+    seen: datetime
+    """Its last sign of life (a heartbeat; for this process, now)."""
+    running: int
+    """The turns it runs now."""
 
 
 @dataclass(slots=True)
@@ -107,6 +143,9 @@ class ConsoleApp:
         *,
         health: Readings | None = None,
         bot_username: Callable[[], str | None] = lambda: None,
+        payments: Paying | None = None,
+        workers: Callable[[], Awaitable[list[Worker]]] | None = None,
+        failures: Callable[[], list[TurnFailure]] = list,
     ) -> None:
         self.settings = settings
         self.access = access
@@ -115,6 +154,12 @@ class ConsoleApp:
         self.approvals = approvals
         self.health = health
         """The health page's readings (queue depth, turns, errors)."""
+        self.payments = payments
+        """Payments, plans and refunds (``None``: no payments page)."""
+        self.workers = workers
+        """The workers the health page lists."""
+        self.failures = failures
+        """The last failed turns this process saw (``Metrics.last_failures``)."""
         self.bot_username = bot_username
         """The bot's username, for invite links (``None`` until known)."""
         self.texts = texts or ConsoleTexts()
@@ -144,6 +189,8 @@ class ConsoleApp:
         app.router.add_post("/invites", self._create_invite)
         app.router.add_get("/scheduled", self._scheduled)
         app.router.add_post("/scheduled/{id}", self._cancel_schedule)
+        app.router.add_get("/payments", self._payments)
+        app.router.add_post("/payments/{charge}", self._refund)
         app.router.add_get("/health", self._health)
         return app
 
@@ -431,6 +478,7 @@ class ConsoleApp:
         found = await store.list_users(offset=page_number * size, limit=size + 1)
         shown = found[:size]
         rows = []
+        today = datetime.now(UTC).date()
         for user in shown:
             action = ""
             if visitor.acts and user.user_id != visitor.session.user_id:
@@ -444,16 +492,32 @@ class ConsoleApp:
                     escape(user.role),
                     escape(user.display_name or ""),
                     escape(_when(user.joined_at)),
+                    await self._plan_html(user),
+                    await self._budget_html(user, today),
                     "blocked" if user.blocked else "",
                     action,
                 ]
             )
         flash = request.query.get("done", "")
+        headers = ["User", "Role", "Name", "Joined (UTC)", "Plan", "Today / budget", "", ""]
         body = (f'<p class="flash">{escape(flash)}</p>' if flash else "") + table(
-            ["User", "Role", "Name", "Joined (UTC)", "", ""], rows, numeric=[0]
+            headers, rows, numeric=[0, 5]
         )
         body += _pager(request, page_number, len(found) > size)
         return self._render(request, "Users", body)
+
+    async def _plan_html(self, user: UserRecord) -> str:
+        """The user's plan: its id and end (one indexed read, trusted a few seconds)."""
+        grant = await self.payments.plan(user.user_id) if self.payments else None
+        if grant is None:
+            return '<span class="note">none</span>'
+        return f"{escape(grant.plan_id)} until {escape(_when(grant.ends_at))}"
+
+    async def _budget_html(self, user: UserRecord, today: date) -> str:
+        """Today's tokens against the daily budget in force (the plan's, else the default)."""
+        budget = await self.access.daily_budget(user.user_id)
+        used = await (await self.access.user_store()).usage_on(user.user_id, today)
+        return f"{used:,} / {budget:,}" if budget is not None else f"{used:,} / no budget"
 
     async def _user_action(self, request: web.Request) -> web.Response:
         visitor = request[_VISITOR]
@@ -600,6 +664,72 @@ class ConsoleApp:
             done = f"Cancelled schedule {schedule_id}."
         raise web.HTTPSeeOther("/scheduled?" + urlencode({"done": done}))
 
+    async def _payments(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        if self.payments is None:
+            return self._render(request, "Payments", '<p class="note">No payments here.</p>')
+        page_number = _page_number(request)
+        size = self.settings.page_size
+        found = await self.payments.recent(size + 1, page_number * size)
+        shown = found[:size]
+        people = await self._payers({grant.user_id for grant in shown})
+        rows = []
+        for grant in shown:
+            refund = ""
+            if grant.refunded_at is not None:
+                refund = f"refunded {escape(_when(grant.refunded_at))}"
+            elif visitor.acts:
+                target = f"/payments/{quote(grant.charge_id, safe='')}"
+                refund = button_form(target, visitor.session.csrf, "Refund", css="deny")
+            rows.append(
+                [
+                    escape(_when(grant.paid_at)),
+                    escape(grant.charge_id),
+                    people.get(grant.user_id, ERASED),
+                    escape(grant.plan_id),
+                    str(grant.stars),
+                    escape(_when(grant.ends_at)),
+                    refund,
+                ]
+            )
+        flash = request.query.get("done", "")
+        body = f'<p class="flash">{escape(flash)}</p>' if flash else ""
+        if rows:
+            headers = ["Paid (UTC)", "Charge", "User", "Plan", "Stars", "Ends (UTC)", ""]
+            body += table(headers, rows, numeric=[4])
+        else:
+            body += '<p class="note">No payments.</p>'
+        body += _pager(request, page_number, len(found) > size)
+        return self._render(request, "Payments", body)
+
+    async def _payers(self, user_ids: set[int]) -> dict[int, str]:
+        """Each payer as the page shows them (an id and a name); one erased since has no
+        user record, and is left out: the page calls them ``ERASED``."""
+        store = await self.access.user_store()
+        shown: dict[int, str] = {}
+        for user_id in user_ids:
+            record = await store.get_user(user_id)
+            if record is not None:
+                name = f" {escape(record.display_name)}" if record.display_name else ""
+                shown[user_id] = f"{user_id}{name}"
+        return shown
+
+    async def _refund(self, request: web.Request) -> web.Response:
+        visitor = request[_VISITOR]
+        if self.payments is None:
+            raise web.HTTPNotFound()
+        charge_id = request.match_info["charge"]
+        try:
+            grant = await self.payments.refund(charge_id, await self._admin(visitor))
+        except RefundError as e:
+            done = f"Not refunded: {e}."
+        except MessengerError as e:
+            log.warning("console.refund_failed", charge_id=charge_id, error=str(e))
+            done = f"Not refunded: Telegram answered {e}."
+        else:
+            done = f"Refunded {grant.stars} Stars; plan {grant.plan_id} ended."
+        raise web.HTTPSeeOther("/payments?" + urlencode({"done": done}))
+
     async def _health(self, request: web.Request) -> web.Response:
         readings = await self.health() if self.health is not None else []
         store_state = "answers"
@@ -614,7 +744,46 @@ class ConsoleApp:
             ["approvals waiting", str(waiting)],
             *([escape(name), escape(value)] for name, value in readings),
         ]
-        return self._render(request, "Health", table(["", ""], rows, numeric=[1]))
+        body = table(["", ""], rows, numeric=[1]) + await self._workers_html()
+        return self._render(request, "Health", body + self._failures_html())
+
+    async def _workers_html(self) -> str:
+        if self.workers is None:
+            return ""
+        try:
+            workers = await self.workers()
+        except Exception as e:  # the page says so rather than failing
+            return f"<h2>Workers</h2><p>The workers cannot be read: {escape(type(e).__name__)}</p>"
+        now = datetime.now(UTC)
+        rows = [
+            [
+                escape(worker.name),
+                escape(_when(worker.started)) if worker.started else "",
+                f"{max(0.0, (now - worker.seen).total_seconds()):,.0f} s ago",
+                str(worker.running),
+            ]
+            for worker in workers
+        ]
+        headers = ["Worker", "Started (UTC)", "Last sign of life", "Turns running"]
+        listing = table(headers, rows, numeric=[3]) if rows else "<p>No worker runs.</p>"
+        return f'<h2>Workers</h2><div id="workers">{listing}</div>'
+
+    def _failures_html(self) -> str:
+        failures = list(reversed(self.failures()))
+        note = (
+            '<p class="note">The last failed turns this process saw (kept in its memory, '
+            "newest first); other processes log theirs as <code>turn.failed</code>.</p>"
+        )
+        rows = [
+            [escape(f.at.strftime("%Y-%m-%d %H:%M:%S")), escape(f.outcome), escape(f.error)]
+            for f in failures
+        ]
+        listing = (
+            table(["When (UTC)", "Outcome", "What failed"], rows)
+            if rows
+            else "<p>No turn has failed here.</p>"
+        )
+        return f'<h2>Last errors</h2>{note}<div id="errors">{listing}</div>'
 
     async def _admin(self, visitor: _Visitor) -> Admin:
         store = await self.access.user_store()

@@ -41,6 +41,7 @@ NAV = (
     ("/handoffs", "Handoffs"),
     ("/invites", "Invites"),
     ("/scheduled", "Scheduled"),
+    ("/payments", "Payments"),
     ("/health", "Health"),
 )
 

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from botkit._http import BoundedServer, HttpLimits
 from botkit.access import Access
+from botkit.admin import Admin
 from botkit.approvals.service import Approvals
 from botkit.config import Settings
-from botkit.console.app import ConsoleApp
+from botkit.console.app import ConsoleApp, Worker
 from botkit.console.conversations import conversations_of
 from botkit.console.settings import ConsoleSettings
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
+from botkit.payments.service import Payments, RefundError
+from botkit.payments.store import Grant
 from botkit.sessions.base import SessionStore
 
 if TYPE_CHECKING:
     from botkit.messengers.telegram import TelegramMessenger
 
-__all__ = ["ConsoleHost", "console_server", "console_url"]
+__all__ = ["ConsoleHost", "Workers", "console_server", "console_url", "queue_workers"]
 
 log = structlog.get_logger(__name__)
 
@@ -37,8 +44,13 @@ class ConsoleHost(Protocol):
     approvals: Approvals
     metrics: Metrics
     options: BotOptions
+    payments: Payments
     console: ConsoleApp | None
     """The console this process serves (set while it does)."""
+
+
+Workers = Callable[[], Awaitable[list[Worker]]]
+"""The health page's workers: the queue's (in a scale-out), else this process."""
 
 
 class _Deciding:
@@ -54,6 +66,25 @@ class _Deciding:
         return await self.approvals.press(approval_id, choice, user_id)
 
 
+class _Paying:
+    """Payments as the console sees them: a page of them, a user's plan, a refund."""
+
+    def __init__(self, payments: Payments, messenger: TelegramMessenger | None) -> None:
+        self.payments = payments
+        self.messenger = messenger
+
+    async def recent(self, limit: int, offset: int) -> list[Grant]:
+        return await (await self.payments.store()).recent(limit, offset)
+
+    async def plan(self, user_id: int) -> Grant | None:
+        return await self.payments.current_plan(user_id) if self.payments else None
+
+    async def refund(self, charge_id: str, admin: Admin) -> Grant:
+        if self.messenger is None:
+            raise RefundError("this process has no Telegram connection to refund through")
+        return await self.payments.refund(charge_id, self.messenger.stars, admin)
+
+
 HEALTH = (
     ("botkit_turns_running", "turns running"),
     ("botkit_turns_waiting", "turns waiting (the queue's depth, in a scale-out)"),
@@ -67,8 +98,11 @@ HEALTH_BY_LABEL = (("botkit_turns_total", "outcome", "turns"),)
 """Counters shown once per label value: (metric, label, what)."""
 
 
-def console_app(bot: ConsoleHost, messenger: TelegramMessenger | None = None) -> ConsoleApp:
-    """The console of ``bot``, not served yet (``messenger`` tells the bot's username)."""
+def console_app(
+    bot: ConsoleHost, messenger: TelegramMessenger | None = None, workers: Workers | None = None
+) -> ConsoleApp:
+    """The console of ``bot``, not served yet (``messenger`` tells the bot's username and
+    makes refunds; ``workers`` lists the queue's workers, else this process is the one)."""
     settings = ConsoleSettings.of(bot.settings)
     conversations = conversations_of(bot.sessions, bot.settings.sessions_dir)
 
@@ -89,7 +123,29 @@ def console_app(bot: ConsoleHost, messenger: TelegramMessenger | None = None) ->
         bot.options.console_texts,
         health=health,
         bot_username=username,
+        payments=_Paying(bot.payments, messenger),
+        workers=workers or partial(_this_process, bot.metrics, datetime.now(UTC)),
+        failures=lambda: list(bot.metrics.last_failures),
     )
+
+
+async def _this_process(metrics: Metrics, started: datetime) -> list[Worker]:
+    """``run``: this process is the one worker."""
+    running = metrics.registry.get_sample_value("botkit_turns_running") or 0
+    name = f"this process (pid {os.getpid()} on {socket.gethostname()})"
+    return [Worker(name, started, datetime.now(UTC), int(running))]
+
+
+def queue_workers(queue: Any) -> Workers:
+    """The workers registered in the job queue (``TurnQueue.workers``)."""
+
+    async def listed() -> list[Worker]:
+        return [
+            Worker(f"worker {row['id']}", None, row["last_heartbeat"], int(row["running"]))
+            for row in await queue.workers()
+        ]
+
+    return listed
 
 
 def _readings(metrics: Metrics) -> list[tuple[str, str]]:
@@ -110,7 +166,7 @@ def _readings(metrics: Metrics) -> list[tuple[str, str]]:
 
 @asynccontextmanager
 async def console_server(
-    bot: ConsoleHost, messenger: TelegramMessenger | None = None
+    bot: ConsoleHost, messenger: TelegramMessenger | None = None, workers: Workers | None = None
 ) -> AsyncIterator[ConsoleApp | None]:
     """Serve ``bot``'s console while the block runs (nothing with BOTKIT_CONSOLE_PORT unset);
     yields the console (its address in ``served_at``), also kept in ``bot.console``."""
@@ -118,7 +174,7 @@ async def console_server(
     if settings.console_port is None:
         yield None
         return
-    console = console_app(bot, messenger)
+    console = console_app(bot, messenger, workers)
     server = BoundedServer(console.application(), HttpLimits.of(settings), name="console")
     try:
         try:

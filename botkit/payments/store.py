@@ -123,8 +123,8 @@ class PaymentStore(Protocol):
         """Mark a payment refunded (its plan ends); ``None`` if unknown or refunded before."""
         ...
 
-    async def recent(self, limit: int = 50) -> list[Grant]:
-        """The latest payments, newest first."""
+    async def recent(self, limit: int = 50, offset: int = 0) -> list[Grant]:
+        """The latest payments, newest first (``offset`` skips the newest ones)."""
         ...
 
     async def refunds(self) -> dict[str, int]:
@@ -181,12 +181,14 @@ class SqlitePayments:
         grants stacked after it; ``None`` if unknown or refunded before."""
         return await self._run("revoking a payment", _sqlite_revoke, charge_id, now)  # type: ignore[no-any-return]
 
-    async def recent(self, limit: int = 50) -> list[Grant]:
-        """The latest payments, newest first."""
-        sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT ?"
-        return [
-            _sqlite_row(row) for row in await self._run("listing payments", _fetch, sql, (limit,))
-        ]
+    async def recent(self, limit: int = 50, offset: int = 0) -> list[Grant]:
+        """The latest payments, newest first (``offset`` skips the newest ones)."""
+        sql = (
+            f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC, charge_id "
+            "LIMIT ? OFFSET ?"
+        )
+        rows = await self._run("listing payments", _fetch, sql, (limit, offset))
+        return [_sqlite_row(row) for row in rows]
 
     async def refunds(self) -> dict[str, int]:
         """How many payments were refunded, by plan."""
@@ -498,11 +500,14 @@ class PostgresPayments:
                 )
         return revoked
 
-    async def recent(self, limit: int = 50) -> list[Grant]:
-        """The latest payments, newest first."""
+    async def recent(self, limit: int = 50, offset: int = 0) -> list[Grant]:
+        """The latest payments, newest first (``offset`` skips the newest ones)."""
         async with self._connection("listing payments") as conn:
-            sql = f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC LIMIT $1"
-            rows = await conn.fetch(sql, limit)
+            sql = (
+                f"SELECT {_COLUMNS} FROM botkit_payments ORDER BY paid_at DESC, charge_id "
+                "LIMIT $1 OFFSET $2"
+            )
+            rows = await conn.fetch(sql, limit, offset)
         return [_postgres_row(row) for row in rows]
 
     async def refunds(self) -> dict[str, int]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from botkit.config import Settings
-from botkit.console.server import console_server
+from botkit.console.server import console_server, queue_workers
 from botkit.errors import ConfigError
 from botkit.metrics import Metrics
 from botkit.ops import ops_server
@@ -120,7 +120,7 @@ async def serve_queued(
         await claim_database(queue, settings.bot_id)
         await stack.enter_async_context(ops_server(settings, bot.metrics, checks))
         if receive:  # the receiver serves the console (workers come and go)
-            await stack.enter_async_context(console_server(bot, messenger))
+            await stack.enter_async_context(console_server(bot, messenger, queue_workers(queue)))
         jobs = []
         if receive:
             jobs.append(_receive(bot, messenger, queue, stop))

@@ -211,6 +211,11 @@ _CLAIM_FOR = """
 _WAITING = """
     SELECT count(*) AS waiting FROM procrastinate_jobs
     WHERE queue_name = %(queue)s AND task_name = %(task)s AND status = 'todo'"""
+_WORKERS = """
+    SELECT w.id, w.last_heartbeat, count(j.id) AS running
+    FROM procrastinate_workers w
+    LEFT JOIN procrastinate_jobs j ON j.worker_id = w.id AND j.status = 'doing'
+    GROUP BY w.id, w.last_heartbeat ORDER BY w.id LIMIT %(limit)s"""
 # procrastinate's retry_job checks only status = 'doing': a job listed by two sweeps, put
 # back by the first and already taken by a live worker, would be put back again by the second.
 # A copy of the job's update queued meanwhile (Telegram delivered it again while the job ran)
@@ -376,6 +381,11 @@ class TurnQueue:
             _WAITING, queue=QUEUE, task=TURN_TASK
         )
         return int(row["waiting"])
+
+    async def workers(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The registered workers: ``id``, ``last_heartbeat`` and the jobs ``running``."""
+        rows = await self.app.connector.execute_query_all_async(_WORKERS, limit=limit)
+        return [dict(row) for row in rows]
 
     def register(self, run: Callable[[int, dict[str, Any], int, bool], Awaitable[None]]) -> None:
         """Make ``run(job_id, update, attempts, during_turn)`` the task that runs a turn in this
