@@ -372,7 +372,7 @@ async def test_typing_shows_only_in_turns_slower_than_the_typing_delay(
 
     async def model(request: FakeRequest) -> FakeReply:
         if "slow" in request.last_user_text():
-            await asyncio.sleep(0.9)
+            await asyncio.sleep(2.0)
         return FakeReply.text("done")
 
     claude.responder = model
@@ -381,8 +381,8 @@ async def test_typing_shows_only_in_turns_slower_than_the_typing_delay(
         tmp_path,
         allowed_users=ALLOWED,
         stream_replies=False,
-        typing_delay=0.3,
-        typing_interval=0.25,
+        typing_delay=1.0,  # far above a fast turn, even on a loaded machine
+        typing_interval=0.4,
     )
     async with running(bot, telegram):
         telegram.send_text(fast, "quick one")
@@ -392,7 +392,7 @@ async def test_typing_shows_only_in_turns_slower_than_the_typing_delay(
         await asyncio.sleep(0.4)  # none after the reply
     typing = telegram.requests_for("sendChatAction")
     assert str(fast) not in [str(r.params.get("chat_id")) for r in typing]
-    assert len(typing) >= 2  # at 0.3 s, 0.55 s, 0.8 s… of the slow turn
+    assert len(typing) >= 2  # at 1.0 s, 1.4 s, 1.8 s… of the slow turn
     [answer] = [
         r for r in telegram.requests_for("sendMessage") if str(r.params["chat_id"]) == str(slow)
     ]
