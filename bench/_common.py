@@ -176,6 +176,11 @@ def load_line() -> str:
 # ---------------------------------------------------------------------------- the driver side
 
 
+REPLIES = frozenset({"sendmessage", "sendrichmessage"})
+"""The methods a reply arrives by (rich replies, botkit's default, or HTML ones)."""
+DRAFTS = frozenset({"sendmessagedraft", "sendrichmessagedraft"})
+
+
 @dataclass
 class Round:
     """One measured round: messages in, replies out."""
@@ -387,12 +392,12 @@ class BotUnderTest:
         sends = [
             request
             for request in telegram.requests[first_request:]
-            if request.method.lower() == "sendmessage" and request.error_code is None
+            if request.method.lower() in REPLIES and request.error_code is None
         ]
         drafts = [
             request
             for request in telegram.requests[first_request:]
-            if request.method.lower() == "sendmessagedraft" and request.error_code is None
+            if request.method.lower() in DRAFTS and request.error_code is None
         ]
         finished = max((request.at for request in sends), default=noticed)
         calls = [request.at - started for request in self.claude.requests[first_call:]]

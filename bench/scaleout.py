@@ -83,7 +83,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
-from _common import fakes_without_gc_pauses, pair_of_rounds
+from _common import REPLIES, fakes_without_gc_pauses, pair_of_rounds
 
 from botkit.stores.migrate import migrate
 from botkit.testing import FakeAnthropicServer, FakeTelegramServer
@@ -345,13 +345,12 @@ async def inject_and_time(
             if time.monotonic() - started > 120:
                 raise SystemExit(f"bench: only {got}/{total} messages answered after 120 s")
             await asyncio.sleep(0.02)
-    last = max(r.at for r in telegram.requests_for("sendMessage"))
+    replies = [r for r in telegram.requests if r.method.lower() in REPLIES]
+    last = max(r.at for r in replies)
     if TIMELINE:
         print("    seconds since the first message: LLM calls started / replies sent")
         calls = [int(r.at - started) for r in claude.requests if r.at >= started]
-        sent = [
-            int(r.at - started) for r in telegram.requests_for("sendMessage") if r.at >= started
-        ]
+        sent = [int(r.at - started) for r in replies if r.at >= started]
         for second in range(int(last - started) + 1):
             print(f"    {second:3d}: {calls.count(second):4d} {sent.count(second):4d}")
     return last - started, (last - killed_at if killed_at is not None else None)
