@@ -14,11 +14,10 @@ from itertools import pairwise
 
 from botkit.bot import Bot
 from botkit.messengers.base import Incoming
-from botkit.plugins import prompt_parts
 from botkit.prefixwatch import part_changes
 from botkit.sessions import SessionEntry
 from botkit.sessions.configured import session_store_for
-from botkit.turns import as_registry
+from botkit.turns import as_registry, tool_parts
 
 __all__ = ["prefix_report"]
 
@@ -79,16 +78,11 @@ async def _rebuilt_changes(bot: Bot, key: str, wait: float) -> list[str]:
 
 
 async def _parts(bot: Bot, key: str) -> list[tuple[str, str]]:
+    """The conversation's prompt parts and tools as its turns build them (choices aside)."""
     user = int(key) if key.lstrip("-").isdigit() else 0
     message = Incoming(update_id=0, user_id=user, chat_id=user, text="", date=datetime.now(UTC))
-    prompt = await bot.build_prompt(message)
-    parts = (
-        await prompt_parts(prompt, bot.plugins, message)
-        if bot.options.feature_prompts
-        else [("build_prompt", prompt)]
-    )
     tools = as_registry(await bot.build_tools(message))
-    return [*parts, *((f"tool {d.name}", repr(d)) for d in tools.definitions())]
+    return [*await bot.turns.named_parts(message), *tool_parts(tools)]
 
 
 def _digests(parts: list[tuple[str, str]]) -> dict[str, int]:

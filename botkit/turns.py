@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
 import structlog
 
 from botkit import tracing
@@ -311,10 +312,10 @@ class TurnPipeline:
             await self._reply(messenger, message, choice.notice)  # a plan's choice has ended
         extra = await self.bot.build_extra(message)
         tools = choice.tools(as_registry(await self.bot.build_tools(message)))
-        parts = await self._prompt_parts(message, choice)
+        parts = await self.named_parts(message, choice)
         system = _with_note(join_parts(parts), group_note(message))
         context = await self.context_for(message)
-        self.prefix_watch.observe(context.key, [*parts, *_tool_parts(tools)])
+        self.prefix_watch.observe(context.key, [*parts, *tool_parts(tools)])
         note = await turn_notes(self.bot.plugins, message)
         draft = messenger.draft(message) if self.bot.settings.stream_replies else None
         # A draft shows "Thinking…" at once; "typing…" is for chats without one.
@@ -813,9 +814,9 @@ class TurnPipeline:
         parts (its plugins': reminders and time zone, skills...) unless
         ``BotOptions.feature_prompts`` is off, then the user's instructions, marked as theirs.
         All change rarely, so the cached prefix holds."""
-        return join_parts(await self._prompt_parts(message, choice))
+        return join_parts(await self.named_parts(message, choice))
 
-    async def _prompt_parts(
+    async def named_parts(
         self, message: Incoming, choice: TurnChoice = NO_CHOICE
     ) -> list[tuple[str, str]]:
         """The system prompt's parts, named as the prefix watch compares them."""
@@ -944,9 +945,13 @@ def _with_note(system: str, note: str | None) -> str:
     return f"{system}\n\n{note}" if note else system
 
 
-def _tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
-    """Each tool's definition, named, as the prefix watch compares them."""
-    return [(f"tool {d.name}", repr(d)) for d in tools.definitions()]
+def tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
+    """Each tool's definition, named, as the prefix watch compares them (orjson, not the
+    model's ``repr``: this runs every turn)."""
+    return [
+        (f"tool {d.name}", d.description + orjson.dumps(d.input_schema).decode())
+        for d in tools.definitions()
+    ]
 
 
 def _turn_meta(message: Incoming) -> dict[str, Any]:
