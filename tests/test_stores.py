@@ -74,6 +74,7 @@ ALL = [
     "025_usage_hour_writes",
     "026_voice",
     "027_console_links",
+    "028_task_batches",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
