@@ -12,6 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 from test_reminders import ALICE, scripted
+from test_scaleout import fetchval, queued, queued_bot
 
 from botkit import Bot
 from botkit.pricing import batch_model, estimate, price_for
@@ -298,3 +299,55 @@ def test_a_batched_calls_price_is_half_of_every_kind_of_token() -> None:
         assert full is not None and half is not None
         assert half.cost(usage) == pytest.approx(full.cost(usage) / 2)
     assert price_for(batch_model("not-a-model")) is None
+
+
+# ---- the queued runtime on PostgreSQL ------------------------------------------------------
+
+
+async def test_a_batch_task_across_a_worker_restart_is_delivered_once_on_postgresql(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db, batch_poll=POLL)
+    first = queued_bot(claude, telegram, tmp_path / "w1", db, batch_poll=POLL)
+    async with queued(receiver, work=False):
+        async with queued(first, receive=False):
+            telegram.send_text(7, "LATER 1s|Summarise the week")
+            await telegram.wait_for_messages(7, 1, timeout=20)
+            await batch_sent(claude)
+            held = "SELECT batch_id FROM botkit_schedules WHERE id = 1 AND status = 'firing'"
+            assert await fetchval(db, held) in claude.batches.batches
+        await claude.end_batch()  # ends while no worker runs
+        second = queued_bot(claude, telegram, tmp_path / "w2", db, batch_poll=POLL)
+        async with queued(second, receive=False):
+            _, answer = await telegram.wait_for_messages(7, 2, timeout=30)
+            await asyncio.sleep(1.0)
+    assert answer.plain_text == "done: Summarise the week"
+    assert len(telegram.sent_messages(7)) == 2, "delivered once"
+    assert len(claude.batches.batches) == 1, "the recorded batch was read, not sent again"
+    assert len(claude.requests) == 2, "answered by the batch"
+    row = "SELECT status || ':' || coalesce(batch_id, '-') FROM botkit_schedules WHERE id = 1"
+    assert await fetchval(db, row) == "done:-"
+    billed = "SELECT sum(output_tokens) FROM botkit_model_usage WHERE model = $1"
+    async with asyncio.timeout(20):  # the ledger writes every few seconds
+        while not await fetchval(db, billed, batch_model(DEFAULT_MODEL)):
+            await asyncio.sleep(0.2)
+
+
+async def test_the_user_is_answered_on_the_queue_while_their_tasks_batch_runs(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path, db: str
+) -> None:
+    receiver = queued_bot(claude, telegram, tmp_path, db, batch_poll=POLL)
+    worker = queued_bot(claude, telegram, tmp_path / "w", db, batch_poll=POLL)
+    async with queued(receiver, work=False), queued(worker, receive=False):
+        telegram.send_text(7, "LATER 1s|Summarise the week")
+        await telegram.wait_for_messages(7, 1, timeout=20)
+        await batch_sent(claude)
+        telegram.send_text(7, "still there?")
+        _, meanwhile = await telegram.wait_for_messages(7, 2, timeout=20)
+        assert meanwhile.plain_text.startswith("echo: ")
+        await claude.end_batch()
+        *_, answer = await telegram.wait_for_messages(7, 3, timeout=30)
+        await asyncio.sleep(1.0)
+    assert answer.plain_text == "done: Summarise the week"
+    assert len(telegram.sent_messages(7)) == 3
+    assert len(claude.batches.batches) == 1

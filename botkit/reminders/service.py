@@ -191,8 +191,10 @@ class Reminders:
 
     def describe(self, schedule: Schedule, zone: ZoneInfo | None = None) -> str:
         """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``
-        (`` (paused)`` after it while its owner may not use the bot)."""
+        (`` (not urgent)`` after a task that may wait for a batch, `` (paused)`` while its
+        owner may not use the bot)."""
         when = format_local(schedule.due_at, zone or ZoneInfo(schedule.timezone))
         repeat = f", {schedule.repeat}" if schedule.repeat else ""
         paused = " (paused)" if schedule.paused else ""
-        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{paused}"
+        waits = " (not urgent)" if schedule.kind == "task" and not schedule.urgent else ""
+        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{waits}{paused}"
