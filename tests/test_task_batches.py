@@ -329,7 +329,7 @@ async def test_a_batch_task_across_a_worker_restart_is_delivered_once_on_postgre
     assert await fetchval(db, row) == "done:-"
     billed = "SELECT sum(output_tokens) FROM botkit_model_usage WHERE model = $1"
     async with asyncio.timeout(20):  # the ledger writes every few seconds
-        while not await fetchval(db, billed, batch_model(DEFAULT_MODEL)):
+        while not await fetchval(db, billed, batch_model(DEFAULT_MODEL)):  # noqa: ASYNC110
             await asyncio.sleep(0.2)
 
 

@@ -25,12 +25,11 @@ again (two batches billed, one answer delivered).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
-from zoneinfo import ZoneInfo
 
 import structlog
 
@@ -116,8 +115,12 @@ def custom_id(schedule: Schedule) -> str:
     return f"schedule-{schedule.id}-{schedule.fired}"
 
 
+MessageAt = Callable[[datetime], Incoming]
+"""The occurrence's message as built at a given time."""
+
+
 async def prepare(
-    host: BatchHost, schedule: Schedule, message: Incoming, zone: ZoneInfo, now: datetime
+    host: BatchHost, schedule: Schedule, message_at: MessageAt, now: datetime
 ) -> BatchedTurn | Waiting | None:
     """Send a due occurrence to a batch (``WAITING``), or, once its batch ended, what its turn
     needs (:class:`BatchedTurn`); ``None``: run it at once, as an urgent task."""
@@ -127,9 +130,7 @@ async def prepare(
     if batches is None:
         return None
     if schedule.batch_id is None:
-        return await _submit(host, schedule, message, now)
-    from botkit.reminders.firing import scheduled_message
-
+        return await _submit(host, schedule, message_at(now), now)
     try:
         outcome = await batches.outcome(schedule.batch_id, custom_id(schedule))
     except LLMError as e:
@@ -139,7 +140,7 @@ async def prepare(
     if outcome.status == "in_progress":
         await _hold(host, schedule, schedule.batch_id, schedule.batch_digest or "", now, RETRY_READ)
         return WAITING
-    built = scheduled_message(schedule, zone, schedule.batch_at or now)
+    built = message_at(schedule.batch_at or now)
     if outcome.status != "succeeded" or outcome.message is None:
         log.warning(
             "reminders.batch_failed",

@@ -129,7 +129,7 @@ async def fire(
     late = now - schedule.due_at > LATE_AFTER
     batched = None
     if wants_batch(host.settings, schedule):  # not urgent: sent to a batch, answered once ended
-        batched = await prepare(host, schedule, scheduled_message(schedule, zone, now), zone, now)
+        batched = await prepare(host, schedule, partial(scheduled_message, schedule, zone), now)
         if batched == WAITING:
             return False
     try:
