@@ -100,8 +100,10 @@ class FiringHost(LimitsHost, Protocol):
 
 
 async def fire_due_schedules(host: FiringHost, messenger: Messenger) -> int:
-    """Deliver every schedule due now (claimed first, recorded after); how many were taken."""
+    """Deliver every schedule due now (claimed first, recorded after), and the batched tasks
+    whose batch ended; how many were taken."""
     claimed = await claim_due(host)
+    claimed += await ended_batches(host)  # batched tasks whose batch ended
     await asyncio.gather(*(fire(host, messenger, schedule) for schedule in claimed))
     return len(claimed)
 
@@ -126,7 +128,7 @@ async def fire(
     zone = _zone(schedule)
     if await held_back(host, messenger, schedule, zone, now):  # paused, or a task put off
         return False
-    late = now - schedule.due_at > LATE_AFTER
+    late = (schedule.batch_at or now) - schedule.due_at > LATE_AFTER  # a batch's: when sent
     batched = None
     if wants_batch(host.settings, schedule):  # not urgent: sent to a batch, answered once ended
         batched = await prepare(host, schedule, partial(scheduled_message, schedule, zone), now)
