@@ -49,8 +49,6 @@ log = structlog.get_logger(__name__)
 BATCH_HOLD = timedelta(hours=25)
 """How long a batched occurrence is held from other claims: a batch ends within 24 hours
 (expired at the latest); a claim after that reads its outcome."""
-RETRY_READ = timedelta(minutes=5)
-"""How long an occurrence whose batch could not be read (API unreachable) waits to try again."""
 
 
 class BatchTurns(Protocol):
@@ -133,12 +131,12 @@ async def prepare(
         return await _submit(host, schedule, message_at(now), now)
     try:
         outcome = await batches.outcome(schedule.batch_id, custom_id(schedule))
-    except LLMError as e:
+    except LLMError as e:  # the firing loops look again at their next look at the batches
         log.warning("reminders.batch_unread", id=schedule.id, batch=schedule.batch_id, error=str(e))
-        await _hold(host, schedule, schedule.batch_id, schedule.batch_digest or "", now, RETRY_READ)
+        await _hold(host, schedule, schedule.batch_id, schedule.batch_digest or "", now, BATCH_HOLD)
         return WAITING
     if outcome.status == "in_progress":
-        await _hold(host, schedule, schedule.batch_id, schedule.batch_digest or "", now, RETRY_READ)
+        await _hold(host, schedule, schedule.batch_id, schedule.batch_digest or "", now, BATCH_HOLD)
         return WAITING
     built = message_at(schedule.batch_at or now)
     if outcome.status != "succeeded" or outcome.message is None:

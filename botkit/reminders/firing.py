@@ -250,7 +250,7 @@ class FiringLoop:
         self._wake = asyncio.Event()
         self._firing: set[asyncio.Task[bool]] = set()
         self._batch_look = 0.0  # when the batches in flight are looked at next (monotonic)
-        self._delivering: set[tuple[int, int]] = set()  # batched occurrences under way here
+        self._delivering: set[tuple[int, int]] = set()  # occurrences under way here
 
     def wake(self) -> None:
         """Look again now (a schedule was added)."""
@@ -278,7 +278,7 @@ class FiringLoop:
         except BotkitError as e:
             log.warning("reminders.firing_failed", error=str(e))
             return poll
-        if self.host.settings.task_batches != "off" or self._delivering:
+        if self.host.settings.task_batches != "off":
             poll = min(poll, self.host.settings.batch_poll)
         if soonest is None:
             return poll
@@ -286,9 +286,16 @@ class FiringLoop:
         return min(max(until, MIN_WAIT), poll)
 
     def _start(self, schedule: Schedule) -> None:
+        """Fire ``schedule`` in a task of its own, unless its occurrence is under way here (a
+        batched task is found both by a claim and by its ended batch)."""
+        occurrence = (schedule.id, schedule.fired)
+        if occurrence in self._delivering:
+            return
+        self._delivering.add(occurrence)
         task = asyncio.create_task(self._fire(schedule))
         self._firing.add(task)
         task.add_done_callback(self._firing.discard)
+        task.add_done_callback(partial(self._delivered, occurrence))
 
     async def _look_at_batches(self) -> None:
         """Every BOTKIT_BATCH_POLL seconds, deliver the batched tasks whose batch ended."""
@@ -297,14 +304,7 @@ class FiringLoop:
             return
         self._batch_look = started + self.host.settings.batch_poll
         for schedule in await ended_batches(self.host):
-            occurrence = (schedule.id, schedule.fired)
-            if occurrence in self._delivering:
-                continue
-            self._delivering.add(occurrence)
-            task = asyncio.create_task(self._fire(schedule))
-            self._firing.add(task)
-            task.add_done_callback(self._firing.discard)
-            task.add_done_callback(partial(self._delivered, occurrence))
+            self._start(schedule)
 
     def _delivered(self, occurrence: tuple[int, int], _: asyncio.Task[bool]) -> None:
         self._delivering.discard(occurrence)
