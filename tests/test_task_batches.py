@@ -6,6 +6,7 @@ in the queued runtime on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from test_scaleout import fetchval, queued, queued_bot
 
 from botkit import Bot
 from botkit.pricing import batch_model, estimate, price_for
+from botkit.reminders.service import Place
 from botkit.stores import Schedule
 from botkit.testing import make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
@@ -144,6 +146,34 @@ async def test_the_user_is_answered_at_once_while_the_batch_runs_and_the_task_af
     assert claude.requests[-1].last_user_text().startswith("[Scheduled task #1")
     assert bot.turns.usage_by_model[batch_model(DEFAULT_MODEL)].output_tokens > 0
     assert bot.turns.usage_by_model[DEFAULT_MODEL].output_tokens > 0
+    await bot.aclose()
+
+
+async def test_a_batched_answer_counts_half_against_the_budget_and_none_is_sent_over_it(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    budget = 1_000_000
+    bot = batch_bot(claude, tmp_path, daily_token_budget=budget)
+    today = datetime.now(UTC).date()
+    async with running(bot, telegram):
+        store = await bot.access.user_store()
+        telegram.send_text(ALICE, "LATER 1s|Summarise the week")
+        await telegram.wait_for_messages(ALICE, 1, timeout=10)
+        await batch_sent(claude)
+        before = await store.usage_on(ALICE, today)
+        await claude.end_batch()
+        await telegram.wait_for_messages(ALICE, 2, timeout=10)
+        charged = await store.usage_on(ALICE, today) - before
+        usage = bot.turns.usage_by_model[batch_model(DEFAULT_MODEL)]
+        at_once = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens
+        at_once += round(usage.cache_read_input_tokens * 0.1)
+        assert charged == round(at_once / 2)
+
+        await store.add_usage(ALICE, today, budget)  # today's allowance is gone
+        await bot.reminders.add(Place(ALICE, ALICE), "task", "second", "1s", urgent=False)
+        replies = await telegram.wait_for_messages(ALICE, 3, timeout=10)
+    assert replies[2].plain_text == bot.options.budget_text
+    assert len(claude.batches.batches) == 1, "no batch sent for a user over budget"
     await bot.aclose()
 
 
