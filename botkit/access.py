@@ -19,7 +19,7 @@ from botkit.config import Settings
 from botkit.extras import require_extra
 from botkit.messengers.base import Incoming, Messenger
 from botkit.options import BotOptions
-from botkit.pricing import CACHE_READ_FACTOR, FALLBACK, price_for
+from botkit.pricing import BATCH_FACTOR, BATCH_MARK, CACHE_READ_FACTOR, FALLBACK, price_for
 from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore
 from botkit.types import Usage
 
@@ -216,6 +216,9 @@ class Access:
         """``spent`` in tokens of the budget's model: a call to a model dearer than it counts
         for more (when users choose models, so a budget caps cost whichever they pick)."""
         base = self.budget_model
+        batched = model.endswith(BATCH_MARK)  # a Message Batch's answer: half the price
+        if batched and (base is None or model.removesuffix(BATCH_MARK) == base):
+            return round(spent * BATCH_FACTOR)
         if base is None or not model or model == base:
             return spent
         at_base = (price_for(base) or FALLBACK).cost(usage)

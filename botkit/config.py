@@ -285,6 +285,17 @@ class Settings(BaseSettings):
     )
     """BOTKIT_SCHEDULE_LEASE: seconds a claimed schedule is held for its delivery; one whose
     process died mid-delivery is delivered again after this, if its delivery was not recorded."""
+    task_batches: Literal["off", "marked", "all"] = Field(
+        "marked", validation_alias=AliasChoices("BOTKIT_TASK_BATCHES", "task_batches")
+    )
+    """BOTKIT_TASK_BATCHES: which scheduled tasks may wait for the Message Batches API (50 %
+    off, answered within 24 hours, usually minutes): ``marked`` (the default) those scheduled
+    as not urgent (``schedule_task(..., urgent=False)``), ``all`` every task, ``off`` none.
+    Reminders never wait; a bot whose model is not ``AnthropicLLM`` runs every task at once."""
+    batch_poll: float = Field(
+        60.0, gt=0, validation_alias=AliasChoices("BOTKIT_BATCH_POLL", "batch_poll")
+    )
+    """BOTKIT_BATCH_POLL: seconds between looks at the Message Batches of tasks in flight."""
     approval_timeout: float = Field(
         900.0, gt=0, validation_alias=AliasChoices("BOTKIT_APPROVAL_TIMEOUT", "approval_timeout")
     )

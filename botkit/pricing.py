@@ -4,7 +4,10 @@ Prices are US dollars per million tokens, as the Messages API's pricing page gav
 read on 2026-11-28. Cache writes cost 1.25x the input price when kept five minutes and 2x
 when kept an hour; cache reads 0.1x, except on the newest models (0.05x on Opus 5.5 and
 Sonnet 5.5, 0.025x on Fable 5.1 and Mythos 5.1). Thinking is billed as output, whether or not
-its text is shown. A model botkit does not know is priced like the dearest one it knows (a
+its text is shown. A call answered through the Message Batches API costs half of all of it
+(input, output, cache writes and reads): its usage is kept under the model's name with
+:data:`BATCH_MARK` after it (``claude-sonnet-5-5+batch``), priced here at half. A model botkit
+does not know is priced like the dearest one it knows (a
 budget is better too tight than too generous), and ``estimate`` says so.
 """
 
@@ -15,7 +18,16 @@ from dataclasses import dataclass
 
 from botkit.types import Usage
 
-__all__ = ["PRICES", "PRICES_READ_ON", "Price", "cache_savings", "estimate", "price_for"]
+__all__ = [
+    "BATCH_MARK",
+    "PRICES",
+    "PRICES_READ_ON",
+    "Price",
+    "batch_model",
+    "cache_savings",
+    "estimate",
+    "price_for",
+]
 
 PRICES_READ_ON = "2026-11-28"
 """When the table below was read off the pricing page."""
@@ -25,6 +37,10 @@ CACHE_WRITE_1H_FACTOR = 2.0
 """A one-hour cache write, as a multiple of the input price."""
 CACHE_READ_FACTOR = 0.1
 """A cache read on most models, as a multiple of the input price."""
+BATCH_MARK = "+batch"
+"""After a model's name in usage records: its calls went through the Message Batches API."""
+BATCH_FACTOR = 0.5
+"""What a batched call's tokens cost, as a multiple of the same call's at once (all kinds)."""
 WEB_SEARCH_DOLLARS = 10.0 / 1000
 """One web search the API ran ($10 per 1,000, besides the tokens of its results); web fetch
 costs its tokens only."""
@@ -58,6 +74,14 @@ class Price:
         )
         tokens = (billed_input * self.input + usage.output_tokens * self.output) / 1_000_000
         return tokens + usage.web_search_requests * WEB_SEARCH_DOLLARS + self.voice_cost(usage)
+
+    def halved(self) -> Price:
+        """This price for calls answered through the Message Batches API (50 % off)."""
+        long = None
+        if self.long_prompt is not None:
+            long = (self.long_prompt[0], self.long_prompt[1].halved())
+        factor = BATCH_FACTOR
+        return Price(self.input * factor, self.output * factor, self.cache_read, long)
 
     def voice_cost(self, usage: Usage) -> float:
         """Dollars for the audio transcribed and the characters spoken in ``usage``."""
@@ -112,9 +136,18 @@ FALLBACK = Price(10.0, 50.0, audio_minute=0.006, million_chars=30.0)
 
 
 def price_for(model: str) -> Price | None:
-    """The price of ``model`` by its longest known prefix, or ``None``."""
+    """The price of ``model`` by its longest known prefix, or ``None`` (half of it for a
+    batched model's name, ending with :data:`BATCH_MARK`)."""
+    if model.endswith(BATCH_MARK):
+        price = price_for(model.removesuffix(BATCH_MARK))
+        return None if price is None else price.halved()
     matches = [prefix for prefix in PRICES if model.startswith(prefix)]
     return PRICES[max(matches, key=len)] if matches else None
+
+
+def batch_model(model: str) -> str:
+    """The name usage of ``model`` answered through a Message Batch is kept under."""
+    return model if model.endswith(BATCH_MARK) else model + BATCH_MARK
 
 
 def estimate(usage_by_model: Mapping[str, Usage]) -> tuple[float, bool]:

@@ -48,6 +48,7 @@ from botkit.feedback import FeedbackRecorder
 from botkit.files import MB, FileLimits, FileReader, megabytes
 from botkit.images import DECODE_BUDGET, image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
+from botkit.llm.prepared import PreparedAnswers
 from botkit.messengers.base import (
     ButtonPress,
     Draft,
@@ -215,6 +216,8 @@ class TurnPipeline:
         """Where turns and LLM calls are counted."""
         self.usage_by_model: dict[str, Usage] = {}
         """What this process's turns cost, per model."""
+        self.prepared = PreparedAnswers()
+        """Answers prepared ahead (a batched task's), used for the call they were made for."""
         self.prefix_watch = PrefixWatch()
         """Names, once, a part of the cached prompt (prompt part, tool) that changes most turns."""
         self._turns: dict[tuple[int, int], asyncio.Task[tuple[str, TurnOutcome]]] = {}
@@ -669,7 +672,8 @@ class TurnPipeline:
         approval; ``model``, the conversation's choice, overrides the bot's."""
         charge = partial(self._charge, tool_context.user_id)
         chosen = model or self.bot.model_override
-        llm = ChargedLLM(self.bot.llm, charge, self.metrics, chosen or self.bot.settings.model)
+        answering = self.prepared.wrap(self.bot.llm)  # the bot's LLM while none waits
+        llm = ChargedLLM(answering, charge, self.metrics, chosen or self.bot.settings.model)
         loop = AgentLoop(
             llm,
             max_iterations=self.bot.options.max_iterations,
@@ -740,6 +744,30 @@ class TurnPipeline:
         """Count one LLM call: per model for this process, against the user's budget."""
         self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
         await self.access.charge(user_id, usage, model)
+
+    async def charge_call(self, user_id: int, model: str, usage: Usage) -> None:
+        """Count an LLM call made outside a turn (a batch whose answer went unused)."""
+        self.metrics.llm_call(model, "ok", 0.0, usage)
+        await self._charge(user_id, model, usage)
+
+    async def first_request(self, message: Incoming) -> LLMRequest | None:
+        """The request a turn for ``message`` would send first, built as ``handle`` builds
+        it, nothing recorded (a batched task's, sent ahead); ``None`` when the turn would
+        not ask the model (its user is over budget)."""
+        if await self.access.over_budget(message.user_id):
+            return None
+        message = replace(message, user=await self.access.user_record(message))
+        choice = await self.bot.choices.for_turn(message)
+        tools = choice.tools(as_registry(await self.bot.build_tools(message)))
+        system = _with_note(await self.system_prompt(message, choice), group_note(message))
+        context = await self.context_for(message)
+        turn = self._user_turn(message, await turn_notes(self.bot.plugins, message))
+        server_tools = self.bot.settings.server_tools().definitions()
+        loop = AgentLoop(
+            self.bot.llm, model=choice.model or self.bot.model_override, server_tools=server_tools
+        )
+        async with context.lock:
+            return loop.request(context.preview(turn), system, tools)
 
     async def context_for(self, message: Incoming) -> ContextManager:
         """The context of the conversation ``message`` was written in."""

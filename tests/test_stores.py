@@ -74,6 +74,7 @@ ALL = [
     "025_usage_hour_writes",
     "026_voice",
     "027_console_links",
+    "028_task_batches",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 
@@ -1168,6 +1169,41 @@ async def test_a_queue_job_takes_over_its_occurrence_only_while_unrecorded(
     (again,) = await store.claim_due_schedules(tomorrow, lease=LEASE)
     await store.cancel_schedule(made.id)
     assert await store.take_schedule(made.id, again.fired, until=held) is None, "cancelled"
+
+
+async def test_a_batched_occurrence_is_held_for_its_batch_and_forgets_it_once_recorded(
+    store: UserStore,
+) -> None:
+    made = await store.add_schedule(
+        reminder(kind="task", repeat="daily", urgent=False), max_pending=5
+    )
+    urgent = await store.add_schedule(reminder(kind="task", user_id=8), max_pending=5)
+    assert made is not None and urgent is not None
+    assert (made.urgent, urgent.urgent, made.batch_id) == (False, True, None)
+    claimed = {s.id: s for s in await store.claim_due_schedules(T0, lease=LEASE)}
+    assert claimed[made.id].urgent is False
+    sent = T0 + timedelta(seconds=5)
+    held = {"batch_id": "msgbatch_01x", "digest": "ab" * 32, "at": sent}
+    assert await store.hold_for_batch(claimed[made.id], **held, until=T0 + timedelta(hours=25))
+    (batched,) = await store.batched_schedules()
+    assert (batched.id, batched.batch_id, batched.batch_at, batched.batch_digest) == (
+        made.id,
+        "msgbatch_01x",
+        sent,
+        "ab" * 32,
+    )
+    assert batched.claim == claimed[made.id].claim
+    later = T0 + timedelta(hours=24)
+    stale = claimed[urgent.id]
+    assert await store.finish_schedule(stale, next_due=None, fired_at=T0, delivered=True)
+    assert not await store.hold_for_batch(stale, **held, until=later), "no longer claimed"
+    assert await store.claim_due_schedules(later, lease=LEASE) == [], "held for its batch"
+    tomorrow = T0 + timedelta(days=1)
+    assert await store.finish_schedule(batched, next_due=tomorrow, fired_at=later, delivered=True)
+    assert await store.batched_schedules() == []
+    (pending,) = await store.pending_schedules(7)
+    assert (pending.batch_id, pending.batch_at, pending.batch_digest) == (None, None, None)
+    assert pending.urgent is False, "every occurrence of the task may wait"
 
 
 async def test_a_repeat_is_pending_again_at_its_next_occurrence(store: UserStore) -> None:

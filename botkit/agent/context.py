@@ -164,6 +164,20 @@ class ContextManager:
         self._clock(entry)
         return entry
 
+    def preview(self, turn: Message) -> ContextManager:
+        """A copy of this context as its next turn will see it: the deferred messages joined
+        and ``turn`` appended, nothing recorded (a request built ahead of its turn)."""
+        copy = ContextManager(
+            self.user_id,
+            conversation=self.conversation,
+            messages=[*self._messages, *self.pending, turn],
+            max_messages=self.max_messages,
+            transform_context=self.transform_context,
+            convert_to_llm=self.convert_to_llm,
+        )
+        copy._turn_times.extend(self._turn_times)
+        return copy
+
     def pauses(self) -> tuple[float, ...]:
         """Seconds between the latest turns' beginnings, oldest first (the conversation's
         pace: how long its prompt cache should live)."""

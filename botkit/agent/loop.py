@@ -178,13 +178,7 @@ class AgentLoop:
         newest_only = False
         while True:
             messages = _idempotent_retries(context.prepare(), tools)
-            request = LLMRequest(
-                system=system,
-                messages=fit_media(messages, newest_only=newest_only),
-                tools=[*tools.definitions(), *self.server_tools],
-                model=self.model,
-                pauses=context.pauses(),
-            )
+            request = self.request(context, system, tools, messages, newest_only=newest_only)
             try:
                 return await self.llm.complete(request, on_text)
             except PromptTooLongError:
@@ -197,6 +191,26 @@ class AgentLoop:
                     raise
                 log.warning("loop.media_refused_retry", user_id=context.user_id, error=str(e))
                 newest_only = True
+
+    def request(
+        self,
+        context: ContextManager,
+        system: str,
+        tools: ToolRegistry,
+        messages: list[Message] | None = None,
+        *,
+        newest_only: bool = False,
+    ) -> LLMRequest:
+        """The request a call on ``context`` sends (``messages``: its prepared messages)."""
+        if messages is None:
+            messages = _idempotent_retries(context.prepare(), tools)
+        return LLMRequest(
+            system=system,
+            messages=fit_media(messages, newest_only=newest_only),
+            tools=[*tools.definitions(), *self.server_tools],
+            model=self.model,
+            pauses=context.pauses(),
+        )
 
 
 class _Turn:

@@ -6,6 +6,10 @@ start (what fell due while the bot was down), whenever a schedule is added in th
 when the next one falls due, and every ``BOTKIT_SCHEDULE_POLL`` seconds for those other
 processes added.
 
+A task that may wait (not urgent, BOTKIT_TASK_BATCHES) has its first LLM call answered by a
+Message Batch at half price (``botkit.reminders.batching``): sent when it falls due, its turn
+run once the batch ended; the loop looks at the batches in flight every BOTKIT_BATCH_POLL.
+
 Exactly once: a schedule is claimed in the store before delivery (no other process can take
 it), and its delivery is recorded as soon as Telegram confirmed it. A crash in between
 leaves it claimed; when the lease (``BOTKIT_SCHEDULE_LEASE``) runs out it is delivered again:
@@ -20,6 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -27,8 +32,18 @@ import structlog
 
 from botkit.config import Settings
 from botkit.errors import BotkitError, MessengerError
+from botkit.llm.base import LLM
 from botkit.messengers.base import Incoming, Messenger
 from botkit.metrics import Metrics
+from botkit.reminders.batching import (
+    WAITING,
+    BatchedTurn,
+    BatchTurns,
+    answering,
+    ended_batches,
+    prepare,
+    wants_batch,
+)
 from botkit.reminders.limits import LimitsHost, held_back
 from botkit.reminders.service import Reminders
 from botkit.reminders.times import format_local, parse_repeat, zone_named
@@ -58,7 +73,7 @@ TurnRunner = Callable[[Incoming], Awaitable[None]]
 """Runs one message's turn to its end (e.g. ``TurnDispatcher.run``: in the runtime's slots)."""
 
 
-class SafeTurns(Protocol):
+class SafeTurns(BatchTurns, Protocol):
     """A bot's turn pipeline, as firing uses it."""
 
     async def handle_safely(self, message: Incoming, messenger: Messenger) -> None:
@@ -78,10 +93,17 @@ class FiringHost(LimitsHost, Protocol):
         """The bot's turn pipeline."""
         ...
 
+    @property
+    def llm(self) -> LLM:
+        """The model the bot talks to (batches go through its client)."""
+        ...
+
 
 async def fire_due_schedules(host: FiringHost, messenger: Messenger) -> int:
-    """Deliver every schedule due now (claimed first, recorded after); how many were taken."""
+    """Deliver every schedule due now (claimed first, recorded after), and the batched tasks
+    whose batch ended; how many were taken."""
     claimed = await claim_due(host)
+    claimed += await ended_batches(host)  # batched tasks whose batch ended
     await asyncio.gather(*(fire(host, messenger, schedule) for schedule in claimed))
     return len(claimed)
 
@@ -106,17 +128,24 @@ async def fire(
     zone = _zone(schedule)
     if await held_back(host, messenger, schedule, zone, now):  # paused, or a task put off
         return False
-    late = now - schedule.due_at > LATE_AFTER
+    late = (schedule.batch_at or now) - schedule.due_at > LATE_AFTER  # a batch's: when sent
+    batched = None
+    if wants_batch(host.settings, schedule):  # not urgent: sent to a batch, answered once ended
+        batched = await prepare(host, schedule, partial(scheduled_message, schedule, zone), now)
+        if batched == WAITING:
+            return False
     try:
         if schedule.kind == "reminder":
             text = schedule.text + (_late_note(schedule, zone) if late else "")
             await messenger.send_text(schedule.chat_id, text, thread_id=schedule.thread_id)
         else:
-            message = scheduled_message(schedule, zone, now)
-            if run_turn is None:
-                await host.turns.handle_safely(message, messenger)
-            else:
-                await run_turn(message)
+            turn = batched if isinstance(batched, BatchedTurn) else None
+            message = turn.message if turn else scheduled_message(schedule, zone, now)
+            async with answering(host, turn):
+                if run_turn is None:
+                    await host.turns.handle_safely(message, messenger)
+                else:
+                    await run_turn(message)
         delivered = True
     except MessengerError as e:
         log.warning(
@@ -220,6 +249,8 @@ class FiringLoop:
         self.run_turn = run_turn
         self._wake = asyncio.Event()
         self._firing: set[asyncio.Task[bool]] = set()
+        self._batch_look = 0.0  # when the batches in flight are looked at next (monotonic)
+        self._delivering: set[tuple[int, int]] = set()  # occurrences under way here
 
     def wake(self) -> None:
         """Look again now (a schedule was added)."""
@@ -241,17 +272,42 @@ class FiringLoop:
         poll = self.host.settings.schedule_poll
         try:
             for schedule in await claim_due(self.host):
-                task = asyncio.create_task(self._fire(schedule))
-                self._firing.add(task)
-                task.add_done_callback(self._firing.discard)
+                self._start(schedule)
+            await self._look_at_batches()
             soonest = await (await self.host.reminders.store()).next_schedule_due()
         except BotkitError as e:
             log.warning("reminders.firing_failed", error=str(e))
             return poll
+        if self.host.settings.task_batches != "off":
+            poll = min(poll, self.host.settings.batch_poll)
         if soonest is None:
             return poll
         until = (soonest - self.host.reminders.clock()).total_seconds()
         return min(max(until, MIN_WAIT), poll)
+
+    def _start(self, schedule: Schedule) -> None:
+        """Fire ``schedule`` in a task of its own, unless its occurrence is under way here (a
+        batched task is found both by a claim and by its ended batch)."""
+        occurrence = (schedule.id, schedule.fired)
+        if occurrence in self._delivering:
+            return
+        self._delivering.add(occurrence)
+        task = asyncio.create_task(self._fire(schedule))
+        self._firing.add(task)
+        task.add_done_callback(self._firing.discard)
+        task.add_done_callback(partial(self._delivered, occurrence))
+
+    async def _look_at_batches(self) -> None:
+        """Every BOTKIT_BATCH_POLL seconds, deliver the batched tasks whose batch ended."""
+        started = asyncio.get_running_loop().time()
+        if started < self._batch_look:
+            return
+        self._batch_look = started + self.host.settings.batch_poll
+        for schedule in await ended_batches(self.host):
+            self._start(schedule)
+
+    def _delivered(self, occurrence: tuple[int, int], _: asyncio.Task[bool]) -> None:
+        self._delivering.discard(occurrence)
 
     async def _fire(self, schedule: Schedule) -> bool:
         try:

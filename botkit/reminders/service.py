@@ -98,15 +98,27 @@ class Reminders:
         log.info("reminders.zone_set", user_id=user_id, zone=zone.key)
         return zone
 
-    async def local_now(self, user_id: int) -> str:
-        """The user's local date and time, to the minute: ``Tue 24 Nov 2026 09:00 CET``."""
+    async def local_now(self, user_id: int, at: datetime | None = None) -> str:
+        """The user's local date and time (now, or ``at``), to the minute:
+        ``Tue 24 Nov 2026 09:00 CET``."""
         zone = await self.zone(user_id)
-        return f"{format_local(self.clock().replace(second=0, microsecond=0), zone)} ({zone.key})"
+        moment = (at or self.clock()).replace(second=0, microsecond=0)
+        return f"{format_local(moment, zone)} ({zone.key})"
 
     async def add(
-        self, place: Place, kind: ScheduleKind, text: str, when: str, repeat: str | None = None
+        self,
+        place: Place,
+        kind: ScheduleKind,
+        text: str,
+        when: str,
+        repeat: str | None = None,
+        *,
+        urgent: bool = True,
     ) -> Schedule:
-        """Schedule ``text`` for ``when`` (and per ``repeat``); ToolError on anything unclear."""
+        """Schedule ``text`` for ``when`` (and per ``repeat``); ToolError on anything unclear.
+
+        A task with ``urgent=False`` may wait for a Message Batch at half price (when
+        BOTKIT_TASK_BATCHES is ``marked``, the default)."""
         if not text.strip():
             raise ToolError("the text is empty: say what should be delivered or done.")
         zone = await self.zone(place.user_id)
@@ -125,6 +137,7 @@ class Reminders:
             due_at=due,
             timezone=zone.key,
             repeat=None if rule is None else rule.text,
+            urgent=urgent,
             # its turns link to the one that scheduled it (this tool call's span)
             traceparent=tracing.tracer.carrier().get("traceparent") if kind == "task" else None,
         )
@@ -134,7 +147,9 @@ class Reminders:
                 f"the user already has {self.settings.max_scheduled} reminders and tasks "
                 "pending, the most allowed: cancel one first (list_scheduled shows them)."
             )
-        log.info("reminders.added", user_id=place.user_id, id=made.id, kind=kind, due=due)
+        log.info(
+            "reminders.added", user_id=place.user_id, id=made.id, kind=kind, due=due, urgent=urgent
+        )
         if self.wake is not None:
             self.wake()
         return made
@@ -176,8 +191,10 @@ class Reminders:
 
     def describe(self, schedule: Schedule, zone: ZoneInfo | None = None) -> str:
         """One line: ``#3 reminder, Tue 24 Nov 2026 09:00 CET, daily: call the plumber``
-        (`` (paused)`` after it while its owner may not use the bot)."""
+        (`` (not urgent)`` after a task that may wait for a batch, `` (paused)`` while its
+        owner may not use the bot)."""
         when = format_local(schedule.due_at, zone or ZoneInfo(schedule.timezone))
         repeat = f", {schedule.repeat}" if schedule.repeat else ""
         paused = " (paused)" if schedule.paused else ""
-        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{paused}"
+        waits = " (not urgent)" if schedule.kind == "task" and not schedule.urgent else ""
+        return f"#{schedule.id} {schedule.kind}, {when}{repeat}: {schedule.text}{waits}{paused}"

@@ -63,7 +63,11 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
 
     @tool(name="schedule_task")
     async def schedule_task(
-        ctx: ToolContext, when: str, instruction: str, repeat: str | None = None
+        ctx: ToolContext,
+        when: str,
+        instruction: str,
+        repeat: str | None = None,
+        urgent: bool = True,
     ) -> str:
         """Do something for the user at a given time: you will run the instruction then and
         your answer is sent to this chat.
@@ -73,10 +77,12 @@ def scheduling_tools(reminders: Reminders) -> list[Tool]:
                 without one ("2026-11-24T09:00", "09:00"), or from now ("10m", "in 90 minutes").
             instruction: What to do then, written to yourself, e.g. "Summarise my open tasks".
             repeat: Leave out for once; or "daily", "weekly", "every 2h", or cron "0 8 * * 1".
+            urgent: Leave true when the answer matters at that time; false when it may come
+                later (minutes, at most a day), e.g. a weekly digest: it then costs half.
         """
         if ctx.rerun:
             return RERUN_TEXT
-        made = await reminders.add(_place(ctx), "task", instruction, when, repeat)
+        made = await reminders.add(_place(ctx), "task", instruction, when, repeat, urgent=urgent)
         return await confirmation(f"Task #{made.id}", ctx, made.due_at, made.repeat)
 
     @tool(name="list_scheduled")
@@ -142,4 +148,6 @@ class SchedulingPlugin(Plugin):
     async def turn_note(self, message: Incoming) -> str | None:
         """The sender's local date and time, to the minute, e.g. ``[Tue 24 Nov 2026 09:00 CET
         (Europe/Berlin)]``."""
-        return f"[{await self.reminders.local_now(message.user_id)}]"
+        # a scheduled task's as of its message (a batched one's turn is built twice, alike)
+        at = message.date if message.schedule_id is not None else None
+        return f"[{await self.reminders.local_now(message.user_id, at)}]"

@@ -13,6 +13,12 @@ take_schedule`) and holds it for :data:`HELD_BY_JOB`, since procrastinate, not a
 answers for it: a job whose worker dies is run again by another (and the pipeline re-sends an
 answer it finds recorded instead of asking the model twice). A copy of the job for an
 occurrence already recorded, or for a schedule cancelled meanwhile, does nothing.
+
+A task that waits for a Message Batch (``botkit.reminders.batching``) takes two jobs: the
+first sends the batch and ends, leaving the occurrence held for it; every worker's firing loop
+looks at the batches in flight, and once one ended defers the second job (the same queueing
+lock: one waits at a time), which runs the turn with the batch's answer. A worker restarted
+meanwhile changes nothing: the batch is in the store, not in the worker.
 """
 
 from __future__ import annotations

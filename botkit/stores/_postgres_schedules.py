@@ -19,12 +19,13 @@ __all__ = ["PostgresSchedules"]
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
     "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL AS paused, "
-    "traceparent"
+    "traceparent, urgent, batch_id, batch_at, batch_digest"
 )
 _LISTED = (
     "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
     "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
-    "(s.paused_until IS NOT NULL OR coalesce(u.blocked, false)) AS paused, s.traceparent"
+    "(s.paused_until IS NOT NULL OR coalesce(u.blocked, false)) AS paused, s.traceparent, "
+    "s.urgent, s.batch_id, s.batch_at, s.batch_digest"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 # One user's inserts take turns, so two at once cannot both pass the limit.
@@ -33,8 +34,8 @@ _COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = $1 AND {
 _INSERT = f"""
     INSERT INTO botkit_schedules
         (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at,
-         traceparent)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         traceparent, urgent)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
     SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -61,9 +62,17 @@ _FINISH = """
     UPDATE botkit_schedules SET
         status = $3, due_at = coalesce($4, due_at), fired = fired + $5::int,
         last_fired_at = CASE WHEN $5::int = 1 THEN $6 ELSE last_fired_at END,
-        claim = NULL, claimed_until = NULL, paused_until = NULL
+        claim = NULL, claimed_until = NULL, paused_until = NULL,
+        batch_id = NULL, batch_at = NULL, batch_digest = NULL
     WHERE id = $1 AND claim = $2 AND status = 'firing'
     RETURNING id"""
+_HOLD_FOR_BATCH = """
+    UPDATE botkit_schedules SET batch_id = $3, batch_digest = $4, batch_at = $5, claimed_until = $6
+    WHERE id = $1 AND claim = $2 AND status = 'firing'
+    RETURNING id"""
+_BATCHED = f"""
+    SELECT {_COLUMNS} FROM botkit_schedules
+    WHERE status = 'firing' AND batch_id IS NOT NULL ORDER BY batch_at, id LIMIT $1"""
 _PAUSE = """
     UPDATE botkit_schedules SET
         status = 'pending', paused_until = $3, claim = NULL, claimed_until = NULL
@@ -106,6 +115,7 @@ class PostgresSchedules:
         s = schedule
         values: tuple[object, ...] = (s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind)
         values += (s.text, s.due_at, s.repeat, s.timezone, datetime.now(UTC), s.traceparent)
+        values += (s.urgent,)
         async with self._connection("adding a schedule") as conn, conn.transaction():
             await conn.execute(_LOCK_USER, str(s.user_id))
             if await conn.fetchval(_COUNT_ACTIVE, s.user_id) >= max_pending:
@@ -177,6 +187,21 @@ class PostgresSchedules:
         async with self._connection("taking over a schedule") as conn:
             row = await conn.fetchrow(_TAKE, *values)
         return None if row is None else _schedule(row)
+
+    async def hold_for_batch(
+        self, schedule: Schedule, *, batch_id: str, digest: str, at: datetime, until: datetime
+    ) -> bool:
+        """Keep a claimed occurrence waiting for a Message Batch, held until ``until``."""
+        values = (schedule.id, schedule.claim, batch_id, digest, at, until)
+        async with self._connection("holding a schedule for its batch") as conn:
+            row = await conn.fetchrow(_HOLD_FOR_BATCH, *values)
+        return row is not None
+
+    async def batched_schedules(self, limit: int = 100) -> list[Schedule]:
+        """Claimed tasks whose occurrence waits for a Message Batch, oldest batch first."""
+        async with self._connection("listing batched schedules") as conn:
+            rows = await conn.fetch(_BATCHED, limit)
+        return [_schedule(row) for row in rows]
 
     async def next_schedule_due(self) -> datetime | None:
         """When the next claim could take something (of unblocked users), or ``None``."""

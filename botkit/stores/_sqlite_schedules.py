@@ -41,7 +41,11 @@ SCHEDULE_SCHEMA = (
         claimed_until TEXT,
         last_fired_at TEXT,
         paused_until  TEXT,
-        traceparent   TEXT
+        traceparent   TEXT,
+        urgent        INTEGER NOT NULL DEFAULT 1,
+        batch_id      TEXT,
+        batch_at      TEXT,
+        batch_digest  TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_due_idx ON botkit_schedules (status, due_at)",
     "CREATE INDEX IF NOT EXISTS botkit_schedules_user_idx ON botkit_schedules (user_id, status)",
@@ -62,20 +66,22 @@ SCHEDULE_SCHEMA = (
 
 _COLUMNS = (
     "id, user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, "
-    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL, traceparent"
+    "status, created_at, fired, claim, last_fired_at, paused_until IS NOT NULL, traceparent, "
+    "urgent, batch_id, batch_at, batch_digest"
 )
 _LISTED = (
     "s.id, s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind, s.text, s.due_at, s.repeat, "
     "s.timezone, s.status, s.created_at, s.fired, s.claim, s.last_fired_at, "
-    "s.paused_until IS NOT NULL OR coalesce(u.blocked, 0) = 1, s.traceparent"
+    "s.paused_until IS NOT NULL OR coalesce(u.blocked, 0) = 1, s.traceparent, "
+    "s.urgent, s.batch_id, s.batch_at, s.batch_digest"
 )
 _ACTIVE = "status IN ('pending', 'firing')"
 _COUNT_ACTIVE = f"SELECT count(*) FROM botkit_schedules WHERE user_id = ? AND {_ACTIVE}"
 _INSERT = f"""
     INSERT INTO botkit_schedules
         (user_id, chat_id, thread_id, chat_type, kind, text, due_at, repeat, timezone, created_at,
-         traceparent)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         traceparent, urgent)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING {_COLUMNS}"""
 _PENDING = f"""
     SELECT {_LISTED} FROM botkit_schedules s LEFT JOIN botkit_users u ON u.user_id = s.user_id
@@ -99,9 +105,17 @@ _FINISH = """
     UPDATE botkit_schedules SET
         status = ?3, due_at = coalesce(?4, due_at), fired = fired + ?5,
         last_fired_at = CASE WHEN ?5 = 1 THEN ?6 ELSE last_fired_at END,
-        claim = NULL, claimed_until = NULL, paused_until = NULL
+        claim = NULL, claimed_until = NULL, paused_until = NULL,
+        batch_id = NULL, batch_at = NULL, batch_digest = NULL
     WHERE id = ?1 AND claim = ?2 AND status = 'firing'
     RETURNING id"""
+_HOLD_FOR_BATCH = """
+    UPDATE botkit_schedules SET batch_id = ?3, batch_digest = ?4, batch_at = ?5, claimed_until = ?6
+    WHERE id = ?1 AND claim = ?2 AND status = 'firing'
+    RETURNING id"""
+_BATCHED = f"""
+    SELECT {_COLUMNS} FROM botkit_schedules
+    WHERE status = 'firing' AND batch_id IS NOT NULL ORDER BY batch_at, id LIMIT ?"""
 _PAUSE = """
     UPDATE botkit_schedules SET
         status = 'pending', paused_until = ?3, claim = NULL, claimed_until = NULL
@@ -139,7 +153,7 @@ def _from_db(text: str | None) -> datetime | None:
 
 def _schedule(row: Sequence[Any]) -> Schedule:
     (id_, user, chat, thread, chat_type, kind, text, due, repeat, zone, status, created) = row[:12]
-    fired, claim, last, paused, traceparent = row[12:]
+    fired, claim, last, paused, traceparent, urgent, batch_id, batch_at, digest = row[12:]
     return Schedule(
         id=id_,
         user_id=user,
@@ -158,6 +172,10 @@ def _schedule(row: Sequence[Any]) -> Schedule:
         last_fired_at=_from_db(last),
         paused=bool(paused),
         traceparent=traceparent,
+        urgent=bool(urgent),
+        batch_id=batch_id,
+        batch_at=_from_db(batch_at),
+        batch_digest=digest,
     )
 
 
@@ -168,6 +186,12 @@ async def upgrade_schedule_table(db: aiosqlite.Connection) -> None:
         await db.execute("ALTER TABLE botkit_schedules ADD COLUMN paused_until TEXT")
     if "traceparent" not in columns:
         await db.execute("ALTER TABLE botkit_schedules ADD COLUMN traceparent TEXT")
+    if "urgent" not in columns:  # scheduled tasks at half price (#49)
+        await db.execute(
+            "ALTER TABLE botkit_schedules ADD COLUMN urgent INTEGER NOT NULL DEFAULT 1"
+        )
+        for column in ("batch_id", "batch_at", "batch_digest"):
+            await db.execute(f"ALTER TABLE botkit_schedules ADD COLUMN {column} TEXT")
 
 
 class SqliteSchedules:
@@ -188,7 +212,7 @@ class SqliteSchedules:
         s = schedule
         values: tuple[object, ...] = (s.user_id, s.chat_id, s.thread_id, s.chat_type, s.kind)
         values += (s.text, _to_db(s.due_at), s.repeat, s.timezone, _to_db(datetime.now(UTC)))
-        values += (s.traceparent,)
+        values += (s.traceparent, int(s.urgent))
         async with self._transaction("adding a schedule") as db:
             count = await db.execute_fetchall(_COUNT_ACTIVE, (s.user_id,))
             if next(iter(count))[0] >= max_pending:
@@ -264,6 +288,21 @@ class SqliteSchedules:
             rows = await db.execute_fetchall(_TAKE, values)
         row = next(iter(rows), None)
         return None if row is None else _schedule(row)
+
+    async def hold_for_batch(
+        self, schedule: Schedule, *, batch_id: str, digest: str, at: datetime, until: datetime
+    ) -> bool:
+        """Keep a claimed occurrence waiting for a Message Batch, held until ``until``."""
+        values = (schedule.id, schedule.claim, batch_id, digest, _to_db(at), _to_db(until))
+        async with self._transaction("holding a schedule for its batch") as db:
+            rows = await db.execute_fetchall(_HOLD_FOR_BATCH, values)
+        return next(iter(rows), None) is not None
+
+    async def batched_schedules(self, limit: int = 100) -> list[Schedule]:
+        """Claimed tasks whose occurrence waits for a Message Batch, oldest batch first."""
+        async with self._read("listing batched schedules") as db:
+            rows = await db.execute_fetchall(_BATCHED, (limit,))
+        return [_schedule(row) for row in rows]
 
     async def next_schedule_due(self) -> datetime | None:
         """When the next claim could take something (of unblocked users), or ``None``."""

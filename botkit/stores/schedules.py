@@ -57,6 +57,9 @@ class NewSchedule:
     """``private``, ``group`` or ``supergroup``: the conversation a task's turn runs in."""
     traceparent: str | None = None
     """The W3C ``traceparent`` of the span that made it (tracing on): a task's turns link to it."""
+    urgent: bool = True
+    """A task that must run on time; ``False``: it may wait for a batch at half price
+    (``BOTKIT_TASK_BATCHES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,14 @@ class Schedule:
     """Waiting: its owner may not use the bot now (blocked, or refused when it fell due)."""
     traceparent: str | None = None
     """The W3C ``traceparent`` of the span that made it, if traced then."""
+    urgent: bool = True
+    """``False``: a task that may wait for a batch at half price."""
+    batch_id: str | None = None
+    """The Message Batch answering this occurrence's first LLM call, while it is in flight."""
+    batch_at: datetime | None = None
+    """When the batched occurrence's message was built (its turn is built as of then)."""
+    batch_digest: str | None = None
+    """The digest of the request the batch holds (its answer stands in for the same one)."""
 
 
 class ScheduleStore(Protocol):
@@ -151,6 +162,18 @@ class ScheduleStore(Protocol):
         ran out hands over to it, and a copy of the job for an occurrence already recorded (or
         a schedule cancelled meanwhile) gets ``None``.
         """
+        ...
+
+    async def hold_for_batch(
+        self, schedule: Schedule, *, batch_id: str, digest: str, at: datetime, until: datetime
+    ) -> bool:
+        """Keep a claimed task's occurrence waiting for the Message Batch ``batch_id`` (the
+        request of ``digest``, built as of ``at``), held from other claims until ``until``;
+        ``False`` if no longer claimed. ``finish_schedule`` forgets the batch."""
+        ...
+
+    async def batched_schedules(self, limit: int = 100) -> list[Schedule]:
+        """Claimed tasks whose occurrence waits for a Message Batch, oldest batch first."""
         ...
 
     async def next_schedule_due(self) -> datetime | None:

@@ -10,9 +10,11 @@ Start it, point ``AsyncAnthropic`` at it and script what "Claude" answers::
         await client.close()
 
 It speaks the wire protocol of ``POST /v1/messages`` (JSON, or server-sent events with
-``event:`` lines in the real order when ``stream`` is true), ``POST /v1/messages/count_tokens``
-and the real error shape and statuses, so the SDK's own parsing, retries and exception classes
-(``OverloadedError``, ``RateLimitError``, ``BadRequestError``, ...) are exercised unchanged.
+``event:`` lines in the real order when ``stream`` is true), ``POST /v1/messages/count_tokens``,
+the Message Batches endpoints (``botkit.testing._batches``: a test ends a batch with
+:meth:`FakeAnthropicServer.end_batch`) and the real error shape and statuses, so the SDK's own
+parsing, retries and exception classes (``OverloadedError``, ``RateLimitError``,
+``BadRequestError``, ...) are exercised unchanged.
 
 Requests are held to today's thinking contract, model by model (``botkit.testing._thinking``
 holds the catalogue: ``claude-sonnet-5-5``, ``claude-opus-5-5``, ``claude-fable-5-1``,
@@ -73,6 +75,7 @@ from typing import Any, TypeAlias
 import orjson
 from aiohttp import web
 
+from botkit.testing._batches import BatchEnd, FakeBatch, FakeBatches
 from botkit.testing._loopback import LoopbackServer, serve_on_loopback
 from botkit.testing._thinking import (
     BINDING_BETA,
@@ -996,6 +999,12 @@ class FakeAnthropicServer(LoopbackServer):
         self.base_url = ""
         self.requests: list[FakeRequest] = []
         self.count_token_requests: list[FakeRequest] = []
+        self.batch_requests: list[FakeRequest] = []
+        """The requests of Message Batches, as each was processed (:meth:`end_batch`)."""
+        self.batches = FakeBatches(
+            self.answer_batched, self._refused, _random_id, self._key_refusal
+        )
+        """The Message Batches taken (``batches.batches`` by id, ``batches.running``)."""
         self.responder_errors: list[Exception] = []
         self.first_delta_at: dict[int, float] = {}
         self._queue: deque[Answer] = deque()
@@ -1019,8 +1028,10 @@ class FakeAnthropicServer(LoopbackServer):
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
         app.router.add_get("/v1/models/{model_id}", self._handle_model)
+        self.batches.routes(app)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown)
         self._runner, self.base_url = await serve_on_loopback(app)
+        self.batches.base_url = self.base_url
 
     async def stop(self) -> None:
         """Stop listening (cutting streams still in flight) and free the port."""
@@ -1044,6 +1055,27 @@ class FakeAnthropicServer(LoopbackServer):
     def queued(self) -> int:
         """How many scripted answers are still waiting."""
         return len(self._queue)
+
+    async def end_batch(
+        self, batch_id: str | None = None, *, result: BatchEnd = "succeeded"
+    ) -> None:
+        """End a Message Batch (``None``: every running one): its requests answered as
+        ``POST /v1/messages`` answers (``succeeded``, or ``errored`` when refused), or all
+        ``errored``, ``expired`` or ``canceled`` as ``result`` says."""
+        await self.batches.end(batch_id, result=result)
+
+    @property
+    def running_batches(self) -> list[FakeBatch]:
+        """The Message Batches not ended yet, oldest first."""
+        return self.batches.running
+
+    def _refused(self, status: int, kind: str, message: str) -> web.Response:
+        return self._error_response(FakeError(status, kind, message))
+
+    def _key_refusal(self, headers: dict[str, str]) -> web.Response | None:
+        if self.api_key is not None and FakeRequest({}, headers, 0.0).api_key != self.api_key:
+            return self._error_response(FakeError.authentication())
+        return None
 
     def clear_cache(self) -> None:
         """Forget every cached prompt prefix (as if the cache had expired)."""
@@ -1146,26 +1178,10 @@ class FakeAnthropicServer(LoopbackServer):
         if self.latency > 0:
             await asyncio.sleep(self.latency)
 
-        problem = _validate(body, create=True)
-        segments = _segments(body)
-        if problem is None:
-            problem = _ttl_problem(body, segments)
-        if problem is None and _input_tokens(segments) > self.context_window:
-            problem = (
-                f"prompt is too long: {_input_tokens(segments)} tokens > "
-                f"{self.context_window} maximum"
-            )
-        checked = self.thinking.check(body, headers) if problem is None else None
-        if checked is not None:
-            problem = checked.problem
-        if problem is not None or checked is None:
-            return self._error_response(FakeError.invalid_request(problem or ""))
-        self._transformations[id(recorded)] = checked.transformations
-
-        answer = await self._next_answer(recorded)
-        if isinstance(answer, FakeReply):
-            content, hidden = self.thinking.answer(body, answer.content)
-            answer = FakeReply(content, answer.stop_reason, answer.hidden_chars + hidden)
+        problem, segments = self._problem(body, headers, recorded)
+        if problem is not None:
+            return self._error_response(FakeError.invalid_request(problem))
+        answer = await self._thought_answer(recorded)
         if isinstance(answer, FakeError):
             if recorded.stream and answer.mid_stream:
                 usage = _account(segments, self._cache, self.now())
@@ -1182,6 +1198,55 @@ class FakeAnthropicServer(LoopbackServer):
         return web.json_response(
             self._message(recorded, usage, answer, final=True), headers=self._headers()
         )
+
+    def _problem(
+        self, body: dict[str, Any], headers: dict[str, str], recorded: FakeRequest
+    ) -> tuple[str | None, list[_Segment]]:
+        """What the API would refuse in a create request (``None``: nothing), and its
+        segments; the thinking check's transformations are kept for the answer."""
+        problem = _validate(body, create=True)
+        segments = _segments(body)
+        if problem is None:
+            problem = _ttl_problem(body, segments)
+        if problem is None and _input_tokens(segments) > self.context_window:
+            problem = (
+                f"prompt is too long: {_input_tokens(segments)} tokens > "
+                f"{self.context_window} maximum"
+            )
+        checked = self.thinking.check(body, headers) if problem is None else None
+        if checked is not None:
+            problem = checked.problem
+        if problem is not None or checked is None:
+            return problem or "", segments
+        self._transformations[id(recorded)] = checked.transformations
+        return None, segments
+
+    async def _thought_answer(self, recorded: FakeRequest) -> Answer:
+        """The next scripted answer, its thinking as the request's model writes it."""
+        answer = await self._next_answer(recorded)
+        if isinstance(answer, FakeReply):
+            content, hidden = self.thinking.answer(recorded.body, answer.content)
+            answer = FakeReply(content, answer.stop_reason, answer.hidden_chars + hidden)
+        return answer
+
+    async def answer_batched(
+        self, body: dict[str, Any], headers: dict[str, str]
+    ) -> dict[str, Any] | FakeError:
+        """One request of a Message Batch, answered as ``POST /v1/messages`` would answer it
+        (not streamed): the message, or the error its result carries."""
+        recorded = FakeRequest(body, headers, time.monotonic())
+        self.batch_requests.append(recorded)
+        if (refusal := self._refusal(recorded)) is not None:
+            return refusal
+        problem, segments = self._problem(body, headers, recorded)
+        if problem is not None:
+            return FakeError.invalid_request(problem)
+        answer = await self._thought_answer(recorded)
+        if isinstance(answer, FakeError):
+            return answer
+        usage = _account(segments, self._cache, self.now())
+        self._store(usage)
+        return self._message(recorded, usage, answer, final=True)
 
     def _refusal(self, request: FakeRequest) -> FakeError | None:
         """A 401 for a key other than :attr:`api_key`, a 404 for a model not in :attr:`models`."""
