@@ -488,6 +488,8 @@ class Run:
     """The least any breakpoints could bill for the prompts this run sent (:func:`cache_floor`)."""
     thinking_blocks: int = 0
     """Thinking blocks in the model's answers (today's models send them unasked)."""
+    kept: int = 0
+    """Reads the cache keeper sent to keep the tools and system prompt (billed in ``total``)."""
 
     @property
     def written_5m(self) -> int:
@@ -566,6 +568,14 @@ async def converse(
         async def sink(delta: str) -> None:
             streamed.append(delta)
 
+        kept: list[Usage] = []  # the cache keeper's reads (BOTKIT_CACHE_KEEP_WARM, default on)
+        if llm.keeper is not None:
+            llm.keeper.clock = fake.now  # its reads fall due on the cache's clock
+
+            async def count_kept(model: str, usage: Usage) -> None:
+                kept.append(usage)
+
+            llm.keeper.on_usage = count_kept
         pauses = _pauses(pause_minutes, len(turns))
         clock = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)  # the user's: it moves as the cache's
         started = time.perf_counter()
@@ -583,12 +593,12 @@ async def converse(
                 )
                 if result.text != turn.answer or fake.queued:
                     raise RuntimeError(f"turn {number} went off script: {result.text[:80]!r}")
-                fake.advance(pauses[number - 1] * 60)
+                await let_pass(fake, llm, pauses[number - 1] * 60)
                 clock += timedelta(minutes=pauses[number - 1])
         finally:
             await llm.close()
         seconds = time.perf_counter() - started
-        if len(fake.requests) != sum(len(t.replies) for t in turns):
+        if len(fake.requests) != sum(len(t.replies) for t in turns) + len(kept):
             raise RuntimeError(f"expected one request per scripted reply, got {len(fake.requests)}")
         written_1h = sum(u["cache_creation"]["ephemeral_1h_input_tokens"] for u in fake.usages)
         floor = cache_floor([request.body for request in fake.requests])
@@ -596,11 +606,28 @@ async def converse(
     total = sum(context.usage_by_model.values(), Usage())
     if total != sum(per_call, Usage()):
         raise RuntimeError("usage_by_model disagrees with the per-call usage")
-    dollars, known = estimate(context.usage_by_model)
+    by_model = dict(context.usage_by_model)
+    if kept:  # the keeper's reads are billed like any call
+        total = total + sum(kept, Usage())
+        by_model[model] = by_model.get(model, Usage()) + sum(kept, Usage())
+    dollars, known = estimate(by_model)
     # botkit.pricing prices every cache write as a 5-minute one: add what the hour costs more
     dollars += _extra_for_hour_writes(written_1h, model)
     thinking = sum(len(m.thinking) for m in context.messages if m.role == "assistant")
-    return Run(label, total, per_call, dollars, known, seconds, written_1h, floor, thinking)
+    run = Run(label, total, per_call, dollars, known, seconds, written_1h, floor, thinking)
+    run.kept = len(kept)
+    return run
+
+
+async def let_pass(fake: FakeAnthropicServer, llm: AnthropicLLM, seconds: float) -> None:
+    """Let ``seconds`` pass for the cache, the cache keeper reading its prefixes when they fall
+    due on the way (as its background task does in real time)."""
+    end = fake.now() + seconds
+    keeper = llm.keeper
+    while keeper is not None and (due := keeper.next_due()) is not None and due <= end:
+        fake.advance(max(0.0, due - fake.now()))
+        await keeper.ping_due()
+    fake.advance(max(0.0, end - fake.now()))
 
 
 def _pauses(minutes: float | list[float], turns: int) -> list[float]:
@@ -801,7 +828,7 @@ async def run_pace(turns: list[Turn], pace: str, args: argparse.Namespace) -> bo
         f"  billed input: auto {share:.1%}, fixed 5m {fixed_share:.1%} (auto / 5m = "
         f"{versus:.2f}x), floor {floor:.1%}; cost ${auto.dollars:.4f} auto, ${fixed.dollars:.4f} "
         f"5m, ${plain.dollars:.4f} uncached; thinking blocks in the answers: "
-        f"{auto.thinking_blocks}"
+        f"{auto.thinking_blocks}; cache keeper's reads (billed above): {auto.kept}"
     )
     if pace == "mixed":
         ok, target = True, "printed beside the others (no target)"

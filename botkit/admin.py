@@ -26,6 +26,7 @@ from botkit.choices.cli import choice_lines, choose
 from botkit.commands import CommandHandler
 from botkit.config import Settings
 from botkit.errors import ConfigError
+from botkit.llm.keepwarm import KEEPER_USER_ID
 from botkit.messengers.base import Incoming
 from botkit.pricing import estimate, price_for
 from botkit.relay import escape_markdown
@@ -443,6 +444,9 @@ async def _usage(store: UserStore, settings: Settings, args: argparse.Namespace)
     first_day = datetime.now(UTC).date() - timedelta(days=days - 1)
     usage = await store.model_usage_since(first_day)
     names = {u.user_id: _name(u) for u in await store.list_users()}
+    names.setdefault(
+        KEEPER_USER_ID, "(cache keeper)"
+    )  # the bot's own reads, BOTKIT_CACHE_KEEP_WARM
     report = _UsageReport(first_day, usage, names)
     if args.json:
         print_json_lines(report.as_json())

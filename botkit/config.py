@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     )
     """BOTKIT_CACHE_TTL: how long the prompt cache keeps a conversation (auto: an hour for
     conversations that lately paused longer than five minutes, else five minutes; 5m; 1h)."""
+    cache_keep_warm: bool = Field(
+        True, validation_alias=AliasChoices("BOTKIT_CACHE_KEEP_WARM", "cache_keep_warm")
+    )
+    """BOTKIT_CACHE_KEEP_WARM: while a paused conversation (one kept an hour) used them in the
+    last hour, read the tools and system prompt from the cache every 55 minutes with a one-token
+    request (0.1x their input price) so a moved history window or a late return does not
+    write them again at 2x."""
     web_search: bool = Field(
         False, validation_alias=AliasChoices("BOTKIT_WEB_SEARCH", "web_search")
     )

@@ -48,6 +48,7 @@ from botkit.feedback import FeedbackRecorder
 from botkit.files import MB, FileLimits, FileReader, megabytes
 from botkit.images import DECODE_BUDGET, image_type
 from botkit.llm.base import LLM, LLMRequest, LLMResponse, TextSink, metered
+from botkit.llm.keepwarm import KEEPER_USER_ID, CacheKeeper
 from botkit.llm.prepared import PreparedAnswers
 from botkit.messengers.base import (
     ButtonPress,
@@ -672,6 +673,7 @@ class TurnPipeline:
         approval; ``model``, the conversation's choice, overrides the bot's."""
         charge = partial(self._charge, tool_context.user_id)
         chosen = model or self.bot.model_override
+        self._count_keeper(self.bot.llm)
         answering = self.prepared.wrap(self.bot.llm)  # the bot's LLM while none waits
         llm = ChargedLLM(answering, charge, self.metrics, chosen or self.bot.settings.model)
         loop = AgentLoop(
@@ -744,6 +746,19 @@ class TurnPipeline:
         """Count one LLM call: per model for this process, against the user's budget."""
         self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
         await self.access.charge(user_id, usage, model)
+
+    def _count_keeper(self, llm: LLM) -> None:
+        """Have ``llm``'s cache keeper (if any) count its reads as the bot's own calls."""
+        keeper = getattr(llm, "keeper", None)
+        if isinstance(keeper, CacheKeeper) and keeper.on_usage is None:
+            keeper.on_usage = self._count_kept
+
+    async def _count_kept(self, model: str, usage: Usage) -> None:
+        """Count a cache keeper's read as the bot's own call: in usage records and metrics,
+        against no one's budget."""
+        self.metrics.llm_call(model, "ok", 0.0, usage)
+        self.usage_by_model[model] = self.usage_by_model.get(model, Usage()) + usage
+        self.access.ledger.add(KEEPER_USER_ID, model, usage)
 
     async def charge_call(self, user_id: int, model: str, usage: Usage) -> None:
         """Count an LLM call made outside a turn (a batch whose answer went unused)."""

@@ -16,9 +16,11 @@ from test_scaleout import queued, queued_bot
 
 from botkit import Bot, Incoming
 from botkit.llm.caching import conversation_lifetime, mark_cache_points
+from botkit.llm.keepwarm import CacheKeeper
 from botkit.prefixwatch import PrefixWatch
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, ask, make_bot
 from botkit.testing.harness import running
+from botkit.types import Usage
 
 SYSTEM = "You answer questions about the shop's opening hours, briefly and kindly. " * 60
 PAUSE = 10 * 60
@@ -257,3 +259,78 @@ async def test_usage_tells_the_user_what_the_cache_held_across_their_pauses(
     # Kept an hour, the conversation is read back after each pause; kept five minutes, each
     # pause writes it again and only the tools and system prompt are read.
     assert shares["auto"] >= shares["5m"] + 10, shares
+
+
+async def _pass(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, bot: Bot, s: float
+) -> None:
+    """Let ``s`` seconds pass on both fakes' clocks, the bot's cache keeper reading what falls
+    due on the way (its own task would, in real time)."""
+    keeper = _keeper(bot)
+    end = claude.now() + s
+    while (due := keeper.next_due()) is not None and due <= end:
+        claude.advance(max(0.0, due - claude.now()))
+        await keeper.ping_due()
+    claude.advance(max(0.0, end - claude.now()))
+    telegram.advance(s)
+
+
+def _keeper(bot: Bot) -> CacheKeeper:
+    keeper = getattr(bot.llm, "keeper", None)
+    assert isinstance(keeper, CacheKeeper)
+    return keeper
+
+
+@pytest.mark.parametrize("keep_warm", [True, False])
+async def test_a_user_back_after_seventy_minutes_reads_the_tools_and_system_prompt_kept_warm(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, keep_warm: bool
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM, cache_keep_warm=keep_warm)
+    claude.responder = lambda request: FakeReply.text("Open until six.")
+    if keep_warm:
+        _keeper(bot).clock = claude.now  # its reads fall due on the cache's clock
+    async with running(bot, telegram):
+        for n, pause in enumerate([PAUSE, PAUSE, PAUSE, 70 * 60]):
+            await ask(telegram, 86, f"Question {n}: are you open on day {n}?")
+            if keep_warm:
+                await _pass(claude, telegram, bot, pause)
+            else:
+                claude.advance(pause)
+                telegram.advance(pause)
+        await ask(telegram, 86, "And on Sunday?")
+        kept_usage = sum(bot.turns.usage_by_model.values(), Usage())
+    shared = claude.usages[1]["cache_read_input_tokens"]  # the second call read tools + system
+    back = claude.usages[-1]  # the conversation's own entry expired 10 minutes before
+    pings = [r for r in claude.requests if r.body["max_tokens"] == 1]
+    if not keep_warm:
+        assert pings == [] and bot.llm.keeper is None  # type: ignore[attr-defined]
+        assert back["cache_read_input_tokens"] == 0, "tools and system written again at 2x"
+        return
+    assert len(pings) == 1, "one read 55 minutes after the entry was written, then idle"
+    turn = claude.requests[-1].body
+    assert pings[0].body["tools"] == turn["tools"] and pings[0].body["system"] == turn["system"]
+    assert pings[0].body["thinking"] == {"type": "between_tools"}, "Sonnet 5.5 thinks unless so"
+    assert back["cache_read_input_tokens"] == shared > 0, "tools and system read, not written"
+    # the keeper's read is billed like any call: it is in the process's usage
+    assert _prompt(kept_usage) == tuple(map(sum, zip(*map(_sent, claude.usages), strict=True)))
+
+
+async def test_a_quick_conversation_keeps_nothing_warm(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path
+) -> None:
+    bot = make_bot(claude, tmp_path, access="open", system_prompt=SYSTEM)
+    claude.responder = lambda request: FakeReply.text("Yes.")
+    async with running(bot, telegram):
+        for n in range(3):
+            await ask(telegram, 87, f"quick {n}")
+        assert _keeper(bot).next_due() is None, "five-minute conversations are left to expire"
+
+
+def _prompt(usage: Usage) -> tuple[int, ...]:
+    u = usage
+    return u.input_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens
+
+
+def _sent(raw: dict[str, Any]) -> tuple[int, ...]:
+    """A call's prompt usage as the fake reported it."""
+    return raw["input_tokens"], raw["cache_creation_input_tokens"], raw["cache_read_input_tokens"]

@@ -36,12 +36,14 @@ from botkit.errors import (
     PromptTooLongError,
 )
 from botkit.llm.base import LLMRequest, LLMResponse, StopReason, TextSink, report_usage
-from botkit.llm.caching import CacheTTL, conversation_lifetime, mark_cache_points
+from botkit.llm.caching import CacheTTL, Lifetime, conversation_lifetime, mark_cache_points
+from botkit.llm.keepwarm import CacheKeeper
 from botkit.llm.thinking import (
     BINDING_BETA,
     ThinkingSettings,
     block_prefixes,
     feed_message,
+    least_thinking,
     prefix_hasher,
     problems,
     stale_thinking,
@@ -93,6 +95,7 @@ class AnthropicLLM:
         client: anthropic.AsyncAnthropic | None = None,
         on_auth_failure: AuthFailureHandler | None = None,
         thinking: ThinkingSettings | None = None,
+        keep_cache_warm: bool = True,
     ) -> None:
         self.model = model
         self.thinking = thinking or ThinkingSettings()
@@ -111,6 +114,12 @@ class AnthropicLLM:
         self.transport = MessagesTransport(self.client) if internals.check().fast_path else None
         """Posts calls itself; ``None`` when they go through the SDK's public API."""
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self.keeper = (
+            CacheKeeper(self._ping, thinking_off=least_thinking)
+            if prompt_caching and keep_cache_warm
+            else None
+        )
+        """Reads paused conversations' tools-and-system cache entry before it expires."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AnthropicLLM:
@@ -124,6 +133,7 @@ class AnthropicLLM:
             max_concurrency=settings.max_concurrent_turns,
             thinking=settings.thinking_settings(),
             cache_ttl=settings.cache_ttl,
+            keep_cache_warm=settings.cache_keep_warm,
         )
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
@@ -147,7 +157,15 @@ class AnthropicLLM:
             self._auth_reported = False
             response = call.response(raw)
             tracing.tracer.chat_answered(span, response)
+        if self.keeper is not None and call.lifetime is not None:
+            self.keeper.note(call.params, response.usage, call.lifetime)
         return response
+
+    async def _ping(self, body: dict[str, Any]) -> Usage:
+        """Send a request body (not streamed) and return its usage: the keeper's reads."""
+        async with self._slot(), _mapped_errors():
+            raw = await self._call(dict(body), None, {})
+        return _usage(raw.get("usage"))
 
     async def _send(self, call: _Call, on_text: TextSink | None) -> dict[str, Any]:
         async with self._slot(), _mapped_errors():
@@ -264,6 +282,8 @@ class AnthropicLLM:
 
     async def close(self) -> None:
         """Close the HTTP connections."""
+        if self.keeper is not None:
+            await self.keeper.close()
         if self.transport is not None:
             await self.transport.close()
         await self.client.close()
@@ -331,8 +351,11 @@ class _Call:
         self.headers: dict[str, str] = {}
         self.params = params
         self._bind(force=repair is not None and repair.missing_at is None)
+        self.lifetime: Lifetime | None = None
+        """How long the conversation's cache entries live (``None``: caching off)."""
         if llm.prompt_caching:
-            mark_cache_points(params, conversation_lifetime(llm.cache_ttl, request.pauses))
+            self.lifetime = conversation_lifetime(llm.cache_ttl, request.pauses)
+            mark_cache_points(params, self.lifetime)
 
     def _bind(self, *, force: bool) -> None:
         """Ask the API to drop blocks bound to a prefix that changed (an operator edited the

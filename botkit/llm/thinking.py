@@ -143,6 +143,16 @@ class ThinkingSettings:
         return None
 
 
+def least_thinking(model: str) -> dict[str, Any]:
+    """The request fields for the least thinking ``model`` accepts: none, or thinking only
+    between tool calls (none before a first answer) where it cannot be turned off."""
+    traits = traits_for(model)
+    for kind in ("disabled", "between_tools"):
+        if kind in traits.thinking:
+            return {"thinking": {"type": kind}}
+    return {}
+
+
 def problems(settings: ThinkingSettings, model: str) -> list[str]:
     """What ``model`` would refuse of ``settings``, one sentence each (empty: all accepted)."""
     traits = traits_for(model)

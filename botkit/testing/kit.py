@@ -210,6 +210,7 @@ def make_bot(
         max_tokens=settings.max_tokens,
         thinking=settings.thinking_settings(),
         cache_ttl=settings.cache_ttl,
+        keep_cache_warm=settings.cache_keep_warm,
     )
     return bot_class(settings=settings, llm=llm, **rest)
 
