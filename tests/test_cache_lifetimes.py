@@ -334,3 +334,28 @@ def _prompt(usage: Usage) -> tuple[int, ...]:
 def _sent(raw: dict[str, Any]) -> tuple[int, ...]:
     """A call's prompt usage as the fake reported it."""
     return raw["input_tokens"], raw["cache_creation_input_tokens"], raw["cache_read_input_tokens"]
+
+
+async def test_the_keeper_stops_reading_a_prefix_the_model_does_not_cache_or_no_one_uses() -> None:
+    now = [0.0]
+    sent: list[dict[str, Any]] = []
+    cached = {"short": 0, "long": 3_000}
+
+    async def ping(body: dict[str, Any]) -> Usage:  # the API's usage for each prefix
+        sent.append(body)
+        return Usage(input_tokens=1, cache_read_input_tokens=cached[body["system"][0]["text"]])
+
+    keeper = CacheKeeper(ping, thinking_off=lambda model: {}, clock=lambda: now[0])
+    for text in cached:
+        body = {"model": "m", "system": [{"type": "text", "text": text}], "messages": []}
+        keeper.note(body, Usage(cache_creation_input_tokens=3_000), "1h")
+    assert keeper.next_due() == 55 * 60
+    now[0] = 55 * 60
+    assert await keeper.ping_due() == 2
+    # below the model's minimum nothing is cached: reading it again would save nothing
+    now[0] = 110 * 60
+    assert await keeper.ping_due() == 1 and sent[-1]["system"][0]["text"] == "long"
+    # an hour after a paused conversation last used it, the prefix is left to expire
+    now[0] = 200 * 60
+    assert keeper.next_due() is None and await keeper.ping_due() == 0
+    await keeper.close()

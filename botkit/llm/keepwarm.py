@@ -78,6 +78,8 @@ class CacheKeeper:
         self.clock = clock
         self.on_usage = on_usage
         self._kept: dict[bytes, _Kept] = {}
+        self._uncached: set[bytes] = set()
+        """Prefixes a read found nothing cached of (shorter than the model caches): not kept."""
         self._task: asyncio.Task[None] | None = None
 
     def note(self, params: dict[str, Any], usage: Usage, lifetime: Lifetime) -> None:
@@ -89,7 +91,7 @@ class CacheKeeper:
         now = self.clock()
         kept = self._kept.get(key)
         if kept is None:
-            if lifetime != "1h":
+            if lifetime != "1h" or key in self._uncached:
                 return
             kept = self._kept[key] = _Kept(self._ping_body(params), now, now)
         if lifetime == "1h":
@@ -108,8 +110,8 @@ class CacheKeeper:
     async def ping_due(self) -> int:
         """Read every kept prefix whose entry is due; how many were read."""
         now = self.clock()
-        due = [k for k in self._kept.values() if now - k.refreshed_at >= REFRESH_AFTER]
-        for kept in due:
+        due = [(key, k) for key, k in self._kept.items() if now - k.refreshed_at >= REFRESH_AFTER]
+        for key, kept in due:
             try:
                 usage = await self.ping(kept.body)
             except BotkitError as e:
@@ -118,6 +120,10 @@ class CacheKeeper:
                 continue
             kept.refreshed_at = self.clock()
             kept.size = usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+            if not kept.size:  # too short for the model's cache: reading it again saves nothing
+                log.info("llm.cache_keep_stopped", model=kept.body["model"], reason="not cached")
+                del self._kept[key]
+                self._uncached.add(key)
             log.info("llm.cache_kept", model=kept.body["model"], read=usage.cache_read_input_tokens)
             if self.on_usage is not None:
                 await self.on_usage(kept.body["model"], usage)
