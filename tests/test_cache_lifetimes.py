@@ -5,7 +5,7 @@ both stores and runtimes, with the fakes' clocks moved as a user who pauses woul
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,9 @@ from test_scaleout import queued, queued_bot
 
 from botkit import Bot, Incoming
 from botkit.llm.caching import conversation_lifetime, mark_cache_points
-from botkit.llm.keepwarm import CacheKeeper
+from botkit.llm.keepwarm import KEEPER_USER_ID, CacheKeeper
 from botkit.prefixwatch import PrefixWatch
+from botkit.stores.postgres import PostgresUserStore
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, ask, make_bot
 from botkit.testing.harness import running
 from botkit.types import Usage
@@ -359,3 +360,25 @@ async def test_the_keeper_stops_reading_a_prefix_the_model_does_not_cache_or_no_
     now[0] = 200 * 60
     assert keeper.next_due() is None and await keeper.ping_due() == 0
     await keeper.close()
+
+
+async def test_the_keeper_works_in_the_queued_runtime_and_its_reads_are_in_postgresql_usage(
+    claude: FakeAnthropicServer, telegram: FakeTelegramServer, tmp_path: Path, db: str
+) -> None:
+    bot = queued_bot(claude, telegram, tmp_path, db, system_prompt=SYSTEM)
+    claude.responder = lambda request: FakeReply.text("Open until six.")
+    _keeper(bot).clock = claude.now
+    async with queued(bot):
+        for n, pause in enumerate([PAUSE, PAUSE, PAUSE, 70 * 60]):
+            await ask(telegram, 88, f"Question {n}: are you open on day {n}?", timeout=20)
+            await _pass(claude, telegram, bot, pause)
+        await ask(telegram, 88, "And on Sunday?", timeout=20)
+    shared = claude.usages[1]["cache_read_input_tokens"]
+    assert claude.usages[-1]["cache_read_input_tokens"] == shared > 0
+    store = await PostgresUserStore.connect(db)
+    try:
+        rows = await store.model_usage_since(datetime.now(UTC).date() - timedelta(days=1))
+    finally:
+        await store.close()
+    [kept] = [row for row in rows if row.user_id == KEEPER_USER_ID]
+    assert kept.usage.cache_read_input_tokens == shared, "the keeper's read, as the bot's own"
