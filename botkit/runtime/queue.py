@@ -82,6 +82,22 @@ _SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS 
            sender_zone.timezone AS sender_zone"""
 
 
+def _waiting_column(key: str) -> str:
+    """Whether the conversation of session key ``key`` waits for an approval or holds
+    messages behind one (``claim_waiting``), so the turn need not ask (#52). The approvals'
+    conversation is ``<owner>:<key>`` as ``Approvals.conversation`` names it: a private
+    conversation's key is its user's id, a group's ``chat_<chat>[_<topic>]`` (owned by the
+    chat) or ``…_user_<member>`` (BOTKIT_GROUP_CONTEXT=per_user, owned by the member)."""
+    owner = f"""CASE WHEN {key} ~ '^-?[0-9]+$' THEN {key} || ':'
+        WHEN {key} ~ '_user_-?[0-9]+$'
+            THEN substring({key} from '_user_(-?[0-9]+)$') || ':' || {key}
+        ELSE substring({key} from '^chat_(-?[0-9]+)') || ':' || {key} END"""
+    return f"""(EXISTS (SELECT 1 FROM botkit_approvals waits
+                    WHERE waits.conversation = {owner} AND waits.state <> 'done')
+            OR EXISTS (SELECT 1 FROM botkit_held_messages held
+                       WHERE held.conversation = {owner})) AS claim_waiting"""
+
+
 def _sender_joins(on: str) -> str:
     """The joins that give ``_SENDER_COLUMNS``: the sender of the update of ``job`` when
     ``on`` holds, their user record and their time zone."""
@@ -111,7 +127,8 @@ _CLAIM = f"""
         FROM procrastinate_jobs WHERE id = %(job_id)s
     )
     SELECT claim.*, job.conversation AS claim_conversation,
-           coalesce(head.last_seq, 0) AS claim_head, {_SENDER_COLUMNS}
+           coalesce(head.last_seq, 0) AS claim_head, {_waiting_column("job.conversation")},
+           {_SENDER_COLUMNS}
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation
@@ -151,7 +168,7 @@ def _fetch_and_claim(source: str) -> str:
     SELECT job.*, claim.update_id AS claimed_update, claim.job_id AS claimed_by,
            claim.starts AS claim_starts, claim.given_up AS claim_given_up,
            conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head,
-           {_SENDER_COLUMNS}
+           {_waiting_column("conversation.key")}, {_SENDER_COLUMNS}
     FROM job
     LEFT JOIN claim ON true
     LEFT JOIN LATERAL (
@@ -277,6 +294,8 @@ class Claim:
     """The session key of the job's conversation (from its lock), if it has one."""
     head: int = 0
     """The last entry number of ``conversation`` when the update was claimed."""
+    waiting: bool = True
+    """Whether ``conversation`` waited for an approval (or held messages) then."""
     sender: Sender | None = None
     """Who sent the update, as the claim read them (``None``: an update with no sender)."""
 
@@ -774,6 +793,7 @@ def _claim_in(row: dict[str, Any], job_id: int) -> Claim | None:
         given_up=bool(row["claim_given_up"]),
         conversation=row["claim_conversation"],
         head=int(row["claim_head"]),
+        waiting=bool(row["claim_waiting"]),
         sender=_sender_in(row),
     )
 
