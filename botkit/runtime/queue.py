@@ -38,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from botkit import tracing
 from botkit.chats import conversation_of
+from botkit.choices.store import Choice
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
 from botkit.runtime.liveness import SETTLE, WorkerLocks, dead_workers_jobs
@@ -80,6 +81,12 @@ _SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS 
            sender_user.role AS sender_role, sender_user.display_name AS sender_name,
            sender_user.joined_at AS sender_joined_at, sender_user.blocked AS sender_blocked,
            sender_zone.timezone AS sender_zone"""
+# And the conversation's choices (model, persona, instructions: #47), which every turn of a
+# bot that offers them reads too (#52); a choice's conversation is the session key.
+_CHOICE_COLUMNS = """choice.conversation IS NOT NULL AS choice_stored,
+           choice.user_id AS choice_user_id, choice.model AS choice_model,
+           choice.persona AS choice_persona, choice.instructions AS choice_instructions,
+           choice.updated_at AS choice_updated_at"""
 
 
 def _waiting_column(key: str) -> str:
@@ -128,10 +135,11 @@ _CLAIM = f"""
     )
     SELECT claim.*, job.conversation AS claim_conversation,
            coalesce(head.last_seq, 0) AS claim_head, {_waiting_column("job.conversation")},
-           {_SENDER_COLUMNS}
+           {_CHOICE_COLUMNS}, {_SENDER_COLUMNS}
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation
+    LEFT JOIN botkit_choices choice ON choice.conversation = job.conversation
     {_sender_joins(on="true")}"""
 # procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
 # function, whose plan stays right at every queue size (migration 021).
@@ -168,7 +176,7 @@ def _fetch_and_claim(source: str) -> str:
     SELECT job.*, claim.update_id AS claimed_update, claim.job_id AS claimed_by,
            claim.starts AS claim_starts, claim.given_up AS claim_given_up,
            conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head,
-           {_waiting_column("conversation.key")}, {_SENDER_COLUMNS}
+           {_waiting_column("conversation.key")}, {_CHOICE_COLUMNS}, {_SENDER_COLUMNS}
     FROM job
     LEFT JOIN claim ON true
     LEFT JOIN LATERAL (
@@ -176,6 +184,7 @@ def _fetch_and_claim(source: str) -> str:
         WHERE job.lock ~ '^(user|chat):'
     ) conversation ON claim.job_id = job.id
     LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key
+    LEFT JOIN botkit_choices choice ON choice.conversation = conversation.key
     {_sender_joins(on="claim.job_id = job.id")}"""
 
 
@@ -296,6 +305,8 @@ class Claim:
     """The last entry number of ``conversation`` when the update was claimed."""
     waiting: bool = True
     """Whether ``conversation`` waited for an approval (or held messages) then."""
+    choice: Choice | None = None
+    """``conversation``'s choices then (``None``: it made none)."""
     sender: Sender | None = None
     """Who sent the update, as the claim read them (``None``: an update with no sender)."""
 
@@ -794,7 +805,22 @@ def _claim_in(row: dict[str, Any], job_id: int) -> Claim | None:
         conversation=row["claim_conversation"],
         head=int(row["claim_head"]),
         waiting=bool(row["claim_waiting"]),
+        choice=_choice_in(row),
         sender=_sender_in(row),
+    )
+
+
+def _choice_in(row: dict[str, Any]) -> Choice | None:
+    """The conversation's choices read with a claim (``None``: none made)."""
+    if not row["choice_stored"]:
+        return None
+    return Choice(
+        row["claim_conversation"],
+        int(row["choice_user_id"]),
+        row["choice_model"],
+        row["choice_persona"],
+        row["choice_instructions"],
+        row["choice_updated_at"],
     )
 
 
