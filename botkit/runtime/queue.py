@@ -271,7 +271,8 @@ _SCHEMA = """
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
     ) AND to_regclass('botkit_worker_locks') IS NOT NULL
       AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL
-      AND to_regproc('botkit_finish_then_fetch_job') IS NOT NULL AS ok"""
+      AND to_regproc('botkit_finish_then_fetch_job') IS NOT NULL
+      AND to_regclass('botkit_choices') IS NOT NULL AS ok"""  # a claim reads choices (023)
 
 
 @dataclass(frozen=True, slots=True)
