@@ -654,10 +654,10 @@ STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
     ("log lines (rendering)", 0, (("log.py", "_json"), ("log.py", "__call__"))),
 )
 QUEUED_STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
-    ("a queued job (TurnWorker.run)", 0, (("worker.py", "run"),)),
+    ("a queued job (Worker.run)", 0, (("worker.py", "run"),)),
     ("the update's claim, if not taken at fetch", 1, (("worker.py", "_own_claim"),)),
     ("burst: the jobs queued behind it", 1, (("worker.py", "_burst"),)),
-    ("the turn (TurnWorker._run_turn)", 1, (("worker.py", "_run_turn"),)),
+    ("the turn (Worker._run_turn)", 1, (("worker.py", "_run_turn"),)),
     ("fetch a job, with its claim (procrastinate)", 0, (("queue.py", "fetch_job"),)),
     ("end a job, then fetch the next", 0, (("queue.py", "finish_job"),)),
     ("session lines (PostgreSQL)", 0, (("postgres.py", "append"),)),
