@@ -640,7 +640,7 @@ STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
     (
         "prompt parts (build_prompt, plugins', notes)",
         1,
-        (("turns.py", "_prompt_parts"), ("plugins.py", "turn_notes")),
+        (("turns.py", "named_parts"), ("plugins.py", "turn_notes")),
     ),
     ("context_for", 1, (("turns.py", "context_for"),)),
     ("approvals check", 1, (("service.py", "holds"),)),
@@ -653,24 +653,46 @@ STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
     ("session lines (JsonlSessionStore.append)", 0, (("jsonl.py", "append"),)),
     ("log lines (rendering)", 0, (("log.py", "_json"), ("log.py", "__call__"))),
 )
+QUEUED_STEPS: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = (
+    ("a queued job (Worker.run)", 0, (("worker.py", "run"),)),
+    ("the update's claim, if not taken at fetch", 1, (("worker.py", "_own_claim"),)),
+    ("burst: the jobs queued behind it", 1, (("worker.py", "_burst"),)),
+    ("the turn (Worker._run_turn)", 1, (("worker.py", "_run_turn"),)),
+    ("fetch a job, with its claim (procrastinate)", 0, (("queue.py", "fetch_job"),)),
+    ("end a job, then fetch the next", 0, (("queue.py", "finish_job"),)),
+    ("session lines (PostgreSQL)", 0, (("postgres.py", "append"),)),
+)
+"""The steps a worker adds in the queued runtime (``scaleout.py --profile``), besides STEPS."""
+IDLE = ("select.epoll", "select.poll", "select.select")
+"""cProfile entries that are the event loop waiting, not CPU: left out of a process's total."""
 """The steps of a turn as ``step_breakdown`` names them: label, depth, and the functions
 (file, name) whose cumulative cProfile time is the step's (coroutines: the time their frames
 ran, not the time they waited). The tool loop runs in a task of its own, beside the turn's;
 session and log lines are written from both."""
 
 
-def step_breakdown(path: Path, turns: int, cpu_ms: float) -> str:
+def step_breakdown(
+    path: Path,
+    turns: int,
+    cpu_ms: float,
+    steps: Sequence[tuple[str, int, tuple[tuple[str, str], ...]]] = STEPS,
+) -> str:
     """A turn's CPU by step, from a cProfile file of ``turns`` turns: µs per turn as profiled,
-    and scaled to ``cpu_ms`` (the unprofiled bot's CPU per turn)."""
+    and scaled to ``cpu_ms`` (the unprofiled bot's CPU per turn). The process's total leaves
+    out the event loop's waits (``IDLE``): cProfile counts wall time."""
     stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
-    total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    total = sum(
+        tt
+        for (_, _, name), (_, _, tt, _, _) in stats.items()
+        if not any(idle in name for idle in IDLE)
+    )
     cumulative: dict[tuple[str, str], float] = {}
     for (file, _, name), (_, _, _, ct, _) in stats.items():
         key = (Path(file).name, name)
         cumulative[key] = cumulative.get(key, 0.0) + ct
     scale = cpu_ms * 1000 / (total / turns * 1e6) if total else math.nan
     lines = [f"  {'step':<52}{'profiled µs/turn':>18}{'scaled µs/turn':>16}"]
-    for label, depth, functions in STEPS:
+    for label, depth, functions in steps:
         seconds = sum(cumulative.get(f, 0.0) for f in functions)
         per_turn = seconds / turns * 1e6
         lines.append(f"  {'  ' * depth + label:<52}{per_turn:>18,.0f}{per_turn * scale:>16,.0f}")

@@ -17,20 +17,34 @@ drafts, as before rich messages). The yardstick is a hand-written aiogram handle
 (``DRAFT_INTERVAL``), its first draft with the first delta.
 
     python bench/streaming.py [--turns 20] [--chunk-delay 0.05]
+
+``--users N`` (issue #52) measures N turns at once instead, ``--rounds`` times per bot
+(alternating): N users write at the same moment, the fake Messages API answers each after
+``--latency`` s (1.0), about 30 deltas ``--chunk-delay`` apart, and each turn's first delta
+-> first text shown is taken (a draft with text, else the reply itself: a turn whose drafts
+all came too late is not left out); p50 and p95 of them, for botkit
+(``--max-concurrent-turns``, 512, as ``concurrency.py`` runs it) and the hand-written
+streaming bot (unbounded, aiogram's default) in the same run. Target: p95 <= 100 ms.
+
+    python bench/streaming.py --users 500 [--rounds 2] [--latency 1.0] [--chunk-delay 0.01]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import (
     AIOGRAM_STREAM,
     BOTKIT,
+    DRAFTS,
+    REPLIES,
     BotSpec,
     BotUnderTest,
     contenders,
@@ -59,12 +73,28 @@ def parse_args() -> argparse.Namespace:
         "--chunk-delay", type=float, default=0.05, help="seconds between two deltas"
     )
     parser.add_argument("--target-ms", type=float, default=150.0, help="botkit's target (ms)")
+    parser.add_argument(
+        "--users", type=int, default=1, help="turns at once (1: one after the other, as before)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --users: rounds per bot")
+    parser.add_argument("--latency", type=float, default=1.0, help="with --users: LLM latency (s)")
+    parser.add_argument(
+        "--max-concurrent-turns", type=int, default=512, help="with --users: botkit's bound"
+    )
+    parser.add_argument(
+        "--p95-target-ms", type=float, default=100.0, help="with --users: botkit's p95 target"
+    )
     return parser.parse_args()
 
 
 def answer(request: FakeRequest) -> FakeReply:
     """A few sentences that start by naming the question (so the reply can be matched)."""
     return FakeReply.text(f"Answering {request.last_user_text()}. {FILLER}")
+
+
+def long_answer(request: FakeRequest) -> FakeReply:
+    """``answer`` three times as long (about 30 deltas), for ``--users``."""
+    return FakeReply.text(f"Answering {request.last_user_text()}. {FILLER} {FILLER} {FILLER}")
 
 
 @dataclass
@@ -115,7 +145,127 @@ async def one_turn(bot: BotUnderTest, user_id: int, number: int) -> Turn:
     )
 
 
+_ASKER = re.compile(r"question \d+ from (\d+)")
+
+
+async def at_once(
+    bot: BotUnderTest,
+    first_user: int,
+    users: int,
+    timeout: float,  # noqa: ASYNC109
+) -> list[Turn]:
+    """``users`` users write at the same moment; each one's turn, read from the fakes."""
+    ids = user_ids(first_user, users)
+    first_request, first_draft = len(bot.claude.requests), len(bot.telegram.requests)
+    messages = [(user, f"question 0 from {user}") for user in ids]
+    result = await bot.run_round(messages, timeout=timeout)
+    if not result.complete:
+        raise RuntimeError(f"{bot.name}: {len(result.missing)} unanswered\n{bot.log_tail()}")
+    deltas: dict[int, float] = {}
+    for index in range(first_request, len(bot.claude.requests)):
+        asker = _ASKER.search(bot.claude.requests[index].last_user_text())
+        at = bot.claude.first_delta_at.get(index)
+        if asker is not None and at is not None:
+            deltas.setdefault(int(asker[1]), at)
+    drafts: dict[int, list[Any]] = {user: [] for user in ids}
+    replies: dict[int, float] = {}
+    for request in bot.telegram.requests[first_draft:]:
+        if request.error_code is not None:
+            continue
+        chat = int(request.params.get("chat_id", 0))
+        if request.method.lower() in DRAFTS and chat in drafts:
+            drafts[chat].append(request)
+        elif request.method.lower() in REPLIES:
+            replies.setdefault(chat, request.at)
+    turns: list[Turn] = []
+    for user in ids:
+        sent = sorted(drafts[user], key=lambda d: d.at)
+        shown = [d.at for d in sent if d.params.get("text") or d.params.get("rich_message")]
+        # What the user first saw of the answer: a draft with text, else the reply itself (a
+        # turn whose drafts all came too late counts by its reply, not left out).
+        seen = min([*shown[:1], *([replies[user]] if user in replies else [])], default=None)
+        turns.append(
+            Turn(
+                injected=result.started,
+                first_delta=deltas.get(user),
+                first_draft=sent[0].at if sent else None,
+                first_text_draft=seen,
+                drafts=len(sent),
+            )
+        )
+    return turns
+
+
+async def main_at_once(args: argparse.Namespace) -> int:
+    """``--users N``: N streamed turns at once, p50 and p95 of first delta -> first draft."""
+    users, rounds = args.users, args.rounds
+    allowed = tuple(user_ids(1, WARMUP_TURNS)) + tuple(user_ids(FIRST_USER, rounds * users))
+    with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:
+        options = {"chunk_delay": args.chunk_delay, "responder": long_answer}
+        spec = BotSpec(
+            BOTKIT,
+            allowed_users=allowed,
+            stream_replies=True,
+            max_concurrent_turns=args.max_concurrent_turns,
+        )
+        botkit = BotUnderTest("botkit", spec, Path(tmp) / "botkit", **options)
+        yardstick = BotUnderTest(
+            "yardstick", BotSpec(AIOGRAM_STREAM), Path(tmp) / "yardstick", **options
+        )
+        bots = [botkit, yardstick]
+        print(
+            f"bench/streaming.py --users {users}: {users} private-chat turns at the same moment, "
+            f"{rounds} rounds per bot; the fake Messages API answers after {args.latency:.1f} s, "
+            f"deltas {args.chunk_delay * 1000:.0f} ms apart"
+        )
+        print(machine_line())
+        print("fakes: Bot API + Messages API in this process (one clock); each bot in its own")
+        print(f"botkit:    {describe(botkit.spec)}")
+        print(f"yardstick: {describe(yardstick.spec)}")
+        results: dict[str, list[Turn]] = {bot.name: [] for bot in bots}
+        async with contenders(bots):
+            for bot in bots:
+                for number in range(WARMUP_TURNS):
+                    await one_turn(bot, 1 + number, number)
+                bot.claude.latency = args.latency
+            for number in range(rounds):
+                for bot in bots:
+                    turns = await at_once(bot, FIRST_USER + number * users, users, timeout=120)
+                    delays = [t.delay_ms for t in turns if t.delay_ms is not None]
+                    print(
+                        f"  round {number + 1} {bot.name:<10} p50 {percentile(delays, 0.5):.0f} "
+                        f"ms, p95 {percentile(delays, 0.95):.0f} ms, max {max(delays):.0f} ms "
+                        f"({sum(t.drafts > 0 for t in turns)}/{users} turns with a draft)"
+                    )
+                    results[bot.name].extend(turns)
+    figures: dict[str, tuple[float, float]] = {}
+    for name, measured in results.items():
+        delays = [t.delay_ms for t in measured if t.delay_ms is not None]
+        if not delays:
+            print(f"RESULT streaming-at-once {name} sent no drafts FAIL")
+            return 1
+        figures[name] = (percentile(delays, 0.5), percentile(delays, 0.95))
+        drafts = sum(t.drafts for t in measured) / len(measured)
+        print(
+            f"{name:<11} first delta -> first text shown (draft, else reply), "
+            f"{len(delays)} turns: p50 "
+            f"{figures[name][0]:.0f} ms, p95 {figures[name][1]:.0f} ms, max {max(delays):.0f} "
+            f"ms; {drafts:.1f} drafts per turn"
+        )
+    ours, theirs = figures["botkit"], figures["yardstick"]
+    verdict = "PASS" if ours[1] <= args.p95_target_ms else "FAIL"
+    print(load_line())
+    print(
+        f"RESULT streaming-at-once users={users} botkit p50={ours[0]:.0f}ms p95={ours[1]:.0f}ms "
+        f"yardstick p50={theirs[0]:.0f}ms p95={theirs[1]:.0f}ms "
+        f"target p95<={args.p95_target_ms:.0f}ms {verdict}"
+    )
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.users > 1:
+        return await main_at_once(args)
     turns = args.turns
     allowed = tuple(user_ids(1, WARMUP_TURNS)) + tuple(user_ids(FIRST_USER, turns))
     with tempfile.TemporaryDirectory(prefix="botkit-bench-") as tmp:

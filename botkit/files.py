@@ -231,6 +231,8 @@ class FileReader:
 
         ``notify`` tells the user what a voice note was understood as.
         """
+        if not (message.attachments or message.photo_ids or message.images or message.content):
+            return message  # text alone: nothing to fetch or read (most turns)
         try:
             self._check_sizes(message.attachments)
             images = await self._photos(message, messenger)

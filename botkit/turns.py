@@ -72,6 +72,7 @@ from botkit.types import (
     ImageSource,
     Message,
     TextBlock,
+    ToolDef,
     ToolResultBlock,
     Usage,
 )
@@ -684,7 +685,7 @@ class TurnPipeline:
             model=chosen,
             hooks=self.bot.hooks,
             max_parallel_tools=self.bot.options.max_parallel_tools,
-            server_tools=self.bot.settings.server_tools().definitions(),
+            server_tools=_server_tools(self.bot.settings),
         )
         try:
             result: TurnResult = await loop.run(
@@ -990,11 +991,32 @@ def _with_note(system: str, note: str | None) -> str:
 
 def tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
     """Each tool's definition, named, as the prefix watch compares them (orjson, not the
-    model's ``repr``: this runs every turn)."""
-    return [
-        (f"tool {d.name}", d.description + orjson.dumps(d.input_schema).decode())
-        for d in tools.definitions()
-    ]
+    model's ``repr``: this runs every turn; once per definition, as it is frozen)."""
+    return [_tool_part(d) for d in tools.definitions()]
+
+
+_TOOL_PARTS: dict[int, tuple[ToolDef, tuple[str, str]]] = {}
+
+
+def _tool_part(definition: ToolDef) -> tuple[str, str]:
+    found = _TOOL_PARTS.get(id(definition))
+    if found is None or found[0] is not definition:
+        if len(_TOOL_PARTS) >= 1024:  # definitions built anew each turn: do not grow for ever
+            _TOOL_PARTS.clear()
+        text = definition.description + orjson.dumps(definition.input_schema).decode()
+        found = _TOOL_PARTS[id(definition)] = (definition, (f"tool {definition.name}", text))
+    return found[1]
+
+
+_SERVER_TOOLS: dict[tuple[Any, ...], list[ToolDef]] = {}
+
+
+def _server_tools(settings: Settings) -> list[ToolDef]:
+    """The definitions of BOTKIT_WEB_SEARCH and BOTKIT_WEB_FETCH (built once per value)."""
+    key = (settings.web_search, settings.web_fetch, *settings.web_domains, settings.web_max_uses)
+    if key not in _SERVER_TOOLS:
+        _SERVER_TOOLS[key] = settings.server_tools().definitions()
+    return _SERVER_TOOLS[key]
 
 
 def _turn_meta(message: Incoming) -> dict[str, Any]:

@@ -16,18 +16,22 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from pydantic import SecretStr
 
 from botkit import Bot, tracing
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
 from botkit.agent.history import INTERRUPTED_TOOL_TEXT
+from botkit.approvals import service as approvals_service
+from botkit.approvals.postgres import PostgresApprovals
 from botkit.approvals.request import describe
 from botkit.approvals.store import PendingApproval, SqliteApprovals, now
 from botkit.messengers.base import Incoming
 from botkit.messengers.flood import FloodControl
 from botkit.replay import format_transcript, read_session
 from botkit.runtime.cluster import serve_queued
+from botkit.runtime.queue import _waiting_column
 from botkit.runtime.telegram import messenger_for
 from botkit.testing import ask, make_bot, running
 from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
@@ -726,6 +730,87 @@ async def held(bot: Bot, telegram: FakeTelegramServer, text: str) -> None:
 async def the_request(bot: Bot) -> PendingApproval:
     (approval,) = await bot.approvals.store.open_approvals()
     return approval
+
+
+async def test_on_postgres_an_idle_conversations_turns_ask_the_approvals_nothing(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job's claim reads whether its conversation waits; a request another process
+    records is seen by the next turn's claim, and that message is held."""
+    monkeypatch.setattr(approvals_service, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
+    asked: list[str] = []
+    real_waiting = PostgresApprovals.waiting
+
+    async def counted(self: PostgresApprovals, conversation: str) -> bool:
+        asked.append(conversation)
+        return await real_waiting(self, conversation)
+
+    monkeypatch.setattr(PostgresApprovals, "waiting", counted)
+    async with served(claude, telegram, tmp_path, db, []) as worker:
+        for n in range(3):
+            await ask(telegram, BOB, f"hello {n}")
+        assert asked == [], "idle turns: no approvals query"
+        pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
+
+        async def other_pool() -> Any:
+            return pool
+
+        other = PostgresApprovals(other_pool)  # another process's store, on its own pool
+        try:
+            await other.add(
+                PendingApproval(
+                    id="from-elsewhere",
+                    conversation=f"{BOB}:",
+                    user_id=BOB,
+                    approvers=(),
+                    chat_id=BOB,
+                    turn={},
+                    calls=[],
+                    deadline=now() + 600,
+                )
+            )
+            telegram.send_text(BOB, "while it waits")
+            for _ in range(300):
+                if await worker.approvals.store.held_conversations():
+                    break
+                await asyncio.sleep(0.05)
+            assert await other.held_conversations() == [f"{BOB}:"], "held behind the request"
+            assert asked == [f"{BOB}:"], "the claim said it waits: the turn looked once"
+            assert len(telegram.sent_messages(BOB)) == 3, "no answer while it waits"
+        finally:
+            await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "conversation"),
+    [
+        ("1002", "1002:"),
+        ("chat_-100777", "-100777:chat_-100777"),
+        ("chat_-100777_12", "-100777:chat_-100777_12"),
+        ("chat_-100777_12_user_1002", "1002:chat_-100777_12_user_1002"),
+    ],
+)
+async def test_a_claim_reads_the_waiting_of_the_approvals_own_conversation_name(
+    db: str, key: str, conversation: str
+) -> None:
+    """The claim's ``claim_waiting`` names the conversation as ``Approvals.conversation``
+    does, for private chats, groups, topics and per-member group contexts."""
+    connection = await asyncpg.connect(db)
+    try:
+        query = f"SELECT {_waiting_column('$1::text')}"
+        assert await connection.fetchval(query, key) is False
+        await connection.execute(
+            "INSERT INTO botkit_held_messages (conversation, update_json) VALUES ($1, '{}')",
+            conversation,
+        )
+        assert await connection.fetchval(query, key) is True
+        assert await connection.fetchval(query, f"{key}9") is False, "another conversation"
+    finally:
+        await connection.close()
 
 
 async def test_a_resumption_whose_process_died_is_ended_by_the_next_sweep(

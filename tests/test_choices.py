@@ -13,13 +13,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from pydantic import SecretStr
 
 from botkit import Bot, Plan, tool
 from botkit.choices import Persona, load_personas
+from botkit.choices import service as choices_service
 from botkit.choices.cli import choice_lines, choose
 from botkit.choices.service import MAX_INSTRUCTIONS_CHARS
+from botkit.choices.store import PostgresChoices, SqliteChoices
 from botkit.errors import ConfigError
 from botkit.payments.store import NewPayment
 from botkit.privacy.defaults import default_parts
@@ -219,6 +222,79 @@ async def test_a_forged_or_typed_model_not_offered_is_refused(
     assert press_answers(telegram) == [refused] * 3
     assert request_for(claude, "still").model == SONNET, "nothing was chosen"
     assert telegram.edited_messages(ALICE) == []
+
+
+async def test_on_sqlite_turns_read_the_choice_from_memory_and_see_another_processes(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn's choice is read from the file once, then kept; a choice another connection
+    writes (``users choose`` in another process) is seen at the next turn."""
+    bot = chooser(claude, tmp_path, {})
+    done: list[str] = []
+    real_call = SqliteChoices._call
+
+    async def counted(self: SqliteChoices, doing: str, work: Any, *args: Any) -> Any:
+        done.append(doing)
+        return await real_call(self, doing, work, *args)
+
+    monkeypatch.setattr(SqliteChoices, "_call", counted)
+    async with running(bot, telegram):
+        await ask(telegram, ALICE, "first")
+        assert done.count("reading a choice") == 1
+        for n in range(3):
+            await ask(telegram, ALICE, f"again {n}")
+        assert done.count("reading a choice") == 1, "kept in memory: no thread, no query"
+        path = (await bot.choices.store()).path  # type: ignore[attr-defined]
+        other = SqliteChoices(path)  # another process's connection to the file
+        try:
+            await other.set(str(ALICE), ALICE, {"model": HAIKU})
+        finally:
+            await other.close()
+        await ask(telegram, ALICE, "after the other")
+    assert request_for(claude, "again 2").model == SONNET
+    assert request_for(claude, "after the other").model == HAIKU
+
+
+async def test_on_postgres_a_queued_turn_takes_the_choice_its_claim_read(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A queued turn asks the choices table nothing: its job's claim read the choice; one
+    another process makes is in the next turn's claim."""
+    from test_scaleout import queued, queued_bot
+
+    monkeypatch.setattr(choices_service, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
+    reads: list[str] = []
+    real_get = PostgresChoices.get
+
+    async def counted(self: PostgresChoices, conversation: str) -> Any:
+        reads.append(conversation)
+        return await real_get(self, conversation)
+
+    monkeypatch.setattr(PostgresChoices, "get", counted)
+
+    def worker(name: str) -> Bot:
+        return queued_bot(claude, telegram, tmp_path / name, db, models=(SONNET, HAIKU))
+
+    async with queued(worker("r"), work=False), queued(worker("w")):
+        await ask(telegram, ALICE, "one", timeout=30)
+        pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
+        try:
+            await PostgresChoices(pool).set(str(ALICE), ALICE, {"model": HAIKU})  # elsewhere
+        finally:
+            await pool.close()
+        await ask(telegram, ALICE, "two", timeout=30)
+        await ask(telegram, ALICE, "three", timeout=30)
+    assert reads == [], "no turn read the choices table"
+    assert request_for(claude, "one").model == SONNET
+    assert request_for(claude, "two").model == HAIKU
+    assert request_for(claude, "three").model == HAIKU
 
 
 async def test_in_a_shared_group_only_its_admins_choose(

@@ -10,13 +10,14 @@ import pytest
 
 from botkit import Message, tool
 from botkit.messengers.flood import FloodControl, FloodLimits
-from botkit.messengers.telegram import DRAFTS_IN_FLIGHT
+from botkit.messengers.telegram import DRAFTS_IN_FLIGHT, FIRST_DRAFTS_IN_FLIGHT
 from botkit.sessions import JsonlSessionStore, SessionEntry
 from botkit.testing import (
     FakeAnthropicServer,
     FakeReply,
     FakeRequest,
     FakeTelegramServer,
+    RecordedRequest,
     make_bot,
     make_settings,
     running,
@@ -155,16 +156,57 @@ async def test_drafts_of_many_turns_share_a_few_requests_and_every_reply_comes(
             await telegram.wait_for_messages(user)
         await asyncio.sleep(0.3)  # a late draft would show up here
 
-    drafts = sorted(r.at for r in telegram.requests if r.method == "sendMessageDraft")
-    # A draft goes out only after another came back, so no latency-long window holds more.
-    busiest = max(bisect_left(drafts, at + telegram.latency) - i for i, at in enumerate(drafts))
-    assert busiest <= DRAFTS_IN_FLIGHT
+    sent = [r for r in telegram.requests if r.method == "sendMessageDraft"]
+    firsts = {id(d) for user in users for d in _first_drafts(telegram.drafts(user))}
+    # A draft goes out only after another came back, so no latency-long window holds more:
+    # the refreshes in their lane, a turn's first drafts in the wider one.
+    refreshes = sorted(r.at for r in sent if id(r) not in firsts)
+    assert _busiest(refreshes, telegram.latency) <= DRAFTS_IN_FLIGHT
+    everything = sorted(r.at for r in sent)
+    assert _busiest(everything, telegram.latency) <= DRAFTS_IN_FLIGHT + FIRST_DRAFTS_IN_FLIGHT
     for user in users:
         (reply,) = telegram.sent_messages(user)
         assert reply.text.startswith(f"question {user}: Line 0") and "Line 7" in reply.text
         assert telegram.drafts(user), "each turn showed its draft (the stop button)"
         (sent,) = [r for r in telegram.requests_for("sendMessage") if r.params["chat_id"] == user]
         assert max(d.at for d in telegram.drafts(user)) < sent.at, "no draft after the reply"
+
+
+def _first_drafts(drafts: list[RecordedRequest]) -> list[RecordedRequest]:
+    """A turn's first drafts: its placeholder and its first showing text."""
+    shown = [d for d in drafts if d.params.get("text")]
+    return [*drafts[:1], *shown[:1]]
+
+
+def _busiest(times: list[float], window: float) -> int:
+    """The most of ``times`` (sorted) inside one ``window``-long stretch."""
+    return max((bisect_left(times, at + window) - i for i, at in enumerate(times)), default=0)
+
+
+async def test_many_turns_whose_first_words_come_at_once_show_them_within_a_round_trip(
+    telegram: FakeTelegramServer, claude: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    """Three lanes' worth of turns get their first words in the same moment: each shows them
+    about one Bot API round trip later, not behind the others' drafts (#52: p95 390 ms with
+    500 turns at once)."""
+    users = list(range(901, 901 + 3 * DRAFTS_IN_FLIGHT))
+    claude.responder = lambda request: FakeReply.text(f"{request.last_user_text()}: fine.")
+    claude.latency = 0.5  # the placeholders go out meanwhile; then every first delta at once
+    telegram.latency = 0.1
+    bot = make_bot(claude, tmp_path, allowed_users=frozenset(users), stream_replies=True)
+    async with running(bot, telegram):
+        for user in users:
+            telegram.send_text(user, f"question {user}")
+        for user in users:
+            await telegram.wait_for_messages(user, timeout=30)
+    waits = []
+    for index, request in enumerate(claude.requests):
+        user = int(request.last_user_text().split()[-1])
+        shown = [d.at for d in telegram.drafts(user) if d.params.get("text")]
+        assert shown, f"{user}'s answer showed in its draft"
+        waits.append(shown[0] - claude.first_delta_at[index])
+    # one lane of 16 would take three round trips (0.3 s) for the last of them
+    assert max(waits) < 0.25, sorted(waits)[-5:]
 
 
 async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(

@@ -68,6 +68,8 @@ class ContextPool:
         self._last_seq: dict[int | str, int] = {}
         """Per cached conversation, the last entry number this process read or wrote."""
         self._generation: Any = getattr(sessions, "generation", None)
+        self._written: Any = getattr(sessions, "written_generation", None) or self._generation
+        """The version of the file an append just wrote to (no ``stat`` when the store knows)."""
         self._generations: dict[int | str, object] = {}
         """Per cached conversation, which version of its file this process read or wrote."""
 
@@ -173,6 +175,6 @@ class ContextPool:
             entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry,
         ) -> None:
             await self.sessions.append(entry)
-            self._generations[key] = self._generation(key)
+            self._generations[key] = self._written(key)
 
         return append

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from botkit.options import BotOptions
     from botkit.tracing import AttributeValue
 
-__all__ = ["ApprovalHost", "Approvals", "TurnResumer"]
+__all__ = ["ApprovalHost", "Approvals", "TurnResumer", "known_waiting"]
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +71,32 @@ class TurnResumer(Protocol):
     async def context_for(self, message: Incoming) -> ContextManager:
         """The context of the conversation ``message`` was written in."""
         ...
+
+
+KNOWN_FOR = 0.5
+"""Seconds whether a conversation waits, read with a queued job's claim, stands in for asking
+the store (as ``botkit.agent.pool.known_head``: a turn that starts later asks)."""
+_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_waiting", default=None)
+"""The conversation (session key), whether it waited, and when the running job's claim read it."""
+
+
+def known_waiting(conversation: str, waiting: bool) -> None:
+    """Note, for the turn running in this task, whether its conversation (session key) waits
+    for a decision or holds messages, as the job's claim just read it: the turn's approvals
+    check then takes it instead of a query. Only a conversation's own turns make it wait, and
+    a claim is read once its earlier turns ended, so a "no" stays true until the turn's check;
+    a "yes" is asked again (a decision may have ended it meanwhile)."""
+    _known.set([conversation, waiting, time.monotonic()])
+
+
+def _known_idle(conversation: str) -> bool:
+    """Whether a claim just read ``conversation`` as not waiting (taken once)."""
+    known = _known.get()
+    if not known or known[0] != conversation:
+        return False
+    idle = not known[1] and time.monotonic() - known[2] < KNOWN_FOR
+    known.clear()  # a list, so a child task taking it clears it for its parent too
+    return idle
 
 
 class ApprovalHost(Protocol):
@@ -119,6 +147,8 @@ class Approvals:
         if message.update_id in self._draining:
             return False
         conversation = self.conversation(message)
+        if self.store.shared and _known_idle(context.key):
+            return False  # read with the job's claim: no round trip
         if not await self.store.waiting(conversation):
             return False
         if context.has_turn(message.update_id):  # the waiting turn's, read again after a crash

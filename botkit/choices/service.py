@@ -10,9 +10,11 @@ never reads the store. What users see and press lives in ``botkit.choices.menus`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -35,6 +37,7 @@ __all__ = [
     "ChoiceHost",
     "ChoiceSettings",
     "Choices",
+    "known_choice",
 ]
 
 log = structlog.get_logger(__name__)
@@ -90,6 +93,31 @@ class ChoiceSettings:
     def active(self) -> bool:
         """Whether users can choose anything."""
         return len(self.models) > 1 or bool(self.personas) or self.instructions
+
+
+KNOWN_FOR = 0.5
+"""Seconds a conversation's choices read with a queued job's claim stand in for reading them
+(as ``botkit.agent.pool.known_head``)."""
+_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_choice", default=None)
+"""The conversation, its choices and when the running job's claim read them."""
+
+
+def known_choice(conversation: str, choice: Choice | None) -> None:
+    """Note, for the turn running in this task, its conversation's choices as the job's claim
+    just read them (``None``: none made): the turn takes them instead of a query, so a choice
+    made by another process is seen at the next turn's claim."""
+    _known.set([conversation, choice, time.monotonic()])
+
+
+def _take_known(conversation: str) -> tuple[bool, Choice | None]:
+    """Whether a claim just read ``conversation``'s choices, and them (taken once)."""
+    known = _known.get()
+    if not known or known[0] != conversation:
+        return False, None
+    fresh = time.monotonic() - known[2] < KNOWN_FOR
+    choice: Choice | None = known[1]
+    known.clear()  # a list, so a child task taking it clears it for its parent too
+    return fresh, choice
 
 
 class ChoiceHost(Protocol):
@@ -160,7 +188,10 @@ class Choices:
         chooser's plan no longer unlocks falls back to the default (once, with a notice)."""
         if not self:
             return NO_CHOICE
-        choice = await (await self.store()).get(self.key_of(message))
+        key = self.key_of(message)
+        read, choice = _take_known(key)  # a queued job's claim read them (PostgreSQL)
+        if not read:
+            choice = await (await self.store()).get(key)
         if choice is None:
             return NO_CHOICE
         lost = await self._lost(choice)

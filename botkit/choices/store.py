@@ -12,6 +12,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -90,20 +91,59 @@ def _checked(changes: dict[ChoiceField, str | None]) -> list[ChoiceField]:
     return [name for name in _FIELDS if name in changes]  # a fixed order, names from the list
 
 
+CACHED = 10_000
+"""Conversations whose choices a SQLite store keeps in memory (the least recently read go)."""
+
+
 class SqliteChoices:
-    """Choices in the user store's SQLite file (a connection of its own)."""
+    """Choices in the user store's SQLite file (a connection of its own).
+
+    What it read or wrote is kept in memory, and stands while no other connection changed
+    the file (``PRAGMA data_version``, read on the event loop: no thread, no disk): a turn
+    reads its conversation's choice without a round trip, and one made elsewhere (``users
+    choose``, ``users forget`` in another process) is seen at the next turn.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
         self._busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        self._cache: OrderedDict[str, Choice | None] = OrderedDict()
+        self._version: int | None = None
+        """The file's ``data_version`` the cache is current at."""
 
     async def get(self, conversation: str) -> Choice | None:
         """The conversation's choices, if it made any."""
-        sql = f"SELECT {_COLUMNS} FROM botkit_choices WHERE conversation = ?"
-        rows = await self._run("reading a choice", _fetch, sql, (conversation,))
-        return _row(rows[0]) if rows else None
+        async with self._lock:
+            if conversation in self._cache and self._current():
+                self._cache.move_to_end(conversation)
+                return self._cache[conversation]
+            sql = f"SELECT {_COLUMNS} FROM botkit_choices WHERE conversation = ?"
+            version, rows = await self._call(
+                "reading a choice", _fetch_versioned, sql, (conversation,)
+            )
+            if version != self._version:  # another connection wrote: what was kept may be old
+                self._cache.clear()
+                self._version = version
+            choice = _row(rows[0]) if rows else None
+            self._keep(conversation, choice)
+            return choice
+
+    def _current(self) -> bool:
+        """Whether no other connection changed the file since the cache was filled."""
+        if self._db is None:
+            return False
+        try:
+            return bool(self._version == _data_version(self._db))
+        except sqlite3.Error:
+            return False
+
+    def _keep(self, conversation: str, choice: Choice | None) -> None:
+        self._cache[conversation] = choice
+        self._cache.move_to_end(conversation)
+        if len(self._cache) > CACHED:
+            self._cache.popitem(last=False)
 
     async def set(
         self, conversation: str, user_id: int, changes: dict[ChoiceField, str | None]
@@ -118,8 +158,11 @@ class SqliteChoices:
             user_id = excluded.user_id, {updates}, updated_at = excluded.updated_at
             RETURNING {_COLUMNS}"""
         values = (conversation, user_id, *(changes[n] for n in names), _now())
-        rows = await self._run("saving a choice", _write, sql, values)
-        return _row(rows[0])
+        async with self._lock:
+            rows = await self._call("saving a choice", _write, sql, values)
+            choice = _row(rows[0])
+            self._keep(conversation, choice)  # its own writes leave data_version as it was
+        return choice
 
     async def of_user(self, user_id: int) -> list[Choice]:
         """The choices ``user_id`` made last, by conversation."""
@@ -129,20 +172,26 @@ class SqliteChoices:
     async def close(self) -> None:
         """Close the connection."""
         async with self._lock:
+            self._cache.clear()  # a new connection's data_version starts over
+            self._version = None
             if self._db is not None:
                 db, self._db = self._db, None
                 await asyncio.to_thread(db.close)
 
     async def _run(self, doing: str, work: Any, *args: Any) -> Any:
         async with self._lock:
-            try:
-                if self._db is None:
-                    self._db = await asyncio.to_thread(_open, self.path, self._busy_timeout)
-                return await asyncio.to_thread(work, self._db, *args)
-            except sqlite3.Error as e:
-                raise StoreError(
-                    f"the choices in {self.path} failed while {doing}: {type(e).__name__}: {e}"
-                ) from e
+            return await self._call(doing, work, *args)
+
+    async def _call(self, doing: str, work: Any, *args: Any) -> Any:
+        """``work(connection, *args)`` on a thread (call with the lock held)."""
+        try:
+            if self._db is None:
+                self._db = await asyncio.to_thread(_open, self.path, self._busy_timeout)
+            return await asyncio.to_thread(work, self._db, *args)
+        except sqlite3.Error as e:
+            raise StoreError(
+                f"the choices in {self.path} failed while {doing}: {type(e).__name__}: {e}"
+            ) from e
 
 
 _SQLITE_SCHEMA = """CREATE TABLE IF NOT EXISTS botkit_choices (
@@ -168,6 +217,19 @@ def _open(path: str, busy_timeout: float) -> sqlite3.Connection:
 
 def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
     return db.execute(sql, params).fetchall()
+
+
+def _data_version(db: sqlite3.Connection) -> int:
+    """Changes when another connection commits to the file (not this one's own writes)."""
+    version: int = db.execute("PRAGMA data_version").fetchone()[0]
+    return version
+
+
+def _fetch_versioned(
+    db: sqlite3.Connection, sql: str, params: Sequence[object]
+) -> tuple[int, list[Any]]:
+    """The file's ``data_version``, then the rows: a change after the first is seen next."""
+    return _data_version(db), db.execute(sql, params).fetchall()
 
 
 def _write(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:

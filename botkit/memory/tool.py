@@ -45,6 +45,13 @@ _SCHEMA: dict[str, Any] = {
     },
     "required": ["command"],
 }
+_DEFINITION = ToolDef(
+    name="memory",
+    description="Your long-term memory: files under /memories.",
+    input_schema=_SCHEMA,
+    type=MEMORY_TOOL_TYPE,
+)
+"""The same every turn (frozen): built once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +87,7 @@ class MemoryTool(Tool):
     @property
     def definition(self) -> ToolDef:
         """Sent as ``{"type": "memory_20250818", "name": "memory"}``."""
-        return ToolDef(
-            name="memory",
-            description="Your long-term memory: files under /memories.",
-            input_schema=_SCHEMA,
-            type=MEMORY_TOOL_TYPE,
-        )
+        return _DEFINITION
 
     async def execute(self, ctx: ToolContext, args: dict[str, Any]) -> str:
         """Run one command; a bad path, a missing file or a limit is a ``ToolError``.

@@ -89,6 +89,12 @@ DRAFT_TAIL = 3_000
 DRAFTS_IN_FLIGHT = 16
 """``sendMessageDraft`` requests one messenger has open at once; further drafts wait their
 turn (each then shows the newest text), so drafts never crowd out LLM calls and replies."""
+FIRST_DRAFTS_IN_FLIGHT = 64
+"""The same for a turn's first drafts ("Thinking…", then its first words): hundreds of turns
+whose first words arrive in the same moment show them within a round trip or two, not one
+after the other in the lane of the refreshes (p95 390 ms with 500 turns at once), which
+still coalesce in theirs. Both lanes together stay under the Bot API session's 100
+connections, so replies always find one."""
 POLL_FIRST_BACKOFF = 1.0
 POLL_MAX_BACKOFF = 30.0
 ALLOWED_UPDATES = [
@@ -169,6 +175,7 @@ class TelegramMessenger:
         """``mention``: in groups, answer only when mentioned or replied to; ``all``: always."""
         self.draft_interval = draft_interval
         self._draft_lane = asyncio.Semaphore(drafts_in_flight)
+        self._first_draft_lane = asyncio.Semaphore(FIRST_DRAFTS_IN_FLIGHT)
         self.conflict_timeout = conflict_timeout
         """How long another instance may hold the poll (409) before this one gives up."""
         self.paid_broadcast = paid_broadcast
@@ -513,6 +520,7 @@ class TelegramMessenger:
             interval=self.draft_interval,
             thread_id=message.thread_id,
             lane=self._draft_lane,
+            first_lane=self._first_draft_lane,
             rich=self.rich,
         )
 
@@ -1068,6 +1076,7 @@ class TelegramDraft:
     tools can be stopped too; the draft is re-sent before Telegram lets it expire (~30 s).
     Drafts of one messenger share a ``lane`` of a few requests at once: under load a draft
     waits its turn and then shows the newest text, so updates coalesce instead of queueing.
+    A draft's first sends (its placeholder, its first text) go by a wider ``first_lane``.
 
     With ``rich`` active the text goes as ``sendRichMessageDraft`` Markdown (Bot API 10.1)
     and what runs meanwhile as a thinking block (``<tg-thinking>``, drafts only) with how long
@@ -1084,9 +1093,12 @@ class TelegramDraft:
         refresh: float = DRAFT_REFRESH,
         lane: asyncio.Semaphore | None = None,
         rich: RichState | None = None,
+        first_lane: asyncio.Semaphore | None = None,
     ) -> None:
         self.api = api
         self.lane = lane or asyncio.Semaphore(1)
+        self.first_lane = first_lane or self.lane
+        """The lane of the draft's first sends: the placeholder, and the first with text."""
         self.chat_id = chat_id
         self.draft_id = next(_draft_ids)
         self.interval = interval
@@ -1121,7 +1133,7 @@ class TelegramDraft:
         self._keeper = asyncio.create_task(self._keep_alive())
 
     async def _placeholder(self) -> None:
-        async with self.lane:
+        async with self.first_lane:
             if self._finished:
                 return
             await self._send(self._view())  # "" (Thinking…) unless text came meanwhile
@@ -1191,7 +1203,7 @@ class TelegramDraft:
         delay = self._text_sent_at + self.interval - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        async with self.lane:
+        async with self.lane if self._shown else self.first_lane:  # nothing shown yet: first
             if self._finished:
                 return
             shown = self._view()  # rendered once it can go: the newest text

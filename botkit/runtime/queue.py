@@ -38,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from botkit import tracing
 from botkit.chats import conversation_of
+from botkit.choices.store import Choice
 from botkit.errors import ConfigError, StoreError
 from botkit.messengers.base import Incoming
 from botkit.runtime.liveness import SETTLE, WorkerLocks, dead_workers_jobs
@@ -80,6 +81,28 @@ _SENDER_COLUMNS = """sender.id AS sender_id, sender_user.user_id IS NOT NULL AS 
            sender_user.role AS sender_role, sender_user.display_name AS sender_name,
            sender_user.joined_at AS sender_joined_at, sender_user.blocked AS sender_blocked,
            sender_zone.timezone AS sender_zone"""
+# And the conversation's choices (model, persona, instructions: #47), which every turn of a
+# bot that offers them reads too (#52); a choice's conversation is the session key.
+_CHOICE_COLUMNS = """choice.conversation IS NOT NULL AS choice_stored,
+           choice.user_id AS choice_user_id, choice.model AS choice_model,
+           choice.persona AS choice_persona, choice.instructions AS choice_instructions,
+           choice.updated_at AS choice_updated_at"""
+
+
+def _waiting_column(key: str) -> str:
+    """Whether the conversation of session key ``key`` waits for an approval or holds
+    messages behind one (``claim_waiting``), so the turn need not ask (#52). The approvals'
+    conversation is ``<owner>:<key>`` as ``Approvals.conversation`` names it: a private
+    conversation's key is its user's id, a group's ``chat_<chat>[_<topic>]`` (owned by the
+    chat) or ``…_user_<member>`` (BOTKIT_GROUP_CONTEXT=per_user, owned by the member)."""
+    owner = f"""CASE WHEN {key} ~ '^-?[0-9]+$' THEN {key} || ':'
+        WHEN {key} ~ '_user_-?[0-9]+$'
+            THEN substring({key} from '_user_(-?[0-9]+)$') || ':' || {key}
+        ELSE substring({key} from '^chat_(-?[0-9]+)') || ':' || {key} END"""
+    return f"""(EXISTS (SELECT 1 FROM botkit_approvals waits
+                    WHERE waits.conversation = {owner} AND waits.state <> 'done')
+            OR EXISTS (SELECT 1 FROM botkit_held_messages held
+                       WHERE held.conversation = {owner})) AS claim_waiting"""
 
 
 def _sender_joins(on: str) -> str:
@@ -111,10 +134,12 @@ _CLAIM = f"""
         FROM procrastinate_jobs WHERE id = %(job_id)s
     )
     SELECT claim.*, job.conversation AS claim_conversation,
-           coalesce(head.last_seq, 0) AS claim_head, {_SENDER_COLUMNS}
+           coalesce(head.last_seq, 0) AS claim_head, {_waiting_column("job.conversation")},
+           {_CHOICE_COLUMNS}, {_SENDER_COLUMNS}
     FROM claim
     LEFT JOIN job ON true
     LEFT JOIN botkit_session_heads head ON head.conversation = job.conversation
+    LEFT JOIN botkit_choices choice ON choice.conversation = job.conversation
     {_sender_joins(on="true")}"""
 # procrastinate's fetch_job (its columns as in its queries.sql) through botkit's fetch
 # function, whose plan stays right at every queue size (migration 021).
@@ -151,7 +176,7 @@ def _fetch_and_claim(source: str) -> str:
     SELECT job.*, claim.update_id AS claimed_update, claim.job_id AS claimed_by,
            claim.starts AS claim_starts, claim.given_up AS claim_given_up,
            conversation.key AS claim_conversation, coalesce(head.last_seq, 0) AS claim_head,
-           {_SENDER_COLUMNS}
+           {_waiting_column("conversation.key")}, {_CHOICE_COLUMNS}, {_SENDER_COLUMNS}
     FROM job
     LEFT JOIN claim ON true
     LEFT JOIN LATERAL (
@@ -159,6 +184,7 @@ def _fetch_and_claim(source: str) -> str:
         WHERE job.lock ~ '^(user|chat):'
     ) conversation ON claim.job_id = job.id
     LEFT JOIN botkit_session_heads head ON head.conversation = conversation.key
+    LEFT JOIN botkit_choices choice ON choice.conversation = conversation.key
     {_sender_joins(on="claim.job_id = job.id")}"""
 
 
@@ -245,7 +271,8 @@ _SCHEMA = """
         WHERE attrelid = to_regclass('botkit_updates') AND attname = 'given_up_at'
     ) AND to_regclass('botkit_worker_locks') IS NOT NULL
       AND to_regprocedure('botkit_fetch_job(character varying[], bigint)') IS NOT NULL
-      AND to_regproc('botkit_finish_then_fetch_job') IS NOT NULL AS ok"""
+      AND to_regproc('botkit_finish_then_fetch_job') IS NOT NULL
+      AND to_regclass('botkit_choices') IS NOT NULL AS ok"""  # a claim reads choices (023)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +304,10 @@ class Claim:
     """The session key of the job's conversation (from its lock), if it has one."""
     head: int = 0
     """The last entry number of ``conversation`` when the update was claimed."""
+    waiting: bool = True
+    """Whether ``conversation`` waited for an approval (or held messages) then."""
+    choice: Choice | None = None
+    """``conversation``'s choices then (``None``: it made none)."""
     sender: Sender | None = None
     """Who sent the update, as the claim read them (``None``: an update with no sender)."""
 
@@ -774,7 +805,23 @@ def _claim_in(row: dict[str, Any], job_id: int) -> Claim | None:
         given_up=bool(row["claim_given_up"]),
         conversation=row["claim_conversation"],
         head=int(row["claim_head"]),
+        waiting=bool(row["claim_waiting"]),
+        choice=_choice_in(row),
         sender=_sender_in(row),
+    )
+
+
+def _choice_in(row: dict[str, Any]) -> Choice | None:
+    """The conversation's choices read with a claim (``None``: none made)."""
+    if not row["choice_stored"]:
+        return None
+    return Choice(
+        row["claim_conversation"],
+        int(row["choice_user_id"]),
+        row["choice_model"],
+        row["choice_persona"],
+        row["choice_instructions"],
+        row["choice_updated_at"],
     )
 
 

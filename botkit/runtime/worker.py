@@ -24,6 +24,8 @@ import structlog
 from procrastinate.exceptions import ConnectorException
 
 from botkit.agent.pool import known_head
+from botkit.approvals.service import known_waiting
+from botkit.choices.service import known_choice
 from botkit.errors import StoreError
 from botkit.messengers.base import ButtonPress, Checkout, Incoming, Reaction
 from botkit.runtime.base import ServedBot
@@ -230,6 +232,9 @@ class Worker:
         its sender's record and zone for the turn's gates and prompt."""
         if claimed is not None and claimed.conversation and self.heads_with_claims:
             known_head(claimed.conversation, claimed.head)
+        if claimed is not None and claimed.conversation and self.users_with_claims:
+            known_waiting(claimed.conversation, claimed.waiting)  # approvals: the users' pool
+            known_choice(claimed.conversation, claimed.choice)  # choices: the users' pool too
         sender = claimed.sender if claimed is not None else None
         if sender is not None and self.users_with_claims:
             self.bot.access.note_user(sender.user_id, sender.record)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import stat
 from collections import OrderedDict
@@ -253,10 +254,13 @@ class JsonlSessionStore:
 
     def __init__(self, directory: Path | str, *, open_files: int = 128) -> None:
         self.directory = Path(directory)
+        self._folder = str(self.directory)
         self._directory_ready = False
         self._checked: set[str] = set()
         self._open_files = open_files
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._written: dict[str, tuple[int, int]] = {}
+        """Per open file, its version (device, inode) as the last append found it current."""
         self._media = MediaFiles(self.directory / MEDIA_DIR)
         self._media_lock = SharedFlock(self._open_media_dir)
         self._order = KeyedLocks()
@@ -268,17 +272,27 @@ class JsonlSessionStore:
     def generation(self, key: int | str) -> tuple[int, int] | None:
         """Which file a conversation has (``None``: none): another after a rewrite or erasure."""
         try:
-            status = os.stat(self.path_for(key))
+            status = os.stat(self._file(key))
         except FileNotFoundError:
             return None
         return status.st_dev, status.st_ino
+
+    def written_generation(self, key: int | str) -> tuple[int, int] | None:
+        """The version of the file this process's last append to the conversation wrote to
+        (read under the append's lock, so no ``stat`` of the path is needed)."""
+        written = self._written.get(str(key))
+        return written if written is not None else self.generation(key)
+
+    def _file(self, key: int | str) -> str:
+        """``path_for`` as a string (``pathlib`` costs more than the write it names)."""
+        return os.path.join(self._folder, f"{key}.jsonl")
 
     async def append(
         self, entry: SessionEntry | ResetEntry | CompactionEntry | FeedbackEntry
     ) -> None:
         """Write ``entry`` as one line at the end of its conversation's file (whole, or not)."""
         key = entry.key
-        path = self.path_for(key)
+        path = self._file(key)
         try:
             if not self._directory_ready:
                 _make_private_dir(self.directory)
@@ -291,7 +305,7 @@ class JsonlSessionStore:
             log.error("session.write_failed", path=str(path), error=str(e))
             raise SessionError(f"cannot write session file {path}: {e}") from e
 
-    def _append_now(self, key: str, path: Path, line: bytes) -> bool:
+    def _append_now(self, key: str, path: str, line: bytes) -> bool:
         """Append at once if the file's lock is free and prune did not replace it (the usual)."""
         fd = self._fd_for(key, path)
         try:
@@ -304,7 +318,7 @@ class JsonlSessionStore:
         self._write_locked(key, fd, size, line)
         return True
 
-    async def _append_in_turn(self, key: str, path: Path, line: bytes, blobs: Blobs) -> None:
+    async def _append_in_turn(self, key: str, path: str, line: bytes, blobs: Blobs) -> None:
         """Append after this conversation's appends that wait before it, awaiting the locks."""
         async with self._order.holding(key):
             if not blobs:
@@ -315,7 +329,7 @@ class JsonlSessionStore:
                 self._media.put(blobs)
                 await self._write_line(key, path, line)
 
-    async def _write_line(self, key: str, path: Path, line: bytes) -> None:
+    async def _write_line(self, key: str, path: str, line: bytes) -> None:
         """Append ``line`` once the file's lock is ours (the file reopened if prune replaced it)."""
         while True:
             fd = self._fd_for(key, path)
@@ -329,9 +343,11 @@ class JsonlSessionStore:
         """The locked file's size; ``None`` (unlocked, closed) when prune replaced it."""
         status = os.fstat(fd)
         if status.st_nlink > 0:
+            self._written[key] = (status.st_dev, status.st_ino)
             return status.st_size
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(self._fds.pop(key))
+        self._written.pop(key, None)
         self._checked.discard(key)
         return None
 
@@ -351,7 +367,7 @@ class JsonlSessionStore:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _fd_for(self, key: str, path: Path) -> int:
+    def _fd_for(self, key: str, path: str) -> int:
         """An open descriptor for the conversation's file; the least recently used are closed."""
         fd = self._fds.get(key)
         if fd is not None:
@@ -365,9 +381,13 @@ class JsonlSessionStore:
 
     def _close_unused(self) -> None:
         """Close the least recently used descriptors beyond ``open_files`` (none in use)."""
-        for old in list(self._fds)[: max(len(self._fds) - self._open_files, 0)]:
+        excess = len(self._fds) - self._open_files
+        if excess <= 0:
+            return
+        for old in list(itertools.islice(self._fds, excess)):
             if old not in self._order:
                 os.close(self._fds.pop(old))
+                self._written.pop(old, None)
 
     def _open_media_dir(self) -> int:
         return os.open(self._media.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -376,6 +396,7 @@ class JsonlSessionStore:
         """Close the files kept open for appending."""
         while self._fds:
             os.close(self._fds.popitem()[1])
+        self._written.clear()
         self._media_lock.close()
 
     async def load(self, key: int | str) -> SessionFile:
@@ -438,7 +459,7 @@ def _make_private_dir(directory: Path) -> None:
     _restrict(directory, _PRIVATE_DIR, directory)
 
 
-def _restrict(target: Path | int, mode: int, path: Path) -> None:
+def _restrict(target: Path | int, mode: int, path: Path | str) -> None:
     """Set ``mode`` on ``target`` (a path or an open descriptor) if others may use it."""
     if not stat.S_IMODE(os.stat(target).st_mode) & 0o077:
         return
