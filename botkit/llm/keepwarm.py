@@ -84,6 +84,8 @@ class CacheKeeper:
 
     def note(self, params: dict[str, Any], usage: Usage, lifetime: Lifetime) -> None:
         """Take note of a call (its body as sent, with its breakpoints, and its usage)."""
+        if lifetime != "1h" and not self._kept:
+            return  # quick conversations only: nothing to keep, nothing to look up
         tools, system = params.get("tools"), params.get("system")
         if not isinstance(system, list) and not tools:
             return
