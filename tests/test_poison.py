@@ -386,7 +386,8 @@ async def test_a_turns_fetch_counts_its_start_in_the_same_statement(db: str) -> 
     finally:
         await queue.close()
     assert starts == 1
-    assert taken == Fetched(80, Claim(starts=1, given_up=False, conversation="80", head=0))
+    nothing_waits = Claim(starts=1, given_up=False, conversation="80", head=0, waiting=False)
+    assert taken == Fetched(80, nothing_waits), "and what the turn needs of its conversation"
     assert copy_taken == Fetched(80, None), "a copy: the update is the first job's"
     assert suspect_taken is None and suspect_claims == 0
 
