@@ -205,8 +205,10 @@ async def test_many_turns_whose_first_words_come_at_once_show_them_within_a_roun
         shown = [d.at for d in telegram.drafts(user) if d.params.get("text")]
         assert shown, f"{user}'s answer showed in its draft"
         waits.append(shown[0] - claude.first_delta_at[index])
-    # one lane of 16 would take three round trips (0.3 s) for the last of them
-    assert max(waits) < 0.25, sorted(waits)[-5:]
+    # one lane of 16 would take three round trips (0.3 s) for the last third of them, two for
+    # the second; a loaded machine may stall the loop under a few (CI saw 5 of 48 at 1.1 s)
+    waits.sort()
+    assert waits[len(waits) * 3 // 4] < 0.15, waits[len(waits) // 2 :]
 
 
 async def test_stop_button_cancels_the_turn_and_the_context_stays_valid(
