@@ -13,14 +13,15 @@ import os
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from botkit.errors import StoreError
 from botkit.stores.base import UserStore
+from botkit.stores.pooled import pooled_connection
 
 __all__ = [
     "Choice",
@@ -292,16 +293,5 @@ class PostgresChoices:
     async def close(self) -> None:
         """Nothing of its own: the pool is the user store's."""
 
-    @asynccontextmanager
-    async def _connection(self, doing: str) -> AsyncIterator[Any]:
-        import asyncpg  # type: ignore[import-untyped]
-
-        try:
-            async with self.pool.acquire() as conn:
-                yield conn
-        except asyncpg.UndefinedTableError as e:
-            raise StoreError(f"{e}: run `python -m botkit migrate`") from e
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            raise StoreError(
-                f"the choices database failed while {doing}: {type(e).__name__}"
-            ) from e
+    def _connection(self, doing: str) -> AbstractAsyncContextManager[Any]:
+        return pooled_connection(self.pool, "choices database", doing)

@@ -12,8 +12,8 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from botkit.errors import StoreError
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Plan
 from botkit.stores.base import UserStore
+from botkit.stores.pooled import pooled_connection
 
 __all__ = [
     "UNKNOWN_PLAN",
@@ -519,19 +520,8 @@ class PostgresPayments:
     async def close(self) -> None:
         """Nothing of its own: the pool is the user store's."""
 
-    @asynccontextmanager
-    async def _connection(self, doing: str) -> AsyncIterator[Any]:
-        import asyncpg  # type: ignore[import-untyped]
-
-        try:
-            async with self.pool.acquire() as conn:
-                yield conn
-        except asyncpg.UndefinedTableError as e:
-            raise StoreError(f"{e}: run `python -m botkit migrate`") from e
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            raise StoreError(
-                f"the payments database failed while {doing}: {type(e).__name__}"
-            ) from e
+    def _connection(self, doing: str) -> AbstractAsyncContextManager[Any]:
+        return pooled_connection(self.pool, "payments database", doing)
 
 
 def _postgres_values(grant: Grant) -> tuple[object, ...]:
