@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 import structlog
 
 from botkit import tracing
@@ -778,7 +777,7 @@ class TurnPipeline:
         system = _with_note(await self.system_prompt(message, choice), group_note(message))
         context = await self.context_for(message)
         turn = self._user_turn(message, await turn_notes(self.bot.plugins, message))
-        server_tools = self.bot.settings.server_tools().definitions()
+        server_tools = _server_tools(self.bot.settings)
         loop = AgentLoop(
             self.bot.llm, model=choice.model or self.bot.model_override, server_tools=server_tools
         )
@@ -992,20 +991,7 @@ def _with_note(system: str, note: str | None) -> str:
 def tool_parts(tools: ToolRegistry) -> list[tuple[str, str]]:
     """Each tool's definition, named, as the prefix watch compares them (orjson, not the
     model's ``repr``: this runs every turn; once per definition, as it is frozen)."""
-    return [_tool_part(d) for d in tools.definitions()]
-
-
-_TOOL_PARTS: dict[int, tuple[ToolDef, tuple[str, str]]] = {}
-
-
-def _tool_part(definition: ToolDef) -> tuple[str, str]:
-    found = _TOOL_PARTS.get(id(definition))
-    if found is None or found[0] is not definition:
-        if len(_TOOL_PARTS) >= 1024:  # definitions built anew each turn: do not grow for ever
-            _TOOL_PARTS.clear()
-        text = definition.description + orjson.dumps(definition.input_schema).decode()
-        found = _TOOL_PARTS[id(definition)] = (definition, (f"tool {definition.name}", text))
-    return found[1]
+    return [(f"tool {d.name}", d.schema_text) for d in tools.definitions()]
 
 
 _SERVER_TOOLS: dict[tuple[Any, ...], list[ToolDef]] = {}

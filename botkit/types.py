@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 __all__ = [
@@ -272,7 +274,17 @@ class ToolDef(BaseModel):
     """With ``type``: its settings (``max_uses``, ``allowed_domains``…)."""
 
     def to_api(self) -> dict[str, Any]:
-        """The tool as the Messages API takes it."""
+        """The tool as the Messages API takes it (a copy: a request may mark it)."""
+        return dict(self._api)
+
+    @cached_property
+    def _api(self) -> dict[str, Any]:
+        """Dumped once: a bot offers the same few definitions every call (frozen)."""
         if self.type is not None:
             return {"type": self.type, "name": self.name, **(self.options or {})}
         return self.model_dump()
+
+    @cached_property
+    def schema_text(self) -> str:
+        """The description and the input schema as one text (what the prefix watch compares)."""
+        return self.description + orjson.dumps(self.input_schema).decode()

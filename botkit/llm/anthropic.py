@@ -57,7 +57,6 @@ from botkit.types import (
     ServerBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDef,
     ToolUseBlock,
     Usage,
 )
@@ -337,7 +336,7 @@ class _Call:
             messages = _without_tool_cycle(messages, repair.missing_at)
         self.system = request.system
         self.messages = messages
-        self.tools = [_tool_api(t) for t in request.tools]
+        self.tools = [t.to_api() for t in request.tools]
         self.api_messages = [m.to_api() for m in messages]
         params: dict[str, Any] = {
             "model": model,
@@ -393,22 +392,6 @@ class _Call:
         for message in self.api_messages:
             feed_message(hasher, message)
         return hasher
-
-
-_TOOL_APIS: dict[int, tuple[ToolDef, dict[str, Any]]] = {}
-"""Each tool definition's API dict, by the (frozen) definition's identity: a bot offers the
-same few definitions every call, and dumping them was a tenth of building a request."""
-
-
-def _tool_api(tool: ToolDef) -> dict[str, Any]:
-    """``tool.to_api()``, dumped once per definition (a copy: ``mark_cache_points`` marks
-    the last tool of a request)."""
-    found = _TOOL_APIS.get(id(tool))
-    if found is None or found[0] is not tool:
-        if len(_TOOL_APIS) >= 1024:  # definitions built anew each turn: do not grow for ever
-            _TOOL_APIS.clear()
-        found = _TOOL_APIS[id(tool)] = (tool, tool.to_api())
-    return dict(found[1])
 
 
 def _readable(messages: list[Message], model: str) -> list[Message]:
