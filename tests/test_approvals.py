@@ -20,10 +20,9 @@ import asyncpg
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot, tracing
+from botkit import Bot, claimnotes, tracing
 from botkit.agent.events import ApprovalDecided, ApprovalRequested
 from botkit.agent.history import INTERRUPTED_TOOL_TEXT
-from botkit.approvals import service as approvals_service
 from botkit.approvals.postgres import PostgresApprovals
 from botkit.approvals.request import describe
 from botkit.approvals.store import PendingApproval, SqliteApprovals, now
@@ -741,7 +740,7 @@ async def test_on_postgres_an_idle_conversations_turns_ask_the_approvals_nothing
 ) -> None:
     """The job's claim reads whether its conversation waits; a request another process
     records is seen by the next turn's claim, and that message is held."""
-    monkeypatch.setattr(approvals_service, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
+    monkeypatch.setattr(claimnotes, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
     asked: list[str] = []
     real_waiting = PostgresApprovals.waiting
 

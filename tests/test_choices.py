@@ -17,9 +17,8 @@ import asyncpg
 import pytest
 from pydantic import SecretStr
 
-from botkit import Bot, Plan, tool
+from botkit import Bot, Plan, claimnotes, tool
 from botkit.choices import Persona, load_personas
-from botkit.choices import service as choices_service
 from botkit.choices.cli import choice_lines, choose
 from botkit.choices.service import MAX_INSTRUCTIONS_CHARS
 from botkit.choices.store import PostgresChoices, SqliteChoices
@@ -269,7 +268,7 @@ async def test_on_postgres_a_queued_turn_takes_the_choice_its_claim_read(
     another process makes is in the next turn's claim."""
     from test_scaleout import queued, queued_bot
 
-    monkeypatch.setattr(choices_service, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
+    monkeypatch.setattr(claimnotes, "KNOWN_FOR", 60.0)  # a slow machine: still the claim's
     reads: list[str] = []
     real_get = PostgresChoices.get
 

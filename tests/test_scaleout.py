@@ -28,7 +28,8 @@ from structlog.testing import capture_logs
 
 from botkit import Bot, Settings, tool
 from botkit.access import USER_CACHE_SECONDS
-from botkit.agent.pool import KNOWN_FOR, known_head
+from botkit.agent.pool import known_head
+from botkit.claimnotes import KNOWN_FOR
 from botkit.messengers.flood import FloodControl
 from botkit.metrics import TURN_OUTCOMES
 from botkit.runtime.cluster import serve_queued

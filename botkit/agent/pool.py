@@ -18,39 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections import OrderedDict
-from contextvars import ContextVar
 from typing import Any
 
 from botkit.agent.context import ContextManager
+from botkit.claimnotes import ClaimNote
 from botkit.sessions import CompactionEntry, FeedbackEntry, ResetEntry, SessionEntry, SessionStore
 from botkit.types import Message
 
 __all__ = ["ContextPool", "known_head"]
 
-KNOWN_FOR = 0.5
-"""Seconds a conversation's last entry number noted with :func:`known_head` stands in for
-reading it (an album's turn waits a second after its claim: it reads it again)."""
-_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_head", default=None)
-"""The conversation, last entry number and time the running turn's job claim read."""
+_HEADS: ClaimNote[int] = ClaimNote("botkit_known_head")
+"""The conversation's last entry number, as the running turn's job claim read it."""
 
 
 def known_head(conversation: str, last_seq: int) -> None:
     """Note, for the turn running in this task, a conversation's last entry number just read:
     the pool's next look at that conversation's cached context takes it instead of a query."""
-    _known.set([conversation, last_seq, time.monotonic()])
+    _HEADS.note(conversation, last_seq)
 
 
 def _take_known(key: int | str) -> int | None:
     """The last entry number noted for ``key`` in this task, once (it is stale after)."""
-    known = _known.get()
-    if not known or known[0] != str(key):
-        return None
-    last: int = known[1]
-    fresh = time.monotonic() - known[2] < KNOWN_FOR
-    known.clear()  # a list, so a child task taking it clears it for its parent too
-    return last if fresh else None
+    return _HEADS.take(str(key))[1]
 
 
 class ContextPool:

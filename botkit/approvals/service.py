@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
-from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +28,7 @@ from botkit.agent.events import ApprovalDecided, ApprovalRequested, Hooks
 from botkit.approvals.request import decided_text, request_reply
 from botkit.approvals.store import ApprovalStore, Decision, PendingApproval, SqliteApprovals, now
 from botkit.chats import conversation_of
+from botkit.claimnotes import ClaimNote
 from botkit.commands import PressAnswer
 from botkit.messengers.base import ButtonPress, Incoming, Messenger
 from botkit.metrics import Metrics
@@ -73,11 +72,8 @@ class TurnResumer(Protocol):
         ...
 
 
-KNOWN_FOR = 0.5
-"""Seconds whether a conversation waits, read with a queued job's claim, stands in for asking
-the store (as ``botkit.agent.pool.known_head``: a turn that starts later asks)."""
-_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_waiting", default=None)
-"""The conversation (session key), whether it waited, and when the running job's claim read it."""
+_WAITING: ClaimNote[bool] = ClaimNote("botkit_known_waiting")
+"""Whether the running job's conversation waited, as its claim read it."""
 
 
 def known_waiting(conversation: str, waiting: bool) -> None:
@@ -86,17 +82,13 @@ def known_waiting(conversation: str, waiting: bool) -> None:
     check then takes it instead of a query. Only a conversation's own turns make it wait, and
     a claim is read once its earlier turns ended, so a "no" stays true until the turn's check;
     a "yes" is asked again (a decision may have ended it meanwhile)."""
-    _known.set([conversation, waiting, time.monotonic()])
+    _WAITING.note(conversation, waiting)
 
 
 def _known_idle(conversation: str) -> bool:
     """Whether a claim just read ``conversation`` as not waiting (taken once)."""
-    known = _known.get()
-    if not known or known[0] != conversation:
-        return False
-    idle = not known[1] and time.monotonic() - known[2] < KNOWN_FOR
-    known.clear()  # a list, so a child task taking it clears it for its parent too
-    return idle
+    read, waiting = _WAITING.take(conversation)
+    return read and waiting is False
 
 
 class ApprovalHost(Protocol):

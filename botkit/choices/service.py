@@ -10,11 +10,9 @@ never reads the store. What users see and press lives in ``botkit.choices.menus`
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -24,6 +22,7 @@ from botkit.choices.personas import Persona
 from botkit.choices.store import Choice, ChoiceField, ChoiceStore, choice_store_for
 from botkit.choices.texts import ChoiceTexts
 from botkit.choices.turn import NO_CHOICE, TurnChoice
+from botkit.claimnotes import ClaimNote
 from botkit.commands import ButtonHandler, CommandHandler
 from botkit.config import Settings
 from botkit.memory.store import memory_key
@@ -95,29 +94,20 @@ class ChoiceSettings:
         return len(self.models) > 1 or bool(self.personas) or self.instructions
 
 
-KNOWN_FOR = 0.5
-"""Seconds a conversation's choices read with a queued job's claim stand in for reading them
-(as ``botkit.agent.pool.known_head``)."""
-_known: ContextVar[list[Any] | None] = ContextVar("botkit_known_choice", default=None)
-"""The conversation, its choices and when the running job's claim read them."""
+_CHOICES: ClaimNote[Choice | None] = ClaimNote("botkit_known_choice")
+"""The running job's conversation's choices, as its claim read them."""
 
 
 def known_choice(conversation: str, choice: Choice | None) -> None:
     """Note, for the turn running in this task, its conversation's choices as the job's claim
     just read them (``None``: none made): the turn takes them instead of a query, so a choice
     made by another process is seen at the next turn's claim."""
-    _known.set([conversation, choice, time.monotonic()])
+    _CHOICES.note(conversation, choice)
 
 
 def _take_known(conversation: str) -> tuple[bool, Choice | None]:
     """Whether a claim just read ``conversation``'s choices, and them (taken once)."""
-    known = _known.get()
-    if not known or known[0] != conversation:
-        return False, None
-    fresh = time.monotonic() - known[2] < KNOWN_FOR
-    choice: Choice | None = known[1]
-    known.clear()  # a list, so a child task taking it clears it for its parent too
-    return fresh, choice
+    return _CHOICES.take(conversation)
 
 
 class ChoiceHost(Protocol):
