@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from botkit.errors import StoreError
 from botkit.stores.base import UserStore
-from botkit.stores.pooled import pooled_connection
+from botkit.stores.pooled import pooled_connection, store_beside
 
 __all__ = [
     "Choice",
@@ -76,13 +76,8 @@ class ChoiceStore(Protocol):
 
 def choice_store_for(users: UserStore) -> ChoiceStore:
     """The choice store beside ``users``: in its SQLite file, or its PostgreSQL pool."""
-    pool = getattr(users, "pool", None)
-    if pool is not None:
-        return PostgresChoices(pool)
-    path = getattr(users, "path", None)
-    if path is None:
-        raise StoreError(f"choices need a SQLite or PostgreSQL user store, not {type(users)}")
-    return SqliteChoices(path)
+    pool, path = store_beside(users, "choices")
+    return PostgresChoices(pool) if path is None else SqliteChoices(path)
 
 
 def _checked(changes: dict[ChoiceField, str | None]) -> list[ChoiceField]:

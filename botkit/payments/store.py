@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from botkit.errors import StoreError
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Plan
 from botkit.stores.base import UserStore
-from botkit.stores.pooled import pooled_connection
+from botkit.stores.pooled import pooled_connection, store_beside
 
 __all__ = [
     "UNKNOWN_PLAN",
@@ -139,13 +139,8 @@ class PaymentStore(Protocol):
 
 def payment_store_for(users: UserStore) -> PaymentStore:
     """The payment store beside ``users``: in its SQLite file, or its PostgreSQL pool."""
-    pool = getattr(users, "pool", None)
-    if pool is not None:
-        return PostgresPayments(pool)
-    path = getattr(users, "path", None)
-    if path is None:
-        raise StoreError(f"payments need a SQLite or PostgreSQL user store, not {type(users)}")
-    return SqlitePayments(path)
+    pool, path = store_beside(users, "payments")
+    return PostgresPayments(pool) if path is None else SqlitePayments(path)
 
 
 class SqlitePayments:

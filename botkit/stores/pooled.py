@@ -1,14 +1,15 @@
-"""A connection from the user store's PostgreSQL pool, for a feature's store that shares it."""
+"""A feature's store beside the user store: in its SQLite file, or on its PostgreSQL pool."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from botkit.errors import StoreError
 
-__all__ = ["pooled_connection"]
+__all__ = ["pooled_connection", "store_beside"]
 
 
 @asynccontextmanager
@@ -24,3 +25,15 @@ async def pooled_connection(pool: Any, database: str, doing: str) -> AsyncIterat
         raise StoreError(f"{e}: run `python -m botkit migrate`") from e
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
         raise StoreError(f"the {database} failed while {doing}: {type(e).__name__}") from e
+
+
+def store_beside(users: object, what: str) -> tuple[Any, Path | None]:
+    """Where ``what``'s store beside ``users`` lives: the user store's PostgreSQL pool (and no
+    path), or no pool and its SQLite file (``StoreError`` for any other user store)."""
+    pool = getattr(users, "pool", None)
+    if pool is not None:
+        return pool, None
+    path = getattr(users, "path", None)
+    if path is None:
+        raise StoreError(f"{what} need a SQLite or PostgreSQL user store, not {type(users)}")
+    return None, path
