@@ -784,6 +784,65 @@ async def test_on_postgres_an_idle_conversations_turns_ask_the_approvals_nothing
             await pool.close()
 
 
+async def test_run_on_postgres_asks_an_idle_conversation_once_and_hears_another_process(
+    claude: FakeAnthropicServer,
+    telegram: FakeTelegramServer,
+    tmp_path: Path,
+    db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run`` on PostgreSQL (no job claim): the first turn asks whether the conversation
+    waits, later idle turns ask nothing; a request another process records is heard (the
+    change feed) and the next message is held behind it."""
+    asked: list[str] = []
+    real_fetch = PostgresApprovals._fetch
+
+    async def counted(self: PostgresApprovals, sql: str, *params: Any) -> list[Any]:
+        if sql.startswith("SELECT EXISTS"):
+            asked.append(str(params[0]))
+        return await real_fetch(self, sql, *params)
+
+    monkeypatch.setattr(PostgresApprovals, "_fetch", counted)
+    bot = approval_bot(claude, tmp_path, [], database_url=SecretStr(db))
+    async with running(bot, telegram):
+        for n in range(3):
+            await ask(telegram, BOB, f"hello {n}")
+        assert asked == [f"{BOB}:"], "asked once, then known idle"
+        pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
+
+        async def other_pool() -> Any:
+            return pool
+
+        try:  # another process's store, on its own pool (no change feed of its own)
+            await PostgresApprovals(other_pool).add(
+                PendingApproval(
+                    id="from-elsewhere",
+                    conversation=f"{BOB}:",
+                    user_id=BOB,
+                    approvers=(),
+                    chat_id=BOB,
+                    turn={},
+                    calls=[],
+                    deadline=now() + 600,
+                )
+            )
+        finally:
+            await pool.close()
+        kept = bot.approvals.store._idle  # type: ignore[attr-defined]
+        for _ in range(100):  # the notification comes a moment after the commit
+            if not kept.get(f"{BOB}:")[0]:
+                break
+            await asyncio.sleep(0.05)
+        telegram.send_text(BOB, "while it waits")
+        for _ in range(300):
+            if await bot.approvals.store.held_conversations():
+                break
+            await asyncio.sleep(0.05)
+        assert await bot.approvals.store.held_conversations() == [f"{BOB}:"]
+        assert asked == [f"{BOB}:", f"{BOB}:"], "heard the change: asked again"
+        assert len(telegram.sent_messages(BOB)) == 3, "no answer while it waits"
+
+
 @pytest.mark.parametrize(
     ("key", "conversation"),
     [

@@ -26,6 +26,7 @@ from botkit.errors import ConfigError
 from botkit.payments.store import NewPayment
 from botkit.privacy.defaults import default_parts
 from botkit.privacy.erase import export_user, forget_user
+from botkit.stores import changes
 from botkit.testing import FakeAnthropicServer, FakeReply, FakeTelegramServer, running
 from botkit.testing.kit import ask, fake_llm, make_bot, make_settings
 from botkit.testing.telegram import SentMessage
@@ -294,6 +295,64 @@ async def test_on_postgres_a_queued_turn_takes_the_choice_its_claim_read(
     assert request_for(claude, "one").model == SONNET
     assert request_for(claude, "two").model == HAIKU
     assert request_for(claude, "three").model == HAIKU
+
+
+async def test_on_postgres_run_keeps_the_choice_until_anyone_changes_it(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run`` on PostgreSQL (no job claim): the choice is read once, then kept; one another
+    process writes is heard (the change feed) and used by the next turn; with the feed's
+    connection lost, the next turn reads the table again (and the feed listens again)."""
+    monkeypatch.setattr(changes, "RETRY_AFTER", 0.0)
+    reads: list[str] = []
+    real_connection = PostgresChoices._connection
+
+    def counted(self: PostgresChoices, doing: str) -> Any:
+        reads.append(doing)
+        return real_connection(self, doing)
+
+    monkeypatch.setattr(PostgresChoices, "_connection", counted)
+    bot = chooser(claude, tmp_path, {"database_url": SecretStr(db)})
+    pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
+    elsewhere = PostgresChoices(pool)  # another process's store (no feed of its own)
+    async with running(bot, telegram):
+        for n in range(3):
+            await ask(telegram, ALICE, f"again {n}")
+        assert reads.count("reading a choice") == 1, "read once, then kept"
+        feed = (await bot.access.user_store()).changes  # type: ignore[attr-defined]
+        heard = feed.epoch
+        await elsewhere.set(str(ALICE), ALICE, {"model": HAIKU})
+        await until_heard(bot, str(ALICE))
+        await ask(telegram, ALICE, "after the other")
+        assert reads.count("reading a choice") == 2, "heard the change: read again"
+        listener = feed._conn.get_server_pid()
+        await pool.fetchval("SELECT pg_terminate_backend($1)", listener)
+        await elsewhere.set(str(ALICE), ALICE, {"model": SONNET})  # unheard: no listener
+        for _ in range(100):
+            if not feed.live:
+                break
+            await asyncio.sleep(0.05)
+        await ask(telegram, ALICE, "feed lost")
+        assert reads.count("reading a choice") == 3, "nothing kept is trusted"
+        assert feed.live and feed.epoch > heard, "listening again"
+    await pool.close()
+    assert request_for(claude, "again 2").model == SONNET
+    assert request_for(claude, "after the other").model == HAIKU
+    assert request_for(claude, "feed lost").model == SONNET
+
+
+async def until_heard(bot: Bot, conversation: str) -> None:
+    """Wait until the bot's choices store forgot what it kept of ``conversation``."""
+    kept = (await bot.choices.store())._kept  # type: ignore[attr-defined]
+    for _ in range(100):
+        if not kept.get(conversation)[0]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the change of {conversation} was not heard")
 
 
 async def test_in_a_shared_group_only_its_admins_choose(

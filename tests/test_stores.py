@@ -75,6 +75,7 @@ ALL = [
     "026_voice",
     "027_console_links",
     "028_task_batches",
+    "029_change_feed",
 ]
 _TABLES = "botkit_users, botkit_invites, botkit_usage"
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from botkit.approvals.store import Decision, HeldMessage, PendingApproval
+from botkit.stores.changes import ChangeFeed, KeptRows
 from botkit.stores.postgres import own_queries
 
 __all__ = ["PostgresApprovals"]
@@ -43,9 +44,17 @@ class PostgresApprovals:
     shared = True
     """Every worker of the bot uses it: a resumption is another's until its lease runs out."""
 
-    def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        pool: Callable[[], Awaitable[Any]],
+        changes: Callable[[], Awaitable[ChangeFeed | None]] | None = None,
+    ) -> None:
         self._pool = pool
         """Gives the ``asyncpg.Pool`` (the user store's, opened on first use)."""
+        self._changes = changes
+        """Gives the user store's change feed: with it live, a conversation found not waiting
+        is not asked again until anyone writes its approvals or held messages."""
+        self._idle: KeptRows | None = None
 
     async def _execute(self, sql: str, *params: Any) -> str:
         pool = await self._pool()
@@ -60,6 +69,7 @@ class PostgresApprovals:
 
     async def add(self, approval: PendingApproval) -> None:
         """Record a new request."""
+        (await self._idle_kept()).forget(approval.conversation)
         await self._execute(
             f"INSERT INTO botkit_approvals ({_COLUMNS}) "
             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
@@ -137,13 +147,26 @@ class PostgresApprovals:
 
     async def waiting(self, conversation: str) -> bool:
         """Whether the conversation waits: an unfinished request, or messages held."""
+        idle = await self._idle_kept()
+        if await idle.usable() and idle.get(conversation)[0]:
+            return False  # found not waiting, and no one wrote its rows since
+        read_at = idle.changes
         rows = await self._fetch(
             "SELECT EXISTS (SELECT 1 FROM botkit_approvals WHERE conversation = $1 "
             "AND state <> 'done') OR EXISTS (SELECT 1 FROM botkit_held_messages "
             "WHERE conversation = $1)",
             conversation,
         )
-        return bool(rows[0][0])
+        waiting = bool(rows[0][0])
+        if not waiting:  # "waiting" is always asked again: a decision may have ended it
+            idle.keep(conversation, False, read_at)
+        return waiting
+
+    async def _idle_kept(self) -> KeptRows:
+        if self._idle is None:
+            feed = await self._changes() if self._changes is not None else None
+            self._idle = KeptRows(feed, "botkit_approvals", "botkit_held_messages")
+        return self._idle
 
     async def unfinished(self, conversation: str) -> PendingApproval | None:
         """The conversation's request not finished yet, if any."""
@@ -156,6 +179,7 @@ class PostgresApprovals:
 
     async def hold(self, conversation: str, update: dict[str, Any]) -> None:
         """Keep a message until the conversation stops waiting."""
+        (await self._idle_kept()).forget(conversation)
         await self._execute(
             "INSERT INTO botkit_held_messages (conversation, update_json) VALUES ($1, $2)",
             conversation,

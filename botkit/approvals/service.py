@@ -423,7 +423,10 @@ def _store_for(bot: ApprovalHost) -> ApprovalStore:
     async def pool() -> Any:
         return getattr(await bot.access.user_store(), "pool")  # noqa: B009
 
-    return PostgresApprovals(pool)
+    async def changes() -> Any:
+        return getattr(await bot.access.user_store(), "changes", None)
+
+    return PostgresApprovals(pool, changes)
 
 
 async def _read_held(reader: Any, held: dict[str, Any]) -> Incoming | None:

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from botkit.errors import StoreError
 from botkit.stores.base import UserStore
+from botkit.stores.changes import ChangeFeed, KeptRows
 from botkit.stores.pooled import pooled_connection, store_beside
 
 __all__ = [
@@ -77,7 +78,9 @@ class ChoiceStore(Protocol):
 def choice_store_for(users: UserStore) -> ChoiceStore:
     """The choice store beside ``users``: in its SQLite file, or its PostgreSQL pool."""
     pool, path = store_beside(users, "choices")
-    return PostgresChoices(pool) if path is None else SqliteChoices(path)
+    if path is None:
+        return PostgresChoices(pool, getattr(users, "changes", None))
+    return SqliteChoices(path)
 
 
 def _checked(changes: dict[ChoiceField, str | None]) -> list[ChoiceField]:
@@ -250,17 +253,29 @@ def _row(row: Sequence[Any]) -> Choice:
 
 
 class PostgresChoices:
-    """Choices in PostgreSQL (``botkit_choices``, migration 023), on the user store's pool."""
+    """Choices in PostgreSQL (``botkit_choices``, migration 023), on the user store's pool.
 
-    def __init__(self, pool: Any) -> None:
+    With the user store's :class:`~botkit.stores.changes.ChangeFeed` live, what it read of a
+    conversation is kept until anyone changes that conversation's row: a turn asks nothing.
+    """
+
+    def __init__(self, pool: Any, changes: ChangeFeed | None = None) -> None:
         self.pool = pool
+        self._kept = KeptRows(changes, "botkit_choices")
 
     async def get(self, conversation: str) -> Choice | None:
         """The conversation's choices, if it made any."""
+        if await self._kept.usable():
+            known, kept = self._kept.get(conversation)
+            if known:
+                return cast(Choice | None, kept)
+        read_at = self._kept.changes
         sql = f"SELECT {_COLUMNS} FROM botkit_choices WHERE conversation = $1"
         async with self._connection("reading a choice") as conn:
             row = await conn.fetchrow(sql, conversation)
-        return None if row is None else _row(tuple(row))
+        choice = None if row is None else _row(tuple(row))
+        self._kept.keep(conversation, choice, read_at)
+        return choice
 
     async def set(
         self, conversation: str, user_id: int, changes: dict[ChoiceField, str | None]
@@ -274,9 +289,12 @@ class PostgresChoices:
             VALUES ($1, $2, {marks}, now()) ON CONFLICT (conversation) DO UPDATE SET
             user_id = excluded.user_id, {updates}, updated_at = excluded.updated_at
             RETURNING {_COLUMNS}"""
+        self._kept.forget(conversation)
         async with self._connection("saving a choice") as conn:
             row = await conn.fetchrow(sql, conversation, user_id, *(changes[n] for n in names))
-        return _row(tuple(row))
+        choice = _row(tuple(row))
+        self._kept.keep(conversation, choice, self._kept.changes)  # its own write, seen at once
+        return choice
 
     async def of_user(self, user_id: int) -> list[Choice]:
         """The choices ``user_id`` made last, by conversation."""

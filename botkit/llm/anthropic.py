@@ -44,9 +44,9 @@ from botkit.llm.thinking import (
     block_prefixes,
     feed_message,
     least_thinking,
-    prefix_hasher,
     problems,
     stale_thinking,
+    top_hasher,
     traits_for,
 )
 from botkit.llm.transport import MessagesTransport
@@ -336,8 +336,11 @@ class _Call:
             messages = _without_tool_cycle(messages, repair.missing_at)
         self.system = request.system
         self.messages = messages
+        self.tool_defs = request.tools
         self.tools = [t.to_api() for t in request.tools]
         self.api_messages = [m.to_api() for m in messages]
+        self._hashed: Any = None
+        """The prefix hash of the whole request, when checking its thinking computed it."""
         params: dict[str, Any] = {
             "model": model,
             "max_tokens": request.max_tokens or llm.max_tokens,
@@ -346,7 +349,7 @@ class _Call:
         if request.system:
             params["system"] = request.system
         if self.tools:
-            params["tools"] = self.tools
+            params["tools"] = [*self.tools]  # marked for the cache; self.tools stay as given
         params.update(llm.thinking.fields(model))
         self.headers: dict[str, str] = {}
         self.params = params
@@ -365,8 +368,10 @@ class _Call:
         traits = traits_for(self.model)
         if not traits.binds_prefix:
             return
-        stale = stale_thinking(self.system, self.tools, self.messages, self.model)
+        hasher = self._top()
+        stale = stale_thinking(hasher, self.messages, self.api_messages, self.model)
         if not stale and not force:
+            self._hashed = hasher
             return
         log.warning("llm.thinking_prefix_changed", model=self.model, blocks=stale or "refused")
         thinking = self.params.get("thinking") or {"type": "adaptive"}
@@ -388,10 +393,15 @@ class _Call:
 
     def _prefix(self) -> Any:
         """The hash of everything this call sent before its answer."""
-        hasher = prefix_hasher(self.system, self.tools)
+        if self._hashed is not None:
+            return self._hashed
+        hasher = self._top()
         for message in self.api_messages:
             feed_message(hasher, message)
         return hasher
+
+    def _top(self) -> Any:
+        return top_hasher(self.system, self.tools, self.tool_defs)
 
 
 def _readable(messages: list[Message], model: str) -> list[Message]:

@@ -194,6 +194,26 @@ def prefix_hasher(system: Any, tools: Sequence[dict[str, Any]]) -> Any:
     return hasher
 
 
+_TOPS: dict[tuple[str, tuple[int, ...]], tuple[tuple[Any, ...], Any]] = {}
+_TOPS_KEPT = 32
+"""Tops (system prompt and tools) kept hashed; all are dropped when there are more."""
+
+
+def top_hasher(system: Any, tools: Sequence[dict[str, Any]], owners: Sequence[Any]) -> Any:
+    """:func:`prefix_hasher` of a request's top, fed once for a system prompt and tools that
+    many calls share. ``owners``, the immutable objects ``tools`` were made from (one each),
+    name the tools; the entry keeps them, so their identities stay theirs."""
+    if not isinstance(system, str) or len(owners) != len(tools):
+        return prefix_hasher(system, tools)
+    key = (system, tuple(map(id, owners)))
+    kept = _TOPS.get(key)
+    if kept is None:
+        if len(_TOPS) >= _TOPS_KEPT:
+            _TOPS.clear()
+        kept = _TOPS[key] = (tuple(owners), prefix_hasher(system, tools))
+    return kept[1].copy()
+
+
 def feed_message(hasher: Any, message: dict[str, Any]) -> None:
     """Add one whole message (in API shape) to a prefix hash."""
     _feed(hasher, b"M", [message["role"], [_unmarked(b) for b in message["content"]]])
@@ -220,16 +240,15 @@ def _unmarked(value: Any) -> Any:
 
 
 def stale_thinking(
-    system: Any, tools: Sequence[dict[str, Any]], messages: Sequence[Message], model: str
+    hasher: Any, messages: Sequence[Message], api_messages: Sequence[dict[str, Any]], model: str
 ) -> list[str]:
     """Where the request's thinking blocks would fail the prefix check on ``model``: the
     path (``messages.i.content.j``) of each block whose prefix changed since it was written,
     or that botkit has no record of. Blocks of another model are left to the API (dropped
-    unread without an error)."""
-    hasher = prefix_hasher(system, tools)
+    unread without an error). ``hasher`` starts fed with the request's top (:func:`top_hasher`)
+    and ends fed with every message (``api_messages``, the API shape of ``messages``)."""
     stale: list[str] = []
-    for i, message in enumerate(messages):
-        api = message.to_api()
+    for i, (message, api) in enumerate(zip(messages, api_messages, strict=True)):
         if message.role == "assistant" and message.thinking:
             digests = block_prefixes(hasher, "assistant", api["content"])
             for j, block in enumerate(message.content):

@@ -33,6 +33,8 @@ Clock = Callable[[], datetime]
 """Tells the time (timezone-aware); tests pass a fixed one."""
 
 ZONE_CACHE_SECONDS = 10.0
+_MINUTES_KEPT = 256
+"""Local times kept formatted (zone and minute); all are dropped when there are more."""
 """How long a user's time zone is trusted from memory (another process may change it)."""
 
 
@@ -70,6 +72,7 @@ class Reminders:
         self.wake: Callable[[], None] | None = None
         """Called when a schedule is added, so a firing loop in this process looks again."""
         self._zones: dict[int, tuple[ZoneInfo, float]] = {}
+        self._minutes: dict[tuple[str, datetime], str] = {}
 
     async def zone(self, user_id: int) -> ZoneInfo:
         """The user's time zone: theirs if they set one, else BOTKIT_TIMEZONE."""
@@ -103,7 +106,13 @@ class Reminders:
         ``Tue 24 Nov 2026 09:00 CET``."""
         zone = await self.zone(user_id)
         moment = (at or self.clock()).replace(second=0, microsecond=0)
-        return f"{format_local(moment, zone)} ({zone.key})"
+        key = (zone.key, moment)
+        shown = self._minutes.get(key)
+        if shown is None:  # most turns of a minute share a few zones: formatted once each
+            if len(self._minutes) >= _MINUTES_KEPT:
+                self._minutes.clear()
+            shown = self._minutes[key] = f"{format_local(moment, zone)} ({zone.key})"
+        return shown
 
     async def add(
         self,

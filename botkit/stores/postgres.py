@@ -29,6 +29,7 @@ from botkit.stores.base import (
     new_invite,
     token_kinds,
 )
+from botkit.stores.changes import ChangeFeed
 from botkit.stores.migrate import pending_migrations
 from botkit.stores.migrate import without_password as _without_password
 from botkit.types import Usage
@@ -189,6 +190,9 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLink
         self._dsn = ""
         self._owns_pool = False
         self._schema_ok = False
+        self.changes = ChangeFeed(None)
+        """Rows of conversations' approvals and choices changed by anyone (live only on a
+        pool this store made: a pool passed in does not say where to listen)."""
 
     @classmethod
     async def connect(cls, dsn: str, **pool_options: Any) -> PostgresUserStore:
@@ -205,6 +209,7 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLink
         store = cls(pool)
         store._dsn = dsn
         store._owns_pool = True
+        store.changes = ChangeFeed(dsn)
         try:
             await store.check_schema()
         except BaseException:
@@ -225,6 +230,7 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLink
 
     async def close(self) -> None:
         """Close the pool if :meth:`connect` made it; a pool passed in is left to its owner."""
+        await self.changes.close()
         if self._owns_pool:
             await self.pool.close()
 
