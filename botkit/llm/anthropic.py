@@ -560,35 +560,50 @@ async def _stream(
     """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
     async with transport.post(body, headers) as response:
         message = _Accumulator(transport, response)
-        async for data in _sse_data(transport.chunks(response)):
+        events = _SseEvents()
+        read = response.content.readany  # called directly: a stream is tens of chunks
+        with transport.read_timer(response):
+            while chunk := await read():
+                for data in events.feed(chunk):
+                    text = message.add(orjson.loads(data))
+                    if text:
+                        await on_text(text)
+        for data in events.end():
             text = message.add(orjson.loads(data))
             if text:
                 await on_text(text)
         return message.finish()
 
 
-async def _sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event (events without data are skipped).
+class _SseEvents:
+    """The ``data`` of each server-sent event in a stream's chunks (events without data are
+    skipped).
 
     The Messages API sends ``event:`` and ``data:`` lines, an event ending with a blank line;
     each event's data is one line of JSON, which also names the event in its ``type``.
     """
-    buffer = b""
-    async for chunk in chunks:
-        buffer += chunk
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of the events ``chunk`` completes."""
+        buffer = self.buffer + chunk
         if b"\r" in buffer:  # tolerate CRLF and CR line ends too, as SSE allows
             if buffer.endswith(b"\r"):
-                continue  # maybe the first half of a CRLF
+                self.buffer = buffer
+                return []  # maybe the first half of a CRLF
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *events, buffer = buffer.split(b"\n\n")
-        for event in events:
-            data = _data_of(event)
-            if data:
-                yield data
-    if buffer.strip():
-        data = _data_of(buffer)
-        if data:
-            yield data
+        *events, self.buffer = buffer.split(b"\n\n")
+        return [data for event in events if (data := _data_of(event))]
+
+    def end(self) -> list[bytes]:
+        """The data of an event the stream ended without a blank line after."""
+        rest, self.buffer = self.buffer, b""
+        if b"\r" in rest:
+            rest = rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        data = _data_of(rest) if rest.strip() else b""
+        return [data] if data else []
 
 
 def _data_of(event: bytes) -> bytes:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -94,17 +94,15 @@ class MessagesTransport:
                 continue
             raise self.client._make_status_error_from_response(failed)
 
-    async def chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        """A streamed answer's body, as it arrives.
-
-        Its read timeout (no byte for that long) is kept by one timer of ours that looks at
-        the bytes received, not by aiohttp's, which is cancelled and set again for every
-        chunk: a few dozen timers a turn, about a tenth of the CPU of reading a stream.
-        """
+    @contextmanager
+    def read_timer(self, response: aiohttp.ClientResponse) -> Iterator[None]:
+        """While a streamed answer's body is read within: its read timeout (no byte for that
+        long) kept by one timer of ours that looks at the bytes received, not by aiohttp's,
+        which is cancelled and set again for every chunk: a few dozen timers a turn, about a
+        tenth of the CPU of reading a stream."""
         watch = _ReadTimeout.take_over(response) if self._own_read_timer else None
         try:
-            async for chunk in response.content.iter_any():
-                yield chunk
+            yield
         finally:
             if watch is not None:
                 watch.stop()
