@@ -62,7 +62,7 @@ def configure_logging(level: str = "INFO", *, secrets: Iterable[str] = ()) -> No
             _renderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),  # a line, one write
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
