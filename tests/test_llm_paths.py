@@ -251,8 +251,12 @@ def _streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     return events
 
 
-def _sse(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+def _sse(events: list[dict[str, Any]], end: str = "\n") -> bytes:
+    """The events as the API streams them, each line ended with ``end`` (SSE allows LF, CRLF
+    and CR)."""
+    return b"".join(
+        f"event: {e['type']}{end}data: {json.dumps(e)}{end}{end}".encode() for e in events
+    )
 
 
 class _Replay:
@@ -352,14 +356,19 @@ def _same_message(ours: dict[str, Any], theirs: anthropic.types.Message) -> None
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(events=_streams(), cuts=st.lists(st.integers(min_value=0), max_size=6))
+@given(
+    events=_streams(),
+    cuts=st.lists(st.integers(min_value=0), max_size=6),
+    end=st.sampled_from(["\n", "\r\n", "\r"]),
+)
 def test_botkit_builds_the_message_the_sdk_builds_from_the_same_stream(
     replay_loop: tuple[asyncio.Runner, _Replay, AnthropicLLM],
     events: list[dict[str, Any]],
     cuts: list[int],
+    end: str,
 ) -> None:
     runner, replay, llm = replay_loop
-    body = _sse(events)
+    body = _sse(events, end)
     # the bytes arrive cut anywhere: mid-line, mid-character, between events
     replay.chunks = [
         piece.encode("latin-1")

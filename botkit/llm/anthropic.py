@@ -588,22 +588,23 @@ class _SseEvents:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data of the events ``chunk`` completes."""
-        buffer = self.buffer + chunk
+        buffer, held = self.buffer + chunk, b""
         if b"\r" in buffer:  # tolerate CRLF and CR line ends too, as SSE allows
             if buffer.endswith(b"\r"):
-                self.buffer = buffer
-                return []  # maybe the first half of a CRLF
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *events, self.buffer = buffer.split(b"\n\n")
+                buffer, held = buffer[:-1], b"\r"  # maybe the first half of a CRLF
+            buffer = _lf(buffer)
+        *events, rest = buffer.split(b"\n\n")
+        self.buffer = rest + held
         return [data for event in events if (data := _data_of(event))]
 
     def end(self) -> list[bytes]:
-        """The data of an event the stream ended without a blank line after."""
-        rest, self.buffer = self.buffer, b""
-        if b"\r" in rest:
-            rest = rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        data = _data_of(rest) if rest.strip() else b""
-        return [data] if data else []
+        """The data of the events the stream's last bytes complete (a blank line or not)."""
+        rest, self.buffer = _lf(self.buffer), b""
+        return [data for event in rest.split(b"\n\n") if (data := _data_of(event))]
+
+
+def _lf(data: bytes) -> bytes:
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def _data_of(event: bytes) -> bytes:
