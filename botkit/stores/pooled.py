@@ -15,12 +15,17 @@ __all__ = ["pooled_connection", "store_beside"]
 @asynccontextmanager
 async def pooled_connection(pool: Any, database: str, doing: str) -> AsyncIterator[Any]:
     """A connection from ``pool``, asyncpg's errors as ``StoreError``: a missing table says to
-    migrate, the rest name the ``database`` ("the payments database") and what it was ``doing``."""
+    migrate, the rest name the ``database`` ("the payments database") and what it was ``doing``.
+    Released without asyncpg's reset query (no session lock, cursor or setting is left)."""
     import asyncpg  # type: ignore[import-untyped]
 
+    from botkit.stores.postgres import own_queries
+
     try:
-        async with pool.acquire() as conn:
-            yield conn
+        # botkit's single statements and transactions leave nothing for the pool's reset
+        with own_queries():
+            async with pool.acquire() as conn:
+                yield conn
     except asyncpg.UndefinedTableError as e:
         raise StoreError(f"{e}: run `python -m botkit migrate`") from e
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
