@@ -103,6 +103,29 @@ class BotSpec:
     """A file to write a cProfile of the measured rounds to (SIGUSR1 starts, SIGUSR2 stops)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables the child gets besides this process's (e.g. ``OTEL_*``)."""
+    paced: bool = False
+    """botkit: pace sends as its settings say (``HIGH_VOLUME``: paid broadcasts at 1,000 a
+    second) instead of ``FloodControl.unlimited()``."""
+
+
+HIGH_VOLUME = {
+    "BOTKIT_PAID_BROADCAST": "true",
+    "BOTKIT_GLOBAL_RATE": "1000",
+    "BOTKIT_OPERATORS_CHAT": "-1009990001",
+    "BOTKIT_PLANS": json.dumps(
+        [
+            {
+                "id": "pro",
+                "title": "Pro",
+                "description": "More a day",
+                "stars": 50,
+                "daily_tokens": 1_000_000,
+            }
+        ]
+    ),
+}
+"""#52's configuration: a high-volume bot's paid broadcasts, and handoff (an operators' chat)
+and plans configured but idle (approvals and memory are on by default)."""
 
 
 def botkit_settings(spec: BotSpec) -> Settings:
@@ -124,6 +147,25 @@ def botkit_settings(spec: BotSpec) -> Settings:
     )
 
 
+def _pacing(spec: BotSpec) -> str:
+    if not spec.paced:
+        return (
+            "exception: flood=FloodControl.unlimited() (paid broadcasts: no pacing to 30 "
+            "msg/s, which would measure Telegram's limit, not botkit)"
+        )
+    env = spec.env  # the child's settings: this process does not read them
+    idle = ["approvals", "memory"]
+    if "BOTKIT_OPERATORS_CHAT" in env:
+        idle.append("handoff (BOTKIT_OPERATORS_CHAT)")
+    if "BOTKIT_PLANS" in env:
+        idle.append("a plan (BOTKIT_PLANS)")
+    return (
+        f"BOTKIT_PAID_BROADCAST={env.get('BOTKIT_PAID_BROADCAST', 'false')}, "
+        f"BOTKIT_GLOBAL_RATE={env.get('BOTKIT_GLOBAL_RATE', '30')} (sends paced as a "
+        f"high-volume bot's); configured but idle: {', '.join(idle)}"
+    )
+
+
 def describe(spec: BotSpec) -> str:
     """One line saying how a contender is configured."""
     if spec.kind == BOTKIT:
@@ -136,8 +178,7 @@ def describe(spec: BotSpec) -> str:
             f"{spec.env.get('BOTKIT_RICH_MESSAGES', settings.rich_messages)}, access="
             f"{settings.access} ({store} user store, the benchmark's users allowlisted), "
             f"JSONL sessions and inbox journal on disk, JSON log lines ({settings.log_level}) "
-            "to a file; exception: flood=FloodControl.unlimited() (paid broadcasts: no "
-            "pacing to 30 msg/s, which would measure Telegram's limit, not botkit)"
+            f"to a file; {_pacing(spec)}"
         )
     limit = "unbounded" if spec.tasks_limit is None else str(spec.tasks_limit)
     what = {
@@ -731,7 +772,7 @@ async def _run_botkit(spec: BotSpec, stop: asyncio.Event) -> None:
     settings = botkit_settings(spec)
     configure_logging(settings.log_level, secrets=[TOKEN, API_KEY])
     bot = default_bot(settings) if spec.assistant else Bot(settings=settings)
-    messenger = messenger_for(settings, flood=FloodControl.unlimited())
+    messenger = messenger_for(settings, flood=None if spec.paced else FloodControl.unlimited())
     await serve(bot, stop, messenger=messenger, freeze_startup=True)  # as run_bot does
 
 

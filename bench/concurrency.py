@@ -33,6 +33,7 @@ from _common import (
     AIOGRAM_LLM,
     AIOGRAM_STREAM,
     BOTKIT,
+    HIGH_VOLUME,
     BotSpec,
     BotUnderTest,
     Round,
@@ -91,6 +92,8 @@ async def main(args: argparse.Namespace) -> int:
             max_concurrent_turns=args.max_concurrent_turns,
             stream_replies=True,
             assistant=True,
+            env=HIGH_VOLUME,
+            paced=True,
         )
         specs = {
             "botkit": botkit_spec,

@@ -46,6 +46,7 @@ from _common import (
     AIOGRAM_LLM,
     AIOGRAM_STREAM,
     BOTKIT,
+    HIGH_VOLUME,
     BotSpec,
     BotUnderTest,
     Round,
@@ -112,10 +113,12 @@ def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
         max_concurrent_turns=args.concurrency,
         stream_replies=True,
         assistant=True,
+        env=HIGH_VOLUME,
+        paced=True,
     )
     specs = {
         "botkit": ours,
-        "botkit-html": replace(ours, env={"BOTKIT_RICH_MESSAGES": "off"}),
+        "botkit-html": replace(ours, env={**HIGH_VOLUME, "BOTKIT_RICH_MESSAGES": "off"}),
         "botkit-nostream": replace(ours, stream_replies=False),
         "create": BotSpec(AIOGRAM_LLM, tasks_limit=args.concurrency, assistant=True),
         "stream": BotSpec(AIOGRAM_STREAM, tasks_limit=args.concurrency, assistant=True),

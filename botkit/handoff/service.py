@@ -113,6 +113,9 @@ class Handoffs:
         self.host = host
         self.operators_chat = operators_chat
         """The forum supergroup where each handed-over user has a topic."""
+        self._names: dict[int, str] = {}
+        """Each user's name as their latest message gave it, for the topic a handoff opens."""
+        self._tool = self._handoff_tool()
 
     # ---- the pipeline's two points ----------------------------------------------------
 
@@ -368,8 +371,14 @@ class Handoffs:
         return self.host.messenger
 
     def tool_for(self, message: Incoming) -> Tool:
-        """The ``handoff`` tool for the turn of ``message``."""
+        """The ``handoff`` tool for the turn of ``message`` (one for every turn: making a tool
+        costs a JSON schema; the sender's name is noted for it)."""
+        if len(self._names) >= _NAMES_KEPT:
+            self._names.clear()
+        self._names[message.user_id] = _name_of(message)
+        return self._tool
 
+    def _handoff_tool(self) -> Tool:
         @tool(name="handoff")
         async def handoff(ctx: ToolContext, reason: str) -> str:
             """Hand this conversation to a person on the team, who will answer the user here.
@@ -379,7 +388,8 @@ class Handoffs:
             Args:
                 reason: Why a person is needed, in one line, for the person taking over.
             """
-            told = await self.open(ctx.user_id, ctx.chat_id, _name_of(message), reason)
+            name = self._names.get(ctx.user_id) or f"user {ctx.user_id}"
+            told = await self.open(ctx.user_id, ctx.chat_id, name, reason)
             await self._messenger().send_text(ctx.chat_id, told)
             return (
                 f"The user was told: {told!r}. A person answers them from now on; end your "
@@ -413,6 +423,10 @@ def _forum(messenger: Messenger) -> Forum:
     if not isinstance(messenger, Forum):
         raise ConfigError(f"{type(messenger).__name__} has no forum topics: handoff needs them")
     return messenger
+
+
+_NAMES_KEPT = 100_000
+"""Users whose names are kept for the handoff tool; all are forgotten when there are more."""
 
 
 def _name_of(message: Incoming) -> str:
