@@ -20,7 +20,7 @@ from botkit.extras import require_extra
 from botkit.messengers.base import Incoming, Messenger
 from botkit.options import BotOptions
 from botkit.pricing import BATCH_FACTOR, BATCH_MARK, CACHE_READ_FACTOR, FALLBACK, price_for
-from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore
+from botkit.stores.base import ModelUsage, RedeemFailure, UserRecord, UserStore, check_tokens
 from botkit.types import Usage
 
 __all__ = ["USAGE_FLUSH_SECONDS", "USER_CACHE_SECONDS", "Access", "UsageLedger", "open_user_store"]
@@ -174,7 +174,9 @@ class Access:
         budget = await self.daily_budget(user_id)
         if budget is None:
             return False
-        return await (await self.user_store()).usage_on(user_id, today()) >= budget
+        day = today()
+        spent = await (await self.user_store()).usage_on(user_id, day)
+        return spent + self.ledger.unwritten_tokens(user_id, day) >= budget
 
     async def daily_budget(self, user_id: int) -> int | None:
         """The user's daily token budget: their paid plan's, else BOTKIT_DAILY_TOKEN_BUDGET."""
@@ -209,8 +211,7 @@ class Access:
         if usage.audio_seconds or usage.spoken_chars:  # voice, as the chat model's tokens
             chat = price_for(self.settings.model) or FALLBACK
             spent += (price_for(model) or FALLBACK).voice_tokens(usage, chat)
-        spent = self._weighed(spent, usage, model)
-        await (await self.user_store()).add_usage(user_id, today(), spent)
+        self.ledger.add_tokens(user_id, self._weighed(spent, usage, model))
 
     def _weighed(self, spent: int, usage: Usage, model: str) -> int:
         """``spent`` in tokens of the budget's model: a call to a model dearer than it counts
@@ -227,12 +228,14 @@ class Access:
 
 
 class UsageLedger:
-    """Token usage per user, UTC day and model, written to the user store in batches.
+    """Token usage per user, UTC day and model, and the tokens counted against each user's
+    daily budget, written to the user store in batches.
 
     An LLM call only adds to a dictionary; every :data:`USAGE_FLUSH_SECONDS` what gathered is
-    written in one transaction, so recording every user's usage costs no store round trip per
-    call. A batch the store refuses is kept and tried again with the next; at most the last
-    interval's usage is lost if the process is killed.
+    written (the usage by model in one transaction), so recording every user's usage costs no
+    store round trip per call. Budget checks add what is not written yet. A batch the store
+    refuses is kept and tried again with the next; at most the last interval's usage is lost
+    if the process is killed, and another process sees it that much later.
     """
 
     def __init__(
@@ -243,19 +246,38 @@ class UsageLedger:
         self._store = store
         self.interval = interval
         self._pending: dict[tuple[int, date, str], Usage] = {}
+        self._tokens: dict[tuple[int, date], int] = {}
+        """Tokens against users' daily budgets, by user and UTC day, not written yet."""
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._writing: dict[tuple[int, date], int] = {}
+        self._write_lock = asyncio.Lock()
+        """Budget tokens being written now: still counted until their write is done."""
 
     def add(self, user_id: int, model: str, usage: Usage) -> None:
         """Count ``usage`` for the user today with ``model``; it is written soon."""
         key = (user_id, today(), model)
         before = self._pending.get(key)
         self._pending[key] = usage if before is None else before + usage
+        self._flush_soon()
+
+    def add_tokens(self, user_id: int, tokens: int) -> None:
+        """Count ``tokens`` against the user's budget today; they are written soon."""
+        key = (user_id, today())
+        self._tokens[key] = self._tokens.get(key, 0) + check_tokens(tokens)
+        self._flush_soon()
+
+    def unwritten_tokens(self, user_id: int, day: date) -> int:
+        """The tokens counted against the user's budget on ``day`` not written yet."""
+        return self._tokens.get((user_id, day), 0) + self._writing.get((user_id, day), 0)
+
+    def _flush_soon(self) -> None:
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_later(), name="botkit-usage-ledger")
 
     async def flush(self) -> None:
         """Write what gathered now; on a store error, keep it for the next try."""
+        await self._flush_tokens()
         pending, self._pending = self._pending, {}
         if not pending:
             return
@@ -267,6 +289,26 @@ class UsageLedger:
             for key, usage in pending.items():
                 later = self._pending.get(key)
                 self._pending[key] = usage if later is None else usage + later
+
+    async def _flush_tokens(self) -> None:
+        """Write the budgets' tokens, user by user; what the store refuses is kept."""
+        async with self._write_lock:
+            await self._write_tokens()
+
+    async def _write_tokens(self) -> None:
+        self._writing, self._tokens = self._tokens, {}
+        store = await self._store() if self._writing else None
+        while self._writing and store is not None:
+            (user_id, day), tokens = next(iter(self._writing.items()))
+            try:
+                await store.add_usage(user_id, day, tokens)
+            except Exception as e:
+                log.warning("usage.budget_not_recorded", users=len(self._writing), error=str(e))
+                for key, kept in self._writing.items():
+                    self._tokens[key] = self._tokens.get(key, 0) + kept
+                self._writing = {}
+                return
+            del self._writing[(user_id, day)]  # written: the store's reads now count it
 
     async def close(self) -> None:
         """Write what is left now (a write under way is finished, never cut off)."""
@@ -283,7 +325,7 @@ class UsageLedger:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval)
                 await self.flush()
-                if not self._pending or self._wake.is_set():
+                if not (self._pending or self._tokens) or self._wake.is_set():
                     return
         finally:
             self._flusher = None

@@ -38,6 +38,7 @@ def make_bot(claude: FakeAnthropicServer, tmp_path: Path, *, stream: bool = Fals
 
 
 async def spent(bot: Bot) -> int:
+    await bot.access.ledger.flush()  # budget tokens are written in batches
     return await (await bot.access.user_store()).usage_on(USER, datetime.now(UTC).date())
 
 
@@ -176,3 +177,32 @@ async def test_cache_reads_count_at_a_tenth_and_summaries_count_in_full(
         for u in calls
     )
     assert charged == expected, "every call, summaries included; cache reads at a tenth"
+
+
+async def test_a_budget_counts_tokens_not_written_yet_and_a_close_writes_them(
+    tmp_path: Path,
+) -> None:
+    """Tokens charged against a budget are written in batches (no store write per call), yet
+    the very next check counts them; closing writes what is left."""
+    from botkit.access import Access
+    from botkit.options import BotOptions
+    from botkit.testing.kit import make_settings
+    from botkit.types import Usage
+
+    access = Access(make_settings(tmp_path, daily_token_budget=1_000), BotOptions())
+    try:
+        store = await access.user_store()
+        today = datetime.now(UTC).date()
+        await access.charge(USER, Usage(input_tokens=600), "claude-sonnet-5")
+        assert not await access.over_budget(USER)
+        await access.charge(USER, Usage(input_tokens=600), "claude-sonnet-5")
+        assert await store.usage_on(USER, today) == 0, "not written yet"
+        assert await access.over_budget(USER), "counted all the same"
+    finally:
+        await access.close()
+    reopened = Access(make_settings(tmp_path, daily_token_budget=1_000), BotOptions())
+    try:
+        assert await (await reopened.user_store()).usage_on(USER, today) == 1_200
+        assert await reopened.over_budget(USER)
+    finally:
+        await reopened.close()

@@ -629,9 +629,11 @@ async def test_a_budget_counts_a_dearer_model_for_more(
         for user, model in ((ALICE, OPUS), (BOB, HAIKU), (4703, SONNET)):
             await bot.access.charge(user, Usage(input_tokens=1_000, output_tokens=100), model)
         await plain.access.charge(ALICE, Usage(input_tokens=1_000, output_tokens=100), OPUS)
+        await bot.access.ledger.flush()  # budget tokens are written in batches
         users = await bot.access.user_store()
         spent = [await users.usage_on(user, day) for user in (ALICE, BOB, 4703)]
         assert spent == [2_200, 55, 1_100], "opus costs twice sonnet, haiku a twentieth"
+        await plain.access.ledger.flush()
         plain_users = await plain.access.user_store()
         assert await plain_users.usage_on(ALICE, day) == 1_100, "without choices, tokens as ever"
     finally:

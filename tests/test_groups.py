@@ -304,6 +304,7 @@ async def test_budgets_in_a_group_count_for_the_speaker(
     async with running(bot, telegram):
         in_group(telegram, ALICE, f"@{BOT} count this for me")
         await telegram.wait_for_messages(GROUP)
+        await bot.access.ledger.flush()  # budget tokens are written in batches
         store = await bot.access.user_store()
         today = datetime.now(UTC).date()
         assert await store.usage_on(ALICE, today) > 0

@@ -48,6 +48,7 @@ async def test_a_sub_agents_calls_are_charged_to_the_user(
     bot = research_bot(claude, tmp_path)
     async with running(bot, telegram):
         assert (await ask(telegram, USER, "tell me about otters")).plain_text == "They hold hands."
+        await bot.access.ledger.flush()  # budget tokens are written in batches
         store = await bot.access.user_store()
         spent = await store.usage_on(USER, datetime.now(UTC).date())
     assert [r.system_text for r in claude.requests].count(RESEARCH) == 1

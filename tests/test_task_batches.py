@@ -160,9 +160,11 @@ async def test_a_batched_answer_counts_half_against_the_budget_and_none_is_sent_
         telegram.send_text(ALICE, "LATER 1s|Summarise the week")
         await telegram.wait_for_messages(ALICE, 1, timeout=10)
         await batch_sent(claude)
+        await bot.access.ledger.flush()  # budget tokens are written in batches
         before = await store.usage_on(ALICE, today)
         await claude.end_batch()
         await telegram.wait_for_messages(ALICE, 2, timeout=10)
+        await bot.access.ledger.flush()
         charged = await store.usage_on(ALICE, today) - before
         usage = bot.turns.usage_by_model[batch_model(DEFAULT_MODEL)]
         at_once = usage.input_tokens + usage.output_tokens + usage.cache_creation_input_tokens

@@ -474,6 +474,7 @@ async def test_seconds_heard_and_characters_spoken_count_against_the_budget(tmp_
     try:
         await access.charge(USER, Usage(audio_seconds=60), "whisper-1")
         await access.charge(USER, Usage(spoken_chars=1000), "tts-1")
+        await access.ledger.flush()  # budget tokens are written in batches
         store = await access.user_store()
         assert await store.usage_on(USER, today()) == 3_000 + 7_500
     finally:
