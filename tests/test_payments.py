@@ -819,3 +819,56 @@ async def test_a_refund_takes_off_exactly_the_days_its_charge_granted(
     finally:
         await payments.close()
         await users.close()
+
+
+async def test_turns_of_users_who_never_paid_read_no_plan_and_a_payment_counts_at_once(
+    telegram: FakeTelegramServer,
+    claude: FakeAnthropicServer,
+    tmp_path: Path,
+    store: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With plans on sale, who ever paid is read once and kept: a turn of anyone else reads
+    no plan. A payment counts at the payer's next turn: recorded by this process, or (on
+    PostgreSQL, heard through the change feed) by another."""
+    from botkit.payments.store import NewPayment, PostgresPayments, SqlitePayments
+
+    reads: list[int] = []
+    real_fetch = SqlitePayments._run
+
+    async def run(self: SqlitePayments, doing: str, work: Any, *args: Any) -> Any:
+        if doing == "reading a plan":
+            reads.append(1)
+        return await real_fetch(self, doing, work, *args)
+
+    real_connection = PostgresPayments._connection
+
+    def connection(self: PostgresPayments, doing: str) -> Any:
+        if doing == "reading a plan":
+            reads.append(1)
+        return real_connection(self, doing)
+
+    monkeypatch.setattr(SqlitePayments, "_run", run)
+    monkeypatch.setattr(PostgresPayments, "_connection", connection)
+    bot = paid_bot(claude, tmp_path, store, daily_token_budget=1_000_000)
+    async with running(bot, telegram):
+        for n in range(3):
+            await ask(telegram, USER, f"hello {n}")
+        assert reads == [], "no one paid: no plan read"
+        paid = NewPayment("elsewhere-1", OTHER, PRO, 50, datetime.now(UTC))
+        if store:  # PostgreSQL: another process's store, on its own pool, records it
+            pool = await asyncpg.create_pool(store["database_url"].get_secret_value())
+            try:
+                await PostgresPayments(pool).grant(paid)
+            finally:
+                await pool.close()
+            ours = await bot.payments.store()
+            for _ in range(100):
+                if OTHER in ours._heard:  # type: ignore[attr-defined]
+                    break
+                await asyncio.sleep(0.05)
+        else:  # SQLite: payments come to the serving process
+            await (await bot.payments.store()).grant(paid)
+        shown = (await ask(telegram, OTHER, "/plan")).plain_text
+        assert "Pro" in shown, shown
+        assert reads, "the payer's plan is read"

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from botkit.errors import StoreError
 from botkit.payments.plans import SUBSCRIPTION_PERIOD, Plan
 from botkit.stores.base import UserStore
+from botkit.stores.changes import ChangeFeed
 from botkit.stores.pooled import pooled_connection, store_beside
 
 __all__ = [
@@ -140,7 +141,12 @@ class PaymentStore(Protocol):
 def payment_store_for(users: UserStore) -> PaymentStore:
     """The payment store beside ``users``: in its SQLite file, or its PostgreSQL pool."""
     pool, path = store_beside(users, "payments")
-    return PostgresPayments(pool) if path is None else SqlitePayments(path)
+    if path is None:
+        return PostgresPayments(pool, getattr(users, "changes", None))
+    return SqlitePayments(path)
+
+
+_PAYERS = "SELECT DISTINCT user_id FROM botkit_payments"
 
 
 class SqlitePayments:
@@ -152,14 +158,24 @@ class SqlitePayments:
         self._busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        self._payers: set[int] | None = None
+        """Users with a payment recorded: read once, then kept (payments come to the serving
+        process, the file's only writer that adds one), so anyone else's turn asks nothing."""
 
     async def grant(self, payment: NewPayment) -> Grant | None:
         """Record ``payment`` and its plan; ``None`` when its charge was recorded before."""
+        if self._payers is not None:
+            self._payers.add(payment.user_id)
         grant: Grant | None = await self._run("recording a payment", _sqlite_grant, payment)
         return grant
 
     async def active(self, user_id: int, now: datetime) -> Grant | None:
         """The user's current plan at ``now``."""
+        if self._payers is None:
+            rows = await self._run("reading who paid", _fetch, _PAYERS, ())
+            self._payers = {row[0] for row in rows}
+        if user_id not in self._payers:
+            return None
         sql = f"""SELECT {_COLUMNS} FROM botkit_payments
             WHERE user_id = ? AND refunded_at IS NULL AND ends_at > ?
             ORDER BY daily_tokens DESC, ends_at DESC LIMIT 1"""
@@ -419,16 +435,47 @@ def _from_db(text: str) -> datetime:
 
 
 class PostgresPayments:
-    """Payments in PostgreSQL (``botkit_payments``, migration 014), on the user store's pool."""
+    """Payments in PostgreSQL (``botkit_payments``, migration 014), on the user store's pool.
 
-    def __init__(self, pool: Any) -> None:
+    With the user store's :class:`~botkit.stores.changes.ChangeFeed` live, who ever paid is
+    read once and kept (a payment anyone records is heard): a turn of anyone else asks nothing.
+    """
+
+    def __init__(self, pool: Any, changes: ChangeFeed | None = None) -> None:
         self.pool = pool
+        self._changes = changes
+        self._payers: set[int] | None = None
+        self._payers_epoch = -1
+        self._heard: set[int] = set()
+        """Users a payment was heard of since the feed started listening."""
+        if changes is not None:
+            changes.on("botkit_payments", self._paid)
+
+    def _paid(self, user_id: str) -> None:
+        with suppress(ValueError):
+            self._heard.add(int(user_id))
+
+    async def _may_hold(self, user_id: int) -> bool:
+        """Whether the user may hold a plan (``True`` whenever the feed is not live)."""
+        feed = self._changes
+        if feed is None or not await feed.watching():
+            return True
+        if self._payers is None or self._payers_epoch != feed.epoch:
+            epoch = feed.epoch
+            self._heard = set()
+            async with self._connection("reading who paid") as conn:
+                rows = await conn.fetch(_PAYERS)
+            if feed.epoch != epoch:
+                return True
+            self._payers, self._payers_epoch = {row[0] for row in rows}, epoch
+        return user_id in self._payers or user_id in self._heard
 
     async def grant(self, payment: NewPayment) -> Grant | None:
         """Record ``payment`` and its plan; ``None`` when its charge was recorded before.
 
         The user's payments are locked for the transaction (an advisory lock), so two
         charges of one user at once extend one after the other."""
+        self._heard.add(payment.user_id)  # its own payment: known at once, heard or not
         async with self._connection("recording a payment") as conn, conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('botkit_payments'), hashtext($1::text))",
@@ -452,6 +499,8 @@ class PostgresPayments:
 
     async def active(self, user_id: int, now: datetime) -> Grant | None:
         """The user's current plan at ``now``."""
+        if not await self._may_hold(user_id):
+            return None
         async with self._connection("reading a plan") as conn:
             row = await conn.fetchrow(
                 f"""SELECT {_COLUMNS} FROM botkit_payments

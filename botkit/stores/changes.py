@@ -73,9 +73,7 @@ class ChangeFeed:
 
         conn = await asyncpg.connect(dsn)
         try:
-            if not await conn.fetchval(
-                "SELECT to_regprocedure('botkit_note_change()') IS NOT NULL"
-            ):
+            if not await conn.fetchval(_TRIGGERS_THERE):
                 raise LookupError("migration 029 (the change feed's triggers) is not applied")
             await conn.add_listener(CHANNEL, self._heard)
             conn.add_termination_listener(self._lost)
