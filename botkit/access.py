@@ -297,18 +297,24 @@ class UsageLedger:
 
     async def _write_tokens(self) -> None:
         self._writing, self._tokens = self._tokens, {}
-        store = await self._store() if self._writing else None
-        while self._writing and store is not None:
-            (user_id, day), tokens = next(iter(self._writing.items()))
-            try:
-                await store.add_usage(user_id, day, tokens)
-            except Exception as e:
-                log.warning("usage.budget_not_recorded", users=len(self._writing), error=str(e))
-                for key, kept in self._writing.items():
-                    self._tokens[key] = self._tokens.get(key, 0) + kept
-                self._writing = {}
-                return
-            del self._writing[(user_id, day)]  # written: the store's reads now count it
+        if not self._writing:
+            return
+        try:
+            store = await self._store()
+            add_all = getattr(store, "add_usages", None)  # SQLite's and PostgreSQL's: at once
+            if add_all is not None:
+                await add_all(
+                    [(user, day, tokens) for (user, day), tokens in self._writing.items()]
+                )
+            else:
+                for (user_id, day), tokens in list(self._writing.items()):
+                    await store.add_usage(user_id, day, tokens)
+                    del self._writing[(user_id, day)]  # written: the store's reads count it
+        except Exception as e:
+            log.warning("usage.budget_not_recorded", users=len(self._writing), error=str(e))
+            for key, kept in self._writing.items():
+                self._tokens[key] = self._tokens.get(key, 0) + kept
+        self._writing = {}
 
     async def close(self) -> None:
         """Write what is left now (a write under way is finished, never cut off)."""

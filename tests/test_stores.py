@@ -606,6 +606,18 @@ async def test_usage_adds_up_per_user_per_day(store: UserStore) -> None:
     assert await store.usage_on(1, monday) == 150
 
 
+async def test_usage_of_many_users_adds_up_in_one_write(store: UserStore) -> None:
+    """The usage ledger writes budgets' tokens for many users at once (``add_usages``)."""
+    day = date(2025, 3, 3)
+    await store.add_usage(1, day, 100)
+    await store.add_usages([(1, day, 5), (2, day, 7), (3, date(2025, 3, 4), 2)])  # type: ignore[attr-defined]
+    assert [await store.usage_on(u, day) for u in (1, 2, 3)] == [105, 7, 0]
+    assert await store.usage_on(3, date(2025, 3, 4)) == 2
+    with pytest.raises(ValueError):
+        await store.add_usages([(1, day, -1)])  # type: ignore[attr-defined]
+    assert await store.usage_on(1, day) == 105, "a refused batch adds nothing"
+
+
 async def test_concurrent_usage_is_not_lost(store: UserStore) -> None:
     day = date(2025, 3, 3)
 

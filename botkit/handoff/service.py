@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import structlog
 
@@ -113,6 +113,8 @@ class Handoffs:
         self.host = host
         self.operators_chat = operators_chat
         """The forum supergroup where each handed-over user has a topic."""
+        self._checked: object = None
+        """The user store last found to keep handoffs."""
         self._names: dict[int, str] = {}
         """Each user's name as their latest message gave it, for the topic a handoff opens."""
         self._tool = self._handoff_tool()
@@ -358,11 +360,14 @@ class Handoffs:
 
     async def _store(self) -> HandoffStore:
         store = await self.host.access.user_store()
+        if store is self._checked:  # a Protocol's isinstance costs tens of µs: once per store
+            return cast(HandoffStore, store)
         if not isinstance(store, HandoffStore):
             raise ConfigError(
                 f"BOTKIT_OPERATORS_CHAT needs a user store that keeps handoffs; "
                 f"{type(store).__name__} does not (use SqliteUserStore or PostgresUserStore)"
             )
+        self._checked = store
         return store
 
     def _messenger(self) -> Messenger:

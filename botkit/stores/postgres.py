@@ -343,6 +343,13 @@ class PostgresUserStore(PostgresSchedules, PostgresHandoffs, PostgresConsoleLink
         async with self._connection("adding token usage") as conn:
             await conn.execute(_ADD_USAGE, user_id, day, check_tokens(tokens))
 
+    async def add_usages(self, entries: Sequence[tuple[int, date, int]]) -> None:
+        """Add tokens to what each user spent on a day, ``(user_id, day, tokens)`` each, in
+        one statement."""
+        rows = [(user, day, check_tokens(tokens)) for user, day, tokens in entries]
+        async with self._connection("adding token usage") as conn:
+            await conn.executemany(_ADD_USAGE, rows)
+
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
         sql = "SELECT tokens FROM botkit_usage WHERE user_id = $1 AND day = $2"

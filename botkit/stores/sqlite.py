@@ -383,6 +383,13 @@ class SqliteUserStore(SqliteSchedules, SqliteHandoffs, SqliteConsoleLinks):
         async with self._transaction("adding token usage") as db:
             await db.execute_fetchall(_ADD_USAGE, values)
 
+    async def add_usages(self, entries: Sequence[tuple[int, date, int]]) -> None:
+        """Add tokens to what each user spent on a day, ``(user_id, day, tokens)`` each, in
+        one transaction."""
+        values = [(user, day.isoformat(), check_tokens(tokens)) for user, day, tokens in entries]
+        async with self._transaction("adding token usage") as db:
+            await db.executemany(_ADD_USAGE, values)
+
     async def usage_on(self, user_id: int, day: date) -> int:
         """The tokens the user spent on ``day`` (0 if none)."""
         sql = "SELECT tokens FROM botkit_usage WHERE user_id = ? AND day = ?"
