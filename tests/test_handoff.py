@@ -575,3 +575,28 @@ async def test_the_handoff_log_line_never_carries_the_users_reason(setup: Setup)
     opened = [e for e in logs if e["event"] == "handoff.opened"]
     assert opened and opened[0]["reason_chars"] == len(secret)
     assert not any("4111" in str(value) for e in logs for value in e.values())
+
+
+async def test_a_user_found_without_a_handoff_is_not_asked_about_again(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's turns ask the store about their handoff once: found with none, they are not
+    asked about again until their handoff is written, and one opened counts at once."""
+    asked: list[int] = []
+    for kind in (SqliteUserStore, PostgresUserStore):
+
+        async def counted(self: Any, user_id: int, real: Any = kind.handoff_of) -> Any:
+            asked.append(user_id)
+            return await real(self, user_id)
+
+        monkeypatch.setattr(kind, "handoff_of", counted)
+    bot = setup.bot()
+    telegram = setup.telegram
+    async with setup.serving(bot):
+        for n in range(3):
+            telegram.send_text(ANN, f"hello {n}", first_name="Ann")
+            await said_to(telegram, ANN, f"echo: hello {n}")
+        assert asked == [ANN], "asked once, then known to have none"
+        topic = await hand_over(setup)
+        telegram.send_text(ANN, "still there?", first_name="Ann")
+        await in_topic(telegram, topic, "still there?")

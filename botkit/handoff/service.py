@@ -32,6 +32,7 @@ from botkit.messengers.base import Button, ButtonPress, Incoming, Messenger, Rep
 from botkit.metrics import Metrics
 from botkit.options import BotOptions
 from botkit.plugins import Plugin
+from botkit.stores.changes import KeptRows
 from botkit.stores.handoffs import Handoff, HandoffStore
 from botkit.tools import Tool, ToolContext, tool
 from botkit.types import Message, TextBlock
@@ -113,6 +114,7 @@ class Handoffs:
         self.host = host
         self.operators_chat = operators_chat
         """The forum supergroup where each handed-over user has a topic."""
+        self._closed: KeptRows | None = None
         self._checked: object = None
         """The user store last found to keep handoffs."""
         self._names: dict[int, str] = {}
@@ -162,11 +164,29 @@ class Handoffs:
         return True
 
     async def open_for(self, message: Incoming) -> Handoff | None:
-        """The open handoff of ``message``'s private conversation, if any."""
+        """The open handoff of ``message``'s private conversation, if any (a user found with
+        none is not asked about again until their handoff is written)."""
         if message.chat_type != "private":
             return None
-        handoff = await (await self._store()).handoff_of(message.user_id)
-        return handoff if handoff is not None and handoff.is_open else None
+        store = await self._store()
+        closed = self._closed_users(store)
+        user = str(message.user_id)
+        if await closed.usable() and closed.get(user)[0]:
+            return None
+        read_at = closed.changes
+        handoff = await store.handoff_of(message.user_id)
+        if handoff is not None and handoff.is_open:
+            return handoff
+        closed.keep(user, None, read_at)
+        return None
+
+    def _closed_users(self, store: object) -> KeptRows:
+        """Users known to have no open handoff: kept while the PostgreSQL store's change feed
+        is live, or for good with SQLite (the serving process opens every handoff)."""
+        if self._closed is None:
+            feed = getattr(store, "changes", None)
+            self._closed = KeptRows(feed, "botkit_handoffs", alone=feed is None)
+        return self._closed
 
     async def tell_operators(self, handoff: Handoff, text: str, messenger: Messenger) -> None:
         """A line in ``handoff``'s topic (logged, not raised, when it cannot be sent)."""
@@ -224,6 +244,8 @@ class Handoffs:
         except MessengerError as e:
             log.error("handoff.topic_failed", user_id=user_id, error=str(e))
             return options.handoff_unavailable_text
+        if self._closed is not None:
+            self._closed.forget(str(user_id))
         handoff = await store.open_handoff(user_id, chat_id, topic_id, name)
         tracing.tracer.event("botkit.handoff.opened", **{"botkit.handoff.topic_id": topic_id})
         # the reason is the user's words: its length only, never the text, in the log

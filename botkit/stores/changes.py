@@ -103,10 +103,13 @@ class ChangeFeed:
 
 
 class KeptRows:
-    """What a store read of each conversation, kept while its :class:`ChangeFeed` is live."""
+    """What a store read of each conversation, kept while its :class:`ChangeFeed` is live (or,
+    with ``alone``, when there is no feed: this process is the only writer, which forgets a
+    conversation's row whenever it writes it)."""
 
-    def __init__(self, feed: ChangeFeed | None, *tables: str) -> None:
+    def __init__(self, feed: ChangeFeed | None, *tables: str, alone: bool = False) -> None:
         self.feed = feed
+        self.alone = alone and feed is None
         self._rows: dict[str, Any] = {}
         self._epoch = -1
         self.changes = 0
@@ -117,6 +120,8 @@ class KeptRows:
 
     async def usable(self) -> bool:
         """Whether what is kept can stand for a read now (it is cleared when it cannot)."""
+        if self.alone:
+            return True
         if self.feed is None or not await self.feed.watching():
             self._rows.clear()
             return False
@@ -133,7 +138,8 @@ class KeptRows:
 
     def keep(self, conversation: str, row: Any, read_at: int) -> None:
         """Keep ``row``, read when :attr:`changes` was ``read_at``, unless a change came since."""
-        if self.changes == read_at and self.feed is not None and self._epoch == self.feed.epoch:
+        live = self.alone or (self.feed is not None and self._epoch == self.feed.epoch)
+        if self.changes == read_at and live:
             if len(self._rows) >= 100_000:
                 self._rows.clear()
             self._rows[conversation] = row

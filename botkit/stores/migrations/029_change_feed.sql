@@ -29,3 +29,6 @@ CREATE TRIGGER botkit_choices_changed AFTER INSERT OR UPDATE OR DELETE ON botkit
 DROP TRIGGER IF EXISTS botkit_payments_changed ON botkit_payments;
 CREATE TRIGGER botkit_payments_changed AFTER INSERT OR UPDATE OR DELETE ON botkit_payments
     FOR EACH ROW EXECUTE FUNCTION botkit_note_change('user_id');
+DROP TRIGGER IF EXISTS botkit_handoffs_changed ON botkit_handoffs;
+CREATE TRIGGER botkit_handoffs_changed AFTER INSERT OR UPDATE OR DELETE ON botkit_handoffs
+    FOR EACH ROW EXECUTE FUNCTION botkit_note_change('user_id');
