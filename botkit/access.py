@@ -211,7 +211,12 @@ class Access:
         if usage.audio_seconds or usage.spoken_chars:  # voice, as the chat model's tokens
             chat = price_for(self.settings.model) or FALLBACK
             spent += (price_for(model) or FALLBACK).voice_tokens(usage, chat)
-        self.ledger.add_tokens(user_id, self._weighed(spent, usage, model))
+        spent = self._weighed(spent, usage, model)
+        store = await self.user_store()
+        if getattr(store, "pool", None) is not None:  # PostgreSQL: every worker reads it at once
+            await store.add_usage(user_id, today(), spent)
+        else:  # SQLite: this process alone serves turns, and counts what it has not written
+            self.ledger.add_tokens(user_id, spent)
 
     def _weighed(self, spent: int, usage: Usage, model: str) -> int:
         """``spent`` in tokens of the budget's model: a call to a model dearer than it counts

@@ -336,11 +336,13 @@ async def test_scheduled_turns_count_against_the_users_budget(
         telegram.send_text(ALICE, "TASK 10m|first")
         await telegram.wait_for_messages(ALICE, 1)
         await until_turns(bot, 1)
+        await bot.access.ledger.flush()  # budget tokens are written in batches
         before = await store.usage_on(ALICE, today)
         clock.advance(timedelta(minutes=10))
         look_now(bot)
         await telegram.wait_for_messages(ALICE, 2)
         await until_turns(bot, 2)
+        await bot.access.ledger.flush()
         assert await store.usage_on(ALICE, today) > before, "the scheduled turn was charged"
 
         await store.add_usage(ALICE, today, budget)  # today's allowance is gone
