@@ -731,6 +731,29 @@ async def the_request(bot: Bot) -> PendingApproval:
     return approval
 
 
+async def request_elsewhere(pool: Any) -> PostgresApprovals:
+    """A request for Bob's conversation recorded by another process's store (on ``pool``, with
+    no change feed of its own); that store."""
+
+    async def other_pool() -> Any:
+        return pool
+
+    other = PostgresApprovals(other_pool)
+    await other.add(
+        PendingApproval(
+            id="from-elsewhere",
+            conversation=f"{BOB}:",
+            user_id=BOB,
+            approvers=(),
+            chat_id=BOB,
+            turn={},
+            calls=[],
+            deadline=now() + 600,
+        )
+    )
+    return other
+
+
 async def test_on_postgres_an_idle_conversations_turns_ask_the_approvals_nothing(
     claude: FakeAnthropicServer,
     telegram: FakeTelegramServer,
@@ -754,24 +777,8 @@ async def test_on_postgres_an_idle_conversations_turns_ask_the_approvals_nothing
             await ask(telegram, BOB, f"hello {n}")
         assert asked == [], "idle turns: no approvals query"
         pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
-
-        async def other_pool() -> Any:
-            return pool
-
-        other = PostgresApprovals(other_pool)  # another process's store, on its own pool
+        other = await request_elsewhere(pool)
         try:
-            await other.add(
-                PendingApproval(
-                    id="from-elsewhere",
-                    conversation=f"{BOB}:",
-                    user_id=BOB,
-                    approvers=(),
-                    chat_id=BOB,
-                    turn={},
-                    calls=[],
-                    deadline=now() + 600,
-                )
-            )
             telegram.send_text(BOB, "while it waits")
             for _ in range(300):
                 if await worker.approvals.store.held_conversations():
@@ -809,23 +816,8 @@ async def test_run_on_postgres_asks_an_idle_conversation_once_and_hears_another_
             await ask(telegram, BOB, f"hello {n}")
         assert asked == [f"{BOB}:"], "asked once, then known idle"
         pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
-
-        async def other_pool() -> Any:
-            return pool
-
-        try:  # another process's store, on its own pool (no change feed of its own)
-            await PostgresApprovals(other_pool).add(
-                PendingApproval(
-                    id="from-elsewhere",
-                    conversation=f"{BOB}:",
-                    user_id=BOB,
-                    approvers=(),
-                    chat_id=BOB,
-                    turn={},
-                    calls=[],
-                    deadline=now() + 600,
-                )
-            )
+        try:
+            await request_elsewhere(pool)
         finally:
             await pool.close()
         kept = bot.approvals.store._idle  # type: ignore[attr-defined]
