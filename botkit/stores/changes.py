@@ -148,8 +148,3 @@ class KeptRows:
         """Forget ``conversation``'s row (it changed)."""
         self.changes += 1
         self._rows.pop(conversation, None)
-
-    def clear(self) -> None:
-        """Forget every row."""
-        self.changes += 1
-        self._rows.clear()
