@@ -15,6 +15,7 @@ import anthropic
 import httpx2
 import pytest
 
+import botkit.llm.anthropic as anthropic_module
 from botkit import LLMAuthError, LLMError, LLMOverloadedError, Message, PromptTooLongError
 from botkit.llm.anthropic import AnthropicLLM, _to_response
 from botkit.llm.base import LLMRequest, LLMResponse, metered
@@ -112,7 +113,43 @@ async def test_answers_read_like_the_sdk_reads_them(
     assert got.stop_reason == expected.stop_reason
     assert got.usage == expected.usage and got.usage.output_tokens > 0
     assert got.model == expected.model == MODEL
-    assert got_deltas == expected_deltas
+    assert grouped(got_deltas, expected_deltas)
+
+
+def grouped(got: list[str], deltas: list[str]) -> bool:
+    """Whether ``got`` is ``deltas`` in order, neighbours gathered together, none split."""
+    rest = list(deltas)
+    for piece in got:
+        taken = ""
+        while rest and len(taken) < len(piece):
+            taken += rest.pop(0)
+        if taken != piece:
+            return False
+    return not rest
+
+
+async def test_a_slow_streams_first_text_comes_alone_the_rest_gathered_and_its_end_at_once(
+    claude: FakeAnthropicServer,
+    llm: AnthropicLLM,
+    sdk: anthropic.AsyncAnthropic,
+    llm_path: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if llm_path == "sdk":
+        pytest.skip("the SDK's public API hands over every delta as it comes")
+    monkeypatch.setattr(anthropic_module, "STREAM_GATHER", 5.0)
+    claude.chunk_delay = 0.02
+    reply = FakeReply.text("A paragraph that streams in many small deltas, as Claude's do. " * 4)
+    claude.enqueue(reply, reply)
+    _, sdk_deltas = await theirs(sdk, stream=True)
+    started = asyncio.get_running_loop().time()
+    got, deltas = await ours(llm, stream=True)
+    took = asyncio.get_running_loop().time() - started
+    assert len(sdk_deltas) > 10
+    # the first text at once, the rest gathered
+    assert deltas == [sdk_deltas[0], "".join(sdk_deltas[1:])]
+    assert got.message.text == "".join(sdk_deltas)
+    assert took < 2.5  # the end of the stream wakes the reader: the 5 s are not waited out
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])

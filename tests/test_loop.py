@@ -208,6 +208,7 @@ async def test_streamed_text_arrives_in_pieces(
 ) -> None:
     answer = "A fairly long answer that the fake server splits into several text deltas."
     claude.enqueue(FakeReply.text(answer))
+    claude.chunk_delay = 0.15  # further apart than a stream's text is gathered for
     deltas: list[str] = []
 
     async def sink(delta: str) -> None:
@@ -228,6 +229,7 @@ async def test_text_delta_hooks_see_the_stream_beside_its_text_sink(
 ) -> None:
     answer = "A fairly long answer that the fake server splits into several text deltas."
     claude.enqueue(FakeReply.text(answer))
+    claude.chunk_delay = 0.15  # further apart than a stream's text is gathered for
     hooks = Hooks()
     seen: list[TextDelta] = []
     shown: list[str] = []

@@ -557,22 +557,56 @@ async def _stream(
     on_text: TextSink,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict."""
+    """One streamed call: text deltas go to ``on_text``; returns the whole message as a dict.
+
+    The first text goes to ``on_text`` as soon as it comes; after it, what arrives within
+    :data:`STREAM_GATHER` goes together (a draft shows text at most every 0.3 s anyway), so a
+    stream of tens of small events wakes the turn a few times instead of once an event. The
+    end of the stream is not waited for: it wakes the turn at once.
+    """
     async with transport.post(body, headers) as response:
         message = _Accumulator(transport, response)
         events = _SseEvents()
-        read = response.content.readany  # called directly: a stream is tens of chunks
+        content = response.content
+        read = content.readany  # called directly: a stream is tens of chunks
+        gathering = False
         with transport.read_timer(response):
-            while chunk := await read():
-                for data in events.feed(chunk):
-                    text = message.add(orjson.loads(data))
-                    if text:
-                        await on_text(text)
-        for data in events.end():
-            text = message.add(orjson.loads(data))
-            if text:
-                await on_text(text)
+            while True:
+                if gathering:
+                    await _gather(content)
+                chunk = await read()
+                if not chunk:
+                    break
+                if await _take(message, events.feed(chunk), on_text):
+                    gathering = True
+        await _take(message, events.end(), on_text)
         return message.finish()
+
+
+async def _take(message: _Accumulator, events: list[bytes], on_text: TextSink) -> bool:
+    """Add ``events`` to ``message``, their text to ``on_text`` in one piece (also the text
+    before an event that fails the stream); whether there was any."""
+    text = ""
+    try:
+        for data in events:
+            text += message.add(orjson.loads(data))
+    finally:
+        if text:
+            await on_text(text)
+    return bool(text)
+
+
+STREAM_GATHER = 0.1
+"""Seconds a streamed answer's text is gathered for once its first text is out."""
+
+
+async def _gather(content: aiohttp.StreamReader) -> None:
+    """Let ``content`` fill for :data:`STREAM_GATHER` seconds, or until it ends."""
+    try:
+        async with asyncio.timeout(STREAM_GATHER):
+            await content.wait_eof()
+    except TimeoutError:
+        pass
 
 
 class _SseEvents:
