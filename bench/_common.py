@@ -208,6 +208,32 @@ def machine_line() -> str:
     )
 
 
+def disk_probe(folder: Path, files: int = 100) -> float:
+    """µs of CPU this process spends creating a file in ``folder`` and appending two lines to
+    it, as a new user's session file takes: on a VM's disk it ranges from a few µs to a few
+    hundred from one minute to the next, a cost botkit pays a new user and the yardsticks
+    never do (they keep nothing)."""
+    probe = folder / f"disk-probe-{time.monotonic_ns()}"
+    probe.mkdir(parents=True)
+    started = time.process_time()
+    for number in range(files):
+        fd = os.open(probe / f"{number}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, b"x" * 300 + b"\n")
+        os.write(fd, b"y" * 600 + b"\n")
+        os.close(fd)
+    spent = time.process_time() - started
+    for path in probe.iterdir():
+        path.unlink()
+    probe.rmdir()
+    return spent / files * 1e6
+
+
+def paired(ours: Sequence[float], theirs: Sequence[float]) -> list[float]:
+    """Round by round, ours over theirs: rounds alternate, so each pair shares the machine's
+    mood of that minute, which the ratio of two medians does not."""
+    return [a / b for a, b in zip(ours, theirs, strict=True)]
+
+
 def load_line() -> str:
     """The load average now: other work on the machine skews wall times, less so ratios."""
     one, five, _ = os.getloadavg()

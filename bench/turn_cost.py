@@ -54,9 +54,11 @@ from _common import (
     add_sample_argument,
     contenders,
     describe,
+    disk_probe,
     load_line,
     machine_line,
     median,
+    paired,
     paragraph_responder,
     profile_path,
     profile_summary,
@@ -100,6 +102,11 @@ def parse_args() -> argparse.Namespace:
 def greetings(first_user: int, users: int) -> list[tuple[int, str]]:
     """One message from each of ``users`` users."""
     return [(user, f"hello from {user}") for user in user_ids(first_user, users)]
+
+
+def per_round(results: dict[str, list[Round]], name: str) -> list[float]:
+    """``name``'s CPU per turn in each round, in order."""
+    return [r.cpu_ms_per_turn for r in results[name]]
 
 
 def contenders_for(args: argparse.Namespace, work: Path) -> list[BotUnderTest]:
@@ -165,6 +172,8 @@ async def main(args: argparse.Namespace) -> int:
             for bot in bots:
                 await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
             for number in range(args.rounds):
+                # beside the bots' folders, where botkit creates a session file a new user
+                print(f"  disk: a new file and two lines {disk_probe(work):.0f} µs of CPU")
                 for bot in bots:
                     bot.profile(True)
                     await bot.sample(True)
@@ -208,6 +217,15 @@ async def main(args: argparse.Namespace) -> int:
             f"{wall['botkit-nostream'] / wall['create']:.2f}"
         )
         print(f"ratio botkit/create (CPU per turn) {cpu['botkit'] / cpu['create']:.2f}")
+        by_round = {
+            "botkit/stream": paired(per_round(results, "botkit"), per_round(results, "stream")),
+            "botkit-nostream/create": paired(
+                per_round(results, "botkit-nostream"), per_round(results, "create")
+            ),
+        }
+        for label, ratios in by_round.items():
+            shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            print(f"ratio {label} round by round {shown}: median {median(ratios):.2f}")
         html = cpu["botkit-html"] / cpu["stream"]
         print(
             f"ratio botkit-html/stream (CPU per turn) {html:.2f}; rich drafts on / off "
