@@ -66,7 +66,8 @@ class CallStart(_Stamped):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta(_Stamped):
-    """A piece of the model's answer, as it streams in."""
+    """A piece of the model's answer, as it streams in (after the first text, what arrived
+    within a tenth of a second may come gathered in one piece)."""
 
     text: str
     kind: Literal["text_delta"] = "text_delta"
