@@ -262,6 +262,8 @@ class Round:
     """CPU seconds the bot process used during the round."""
     fakes_cpu: float
     """CPU seconds this process (fakes and driver) used during the round."""
+    bot_kernel: float = 0.0
+    """Of ``bot_cpu``, the seconds in the kernel (sockets, files: a new user's session file)."""
     missing: list[str] = field(default_factory=list)
     llm_calls: tuple[float, float] = (math.nan, math.nan)
     """When the first and the last LLM call of the round reached the fake (from ``started``)."""
@@ -293,7 +295,8 @@ class Round:
     def cpu_note(self) -> str:
         """Where the CPU went, as shares of the wall time."""
         return (
-            f"bot CPU {self.bot_cpu:.2f} s ({self.bot_cpu / self.seconds:.0%} of a core), "
+            f"bot CPU {self.bot_cpu:.2f} s ({self.bot_cpu / self.seconds:.0%} of a core, "
+            f"{self.bot_kernel:.2f} s in the kernel), "
             f"fakes CPU {self.fakes_cpu:.2f} s ({self.fakes_cpu / self.seconds:.0%}, "
             f"their loop at most {self.fakes_lag * 1000:.0f} ms late)"
         )
@@ -396,14 +399,20 @@ class BotUnderTest:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds of the bot process so far (Linux ``/proc``)."""
+        user, kernel = self.cpu_split()
+        return user + kernel
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU seconds of the bot process so far, apart."""
         if self.process is None:
-            return math.nan
+            return math.nan, math.nan
         try:
             stat = Path(f"/proc/{self.process.pid}/stat").read_text()
         except OSError:
-            return math.nan
+            return math.nan, math.nan
         fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
 
     def profile(self, on: bool) -> None:
         """Start or stop the child's profiler (only when its spec asks for one)."""
@@ -443,7 +452,7 @@ class BotUnderTest:
         first_call = len(self.claude.requests)
         target = already + len(messages)
         with fakes_without_gc_pauses():
-            bot_cpu, fakes_cpu = self.cpu_seconds(), time.process_time()
+            (bot_user, bot_kernel), fakes_cpu = self.cpu_split(), time.process_time()
             started = time.monotonic()
             for user_id, text in messages:
                 telegram.send_text(user_id, text)
@@ -455,7 +464,9 @@ class BotUnderTest:
                 await asyncio.sleep(0.002)
                 lag = max(lag, time.monotonic() - asked - 0.002)
             noticed = time.monotonic()
-            bot_cpu, fakes_cpu = self.cpu_seconds() - bot_cpu, time.process_time() - fakes_cpu
+            user, kernel = self.cpu_split()
+            bot_user, bot_kernel = user - bot_user, kernel - bot_kernel
+            fakes_cpu = time.process_time() - fakes_cpu
         sends = [
             request
             for request in telegram.requests[first_request:]
@@ -474,7 +485,8 @@ class BotUnderTest:
             replies=len(telegram.sent_messages()) - already,
             started=started,
             seconds=finished - started,
-            bot_cpu=bot_cpu,
+            bot_cpu=bot_user + bot_kernel,
+            bot_kernel=bot_kernel,
             fakes_cpu=fakes_cpu,
             fakes_lag=lag,
             missing=self._unanswered(messages),

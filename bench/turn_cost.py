@@ -201,10 +201,15 @@ async def main(args: argparse.Namespace) -> int:
         cpu = {n: median([r.cpu_ms_per_turn for r in rs]) for n, rs in results.items()}
         wall = {n: median([r.seconds for r in rs]) for n, rs in results.items()}
         turns = {n: sum(r.expected for r in rs) + WARMUP_USERS for n, rs in results.items()}
+        kernel = {
+            n: median([r.bot_kernel / max(r.expected, 1) * 1000 for r in rs])
+            for n, rs in results.items()
+        }
         for name in results:
             print(
-                f"{name:<16} bot CPU {cpu[name]:.2f} ms per turn (median), wall "
-                f"{wall[name]:.2f} s, {drafts[name] / turns[name]:.1f} drafts per turn"
+                f"{name:<16} bot CPU {cpu[name]:.2f} ms per turn (median; in the kernel "
+                f"{kernel[name]:.2f}), wall {wall[name]:.2f} s, "
+                f"{drafts[name] / turns[name]:.1f} drafts per turn"
             )
         streaming = cpu["botkit"] / cpu["stream"]
         plain = cpu["botkit-nostream"] / cpu["create"]
