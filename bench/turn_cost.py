@@ -94,14 +94,29 @@ def parse_args() -> argparse.Namespace:
         default="botkit",
         help="which botkit --profile and --sample look at (default: streaming on)",
     )
+    parser.add_argument(
+        "--returning",
+        action="store_true",
+        help="the same users every round (each wrote once before the first measured round, "
+        "their conversations still in memory) instead of new users' first messages",
+    )
     add_profile_arguments(parser)
     add_sample_argument(parser)
     return parser.parse_args()
 
 
-def greetings(first_user: int, users: int) -> list[tuple[int, str]]:
-    """One message from each of ``users`` users."""
+def greetings(first_user: int, users: int, again: int = 0) -> list[tuple[int, str]]:
+    """One message from each of ``users`` users (``again``: their how-manieth return)."""
+    if again:
+        return [(u, f"hello again from {u} ({again})") for u in user_ids(first_user, users)]
     return [(user, f"hello from {user}") for user in user_ids(first_user, users)]
+
+
+def round_of(args: argparse.Namespace, number: int) -> list[tuple[int, str]]:
+    """The messages of measured round ``number`` (from 0): new users, or the same returning."""
+    if args.returning:
+        return greetings(FIRST_USER, args.users, again=number + 1)
+    return greetings(FIRST_USER + number * args.users, args.users)
 
 
 def per_round(results: dict[str, list[Round]], name: str) -> list[float]:
@@ -166,19 +181,25 @@ async def main(args: argparse.Namespace) -> int:
         for bot in bots:
             print(f"{bot.name + ':':<17}{describe(bot.spec)}")
         print(f"rounds: {args.rounds} per bot, alternating, after a {WARMUP_USERS}-user warm-up")
+        if args.returning:
+            print(
+                f"users: the same {args.users} every round, returning (each wrote once before, "
+                "unmeasured): botkit sends their history, the yardsticks keep none"
+            )
 
         results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
         async with contenders(bots):
             for bot in bots:
                 await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
+                if args.returning:  # their first messages, unmeasured
+                    await bot.run_round(greetings(FIRST_USER, args.users), timeout=args.timeout)
             for number in range(args.rounds):
                 # beside the bots' folders, where botkit creates a session file a new user
                 print(f"  disk: a new file and two lines {disk_probe(work):.0f} µs of CPU")
                 for bot in bots:
                     bot.profile(True)
                     await bot.sample(True)
-                    first = FIRST_USER + number * args.users
-                    result = await bot.run_round(greetings(first, args.users), timeout=args.timeout)
+                    result = await bot.run_round(round_of(args, number), timeout=args.timeout)
                     bot.profile(False)
                     await bot.sample(False)
                     results[bot.name].append(result)
