@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -247,9 +248,28 @@ class Message(BaseModel):
         """The reasoning blocks of this message, in order."""
         return [b for b in self.content if isinstance(b, ThinkingBlock | RedactedThinkingBlock)]
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with ``update`` applied; what this message dumped for the API is not
+        carried over (its content may be another)."""
+        copied = super().model_copy(update=update, deep=deep)
+        for kept in _KEPT_API:
+            copied.__dict__.pop(kept, None)
+        return copied
+
     def to_api(self) -> dict[str, Any]:
-        """The message as the Messages API expects it (no usage, no model)."""
-        return {"role": self.role, "content": [_block_to_api(b) for b in self.content]}
+        """The message as the Messages API expects it (no usage, no model); a new dict and
+        content list each time (a request may mark a block), the blocks' dicts shared."""
+        return {"role": self.role, "content": list(self._api_blocks)}
+
+    @cached_property
+    def _api_blocks(self) -> tuple[dict[str, Any], ...]:
+        """Dumped once: a conversation's history goes out again with every call (frozen; the
+        dicts hold the fields' own strings, so keeping them costs little memory)."""
+        return tuple(_block_to_api(b) for b in self.content)
+
+
+_KEPT_API = ("_api_blocks",)
+"""What a message keeps of its API shape (``cached_property`` values in its ``__dict__``)."""
 
 
 def _block_to_api(block: Any) -> dict[str, Any]:

@@ -137,3 +137,15 @@ def test_prepared_history_is_always_valid(history: list[Message], limit: int) ->
     if user_texts and history[-1].role == "user" and history[-1].text:
         assert prepared, "the newest question always survives"
         assert prepared[-1].text.endswith("u") or prepared[-1].text.endswith("interrupt")
+
+
+def test_a_message_goes_out_as_it_is_though_sent_before_marked_or_copied() -> None:
+    # a message keeps what it dumped for the API: neither a request marking its copy nor a
+    # copy with other content may change what goes out
+    message = Message(role="assistant", content=[TextBlock(text="before")])
+    sent = message.to_api()
+    sent["content"][-1] = {**sent["content"][-1], "cache_control": {"type": "ephemeral"}}
+    sent["content"].append({"type": "text", "text": "added"})
+    copied = message.model_copy(update={"content": [TextBlock(text="after")]})
+    assert copied.to_api()["content"] == [{"type": "text", "text": "after"}]
+    assert message.to_api()["content"] == [{"type": "text", "text": "before"}]
