@@ -252,8 +252,7 @@ class Message(BaseModel):
         """A copy with ``update`` applied; what this message dumped for the API is not
         carried over (its content may be another)."""
         copied = super().model_copy(update=update, deep=deep)
-        for kept in _KEPT_API:
-            copied.__dict__.pop(kept, None)
+        copied.__dict__.pop("_api_blocks", None)  # pydantic copies cached_property values
         return copied
 
     def to_api(self) -> dict[str, Any]:
@@ -266,10 +265,6 @@ class Message(BaseModel):
         """Dumped once: a conversation's history goes out again with every call (frozen; the
         dicts hold the fields' own strings, so keeping them costs little memory)."""
         return tuple(_block_to_api(b) for b in self.content)
-
-
-_KEPT_API = ("_api_blocks",)
-"""What a message keeps of its API shape (``cached_property`` values in its ``__dict__``)."""
 
 
 def _block_to_api(block: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pytest
 
 import botkit.llm.anthropic as anthropic_module
 from botkit import LLMAuthError, LLMError, LLMOverloadedError, Message, PromptTooLongError
+from botkit.config import DEFAULT_MODEL
 from botkit.llm.anthropic import AnthropicLLM, _to_response
 from botkit.llm.base import LLMRequest, LLMResponse, metered
 from botkit.testing.anthropic import FakeAnthropicServer, FakeError, FakeReply
@@ -130,7 +131,6 @@ def grouped(got: list[str], deltas: list[str]) -> bool:
 
 async def test_a_slow_streams_first_text_comes_alone_the_rest_gathered_and_its_end_at_once(
     claude: FakeAnthropicServer,
-    llm: AnthropicLLM,
     sdk: anthropic.AsyncAnthropic,
     llm_path: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -141,14 +141,27 @@ async def test_a_slow_streams_first_text_comes_alone_the_rest_gathered_and_its_e
     claude.chunk_delay = 0.02
     reply = FakeReply.text("A paragraph that streams in many small deltas, as Claude's do. " * 4)
     claude.enqueue(reply, reply)
-    _, sdk_deltas = await theirs(sdk, stream=True)
+    # today's default model: every answer starts with a thinking block, then the text
+    params = {**sdk_params(), "model": DEFAULT_MODEL, "tools": []}
+    async with sdk.messages.stream(**params) as answer:
+        sdk_deltas = [delta async for delta in answer.text_stream]
+        assert (await answer.get_final_message()).content[0].type == "thinking"
+    llm = AnthropicLLM(api_key="k", model=DEFAULT_MODEL, base_url=claude.base_url, max_retries=0)
+    deltas: list[str] = []
+
+    async def collect(delta: str) -> None:
+        deltas.append(delta)
+
     started = asyncio.get_running_loop().time()
-    got, deltas = await ours(llm, stream=True)
+    try:
+        got = await llm.complete(request(), collect)
+    finally:
+        await llm.close()
     took = asyncio.get_running_loop().time() - started
     assert len(sdk_deltas) > 10
     # the first text at once, the rest gathered
     assert deltas == [sdk_deltas[0], "".join(sdk_deltas[1:])]
-    assert got.message.text == "".join(sdk_deltas)
+    assert got.message.text == "".join(sdk_deltas) and got.message.thinking
     assert took < 2.5  # the end of the stream wakes the reader: the 5 s are not waited out
 
 
