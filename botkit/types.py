@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -248,11 +248,35 @@ class Message(BaseModel):
         """The reasoning blocks of this message, in order."""
         return [b for b in self.content if isinstance(b, ThinkingBlock | RedactedThinkingBlock)]
 
+    @cached_property
+    def has_media(self) -> bool:
+        """Whether it holds a picture or a document (in a tool result too)."""
+        media = ImageBlock | DocumentBlock
+        return any(
+            isinstance(b, media) or (isinstance(b, ToolResultBlock) and b.images)
+            for b in self.content
+        )
+
+    def without_thinking(self) -> Message:
+        """This message without its thinking blocks (itself when it has none); made once, so
+        a history sent again and again keeps the same messages (and what they dumped)."""
+        kept = self.__dict__.get("_thoughtless")
+        if kept is None:
+            thinking = ThinkingBlock | RedactedThinkingBlock
+            content: list[ContentBlock] = [b for b in self.content if not isinstance(b, thinking)]
+            kept = len(content) < len(self.content) and Message(
+                role=self.role, content=content, usage=self.usage, model=self.model
+            )
+            self.__dict__["_thoughtless"] = kept  # False: none (never itself: == compares it)
+        return cast(Message, kept or self)
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """A copy with ``update`` applied; what this message dumped for the API is not
-        carried over (its content may be another)."""
+        """A copy with ``update`` applied; what this message made of itself once (its dump
+        for the API, its copy without thinking) is not carried over (its content may be
+        another)."""
         copied = super().model_copy(update=update, deep=deep)
-        copied.__dict__.pop("_api_blocks", None)  # pydantic copies cached_property values
+        for kept in _KEPT_ONCE:  # pydantic copies cached_property values
+            copied.__dict__.pop(kept, None)
         return copied
 
     def to_api(self) -> dict[str, Any]:
@@ -265,6 +289,10 @@ class Message(BaseModel):
         """Dumped once: a conversation's history goes out again with every call (frozen; the
         dicts hold the fields' own strings, so keeping them costs little memory)."""
         return tuple(_block_to_api(b) for b in self.content)
+
+
+_KEPT_ONCE = ("_api_blocks", "_thoughtless", "has_media")
+"""What a message makes of itself once and keeps (a copy makes its own)."""
 
 
 def _block_to_api(block: Any) -> dict[str, Any]:

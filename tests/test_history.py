@@ -7,8 +7,13 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from botkit.agent.history import INTERRUPTED_TOOL_TEXT, normalize, trim
-from botkit.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from botkit.agent.history import (
+    INTERRUPTED_TOOL_TEXT,
+    normalize,
+    trim,
+    without_earlier_thinking,
+)
+from botkit.types import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
 def user(text: str) -> Message:
@@ -149,3 +154,28 @@ def test_a_message_goes_out_as_it_is_though_sent_before_marked_or_copied() -> No
     copied = message.model_copy(update={"content": [TextBlock(text="after")]})
     assert copied.to_api()["content"] == [{"type": "text", "text": "after"}]
     assert message.to_api()["content"] == [{"type": "text", "text": "before"}]
+
+
+def test_a_history_goes_out_as_the_same_messages_call_after_call() -> None:
+    # A long conversation is sent again with every call: the window is made of the context's
+    # own messages (an earlier answer without its thinking, made once), so what each dumped
+    # for the API is dumped once, not once a call.
+    thought = ThinkingBlock(thinking="", signature="sig")
+    history = [
+        message
+        for n in range(20)
+        for message in (
+            Message.user_text(f"question {n}"),
+            Message(role="assistant", content=[thought, TextBlock(text=f"answer {n}")]),
+        )
+    ]
+    history.append(Message.user_text("the newest"))
+    first, second = (without_earlier_thinking(trim(normalize(history), 100)) for _ in range(2))
+    assert all(a is b for a, b in zip(first, second, strict=True)) and len(first) == 41
+    assert [m for m in first if m.role == "user"] == history[::2], "the user's own messages"
+    assert not any(m.thinking for m in first), "earlier turns' thinking left out"
+    assert first[1].text == "answer 0" and first[1].model == history[1].model
+    # a copy with other content never goes out as the original's copy without thinking
+    other = history[1].model_copy(update={"content": [thought, TextBlock(text="other")]})
+    assert other.without_thinking().text == "other"
+    assert history[0].without_thinking() is history[0], "nothing to leave out: itself"

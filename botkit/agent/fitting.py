@@ -74,6 +74,9 @@ def fit_media(
     out: list[Message] = []
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
+        if not message.has_media:  # nearly every message: nothing to fit
+            out.append(message)
+            continue
         keep = not newest_only or index == len(messages) - 1
         content = [budget.fitted(block, keep) for block in reversed(message.content)]
         content.reverse()

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from botkit.types import (
     ContentBlock,
     Message,
-    RedactedThinkingBlock,
-    ThinkingBlock,
     ToolResultBlock,
 )
 
@@ -52,11 +50,19 @@ def normalize(messages: Sequence[Message]) -> list[Message]:
             continue
         previous = out[-1] if out and out[-1].role == "assistant" else None
         content = _answered(previous, message.content)
-        if content:
+        if content is message.content or _same(content, message.content):
+            out.append(message)  # as nearly always: the same message, what it dumped kept
+        elif content:
             out.append(Message(role="user", content=content))
     if out and out[-1].tool_uses:
         out.append(Message(role="user", content=_answered(out[-1], [])))
     return _merge_same_role(out)
+
+
+def _same(content: Sequence[ContentBlock], original: Sequence[ContentBlock]) -> bool:
+    return len(content) == len(original) and all(
+        new is old for new, old in zip(content, original, strict=True)
+    )
 
 
 def trim(messages: Sequence[Message], max_messages: int) -> list[Message]:
@@ -112,12 +118,7 @@ def without_earlier_thinking(messages: Sequence[Message]) -> list[Message]:
 
 
 def _thoughtless(message: Message) -> Message:
-    if message.role != "assistant" or not message.thinking:
-        return message
-    content = [
-        b for b in message.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock)
-    ]
-    return Message(role="assistant", content=content, usage=message.usage, model=message.model)
+    return message.without_thinking() if message.role == "assistant" else message
 
 
 def _opens_exchange(message: Message) -> bool:
@@ -126,9 +127,12 @@ def _opens_exchange(message: Message) -> bool:
     )
 
 
-def _answered(previous: Message | None, content: Sequence[ContentBlock]) -> list[ContentBlock]:
-    """User content with exactly one result per tool call of ``previous``, results first."""
+def _answered(previous: Message | None, content: list[ContentBlock]) -> list[ContentBlock]:
+    """User content with exactly one result per tool call of ``previous``, results first
+    (``content`` itself when it answers none and none was asked: nearly every message)."""
     wanted = [t.id for t in previous.tool_uses] if previous else []
+    if not wanted and not any(isinstance(b, ToolResultBlock) for b in content):
+        return content
     results = {
         b.tool_use_id: b
         for b in content

@@ -363,7 +363,7 @@ class _Call:
     def _bind(self, *, force: bool) -> None:
         """Ask the API to drop blocks bound to a prefix that changed (an operator edited the
         prompt, a tool was added, history was compacted mid-cycle), instead of failing."""
-        if not any(m.thinking for m in self.messages):
+        if not any(m.role == "assistant" and m.thinking for m in self.messages):
             return
         traits = traits_for(self.model)
         if not traits.binds_prefix:

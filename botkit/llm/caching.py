@@ -60,7 +60,7 @@ def mark_cache_points(params: dict[str, Any], lifetime: Lifetime) -> None:
     elif isinstance(system, list) and system:
         system[-1] = {**system[-1], "cache_control": _control("1h")}
     messages: list[dict[str, Any]] = params["messages"]
-    openings = [i for i, m in enumerate(messages) if _opens_turn(m)]
+    openings = _last_openings(messages)
     last = len(messages) - 1
     if not openings or openings[-1] != last:
         if last >= 0:
@@ -73,6 +73,18 @@ def mark_cache_points(params: dict[str, Any], lifetime: Lifetime) -> None:
     if len(openings) > 1:
         _mark(messages[openings[-2]], lifetime)
     _mark(messages[last], lifetime)
+
+
+def _last_openings(messages: list[dict[str, Any]]) -> list[int]:
+    """Where the last two turns opened (fewer if there are not two), oldest first: found
+    from the end, since a long history goes out with every call."""
+    found: list[int] = []
+    for index in range(len(messages) - 1, -1, -1):
+        if _opens_turn(messages[index]):
+            found.insert(0, index)
+            if len(found) == 2:
+                break
+    return found
 
 
 def _opens_turn(message: dict[str, Any]) -> bool:
