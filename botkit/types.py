@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal, Self, cast
@@ -285,13 +286,20 @@ class Message(BaseModel):
         return {"role": self.role, "content": list(self._api_blocks)}
 
     @cached_property
+    def digest(self) -> bytes:
+        """A SHA-256 of what the API is sent of this message (its role and content, keys
+        sorted, no cache marks); made once."""
+        sent = [self.role, list(self._api_blocks)]
+        return hashlib.sha256(orjson.dumps(sent, option=orjson.OPT_SORT_KEYS)).digest()
+
+    @cached_property
     def _api_blocks(self) -> tuple[dict[str, Any], ...]:
         """Dumped once: a conversation's history goes out again with every call (frozen; the
         dicts hold the fields' own strings, so keeping them costs little memory)."""
         return tuple(_block_to_api(b) for b in self.content)
 
 
-_KEPT_ONCE = ("_api_blocks", "_thoughtless", "has_media")
+_KEPT_ONCE = ("_api_blocks", "_thoughtless", "has_media", "digest")
 """What a message makes of itself once and keeps (a copy makes its own)."""
 
 

@@ -29,7 +29,7 @@ from botkit.testing.anthropic import FakeAnthropicServer, FakeReply, FakeRequest
 from botkit.testing.kit import ask, fake_llm
 from botkit.testing.telegram import FakeTelegramServer
 from botkit.tools import ToolContext, ToolRegistry, tool
-from botkit.types import Message, ToolDef, Usage
+from botkit.types import Message, TextBlock, ToolDef, Usage
 
 TODAYS = ["claude-sonnet-5-5", "claude-opus-5-5"]
 CONTEXT = ToolContext(user_id=1, chat_id=1, timestamp=datetime.now(UTC))
@@ -151,6 +151,36 @@ async def test_a_prompt_changed_mid_cycle_asks_the_api_to_drop_the_blocks(
     assert sent.body["thinking"]["block_binding"] == {"prefix_mismatch_behavior": "drop_block"}
     assert "thinking-binding-controls-2026-08-01" in sent.headers["anthropic-beta"]
     assert "llm.input_transformed" in capsys.readouterr().out, "what the API dropped is logged"
+    await llm.close()
+
+
+@pytest.mark.parametrize("compacted", [True, False])
+async def test_history_compacted_mid_cycle_asks_the_api_to_drop_the_blocks(
+    claude: FakeAnthropicServer, compacted: bool
+) -> None:
+    """A conversation compacted while a tool ran: what came before the turn's blocks is
+    another, so the request asks for ``drop_block`` at once (no refused call first)."""
+    llm = fake_llm(claude, model="claude-opus-5-5")
+    context = ContextManager(1)
+    await context.append(Message.user_text("hi"))
+    await context.append(Message(role="assistant", content=[TextBlock(text="hello")]))
+    await context.append(Message.user_text("delete it"))
+    claude.enqueue(FakeReply.tool_use("delete", {}))
+    first = await llm.complete(_request(context, "You are careful."))
+    await context.append(first.message)
+    if compacted:
+        await context.compact("They greeted each other.", kept=2)
+    call = first.message.tool_uses[0]
+    await context.append(Message(role="user", content=[_result(call.id, "deleted")]))
+    claude.enqueue(FakeReply.text("done"))
+    answer = await llm.complete(_request(context, "You are careful."))
+    assert answer.message.text == "done"
+    assert len(claude.requests) == 2, "no call refused"
+    thinking = claude.requests[-1].body.get("thinking", {})
+    if compacted:
+        assert thinking["block_binding"] == {"prefix_mismatch_behavior": "drop_block"}
+    else:
+        assert "block_binding" not in thinking, "nothing changed: nothing to drop"
     await llm.close()
 
 

@@ -369,7 +369,7 @@ class _Call:
         if not traits.binds_prefix:
             return
         hasher = self._top()
-        stale = stale_thinking(hasher, self.messages, self.api_messages, self.model)
+        stale = stale_thinking(hasher, self.messages, self.model)
         if not stale and not force:
             self._hashed = hasher
             return
@@ -396,7 +396,7 @@ class _Call:
         if self._hashed is not None:
             return self._hashed
         hasher = self._top()
-        for message in self.api_messages:
+        for message in self.messages:
             feed_message(hasher, message)
         return hasher
 

@@ -214,9 +214,10 @@ def top_hasher(system: Any, tools: Sequence[dict[str, Any]], owners: Sequence[An
     return kept[1].copy()
 
 
-def feed_message(hasher: Any, message: dict[str, Any]) -> None:
-    """Add one whole message (in API shape) to a prefix hash."""
-    _feed(hasher, b"M", [message["role"], [_unmarked(b) for b in message["content"]]])
+def feed_message(hasher: Any, message: Message) -> None:
+    """Add one whole message to a prefix hash: its digest, made once, so a long history
+    costs a few bytes a message at every call."""
+    hasher.update(b"M" + message.digest)
 
 
 def block_prefixes(hasher: Any, role: str, blocks: Sequence[dict[str, Any]]) -> list[str]:
@@ -239,18 +240,16 @@ def _unmarked(value: Any) -> Any:
     return value
 
 
-def stale_thinking(
-    hasher: Any, messages: Sequence[Message], api_messages: Sequence[dict[str, Any]], model: str
-) -> list[str]:
+def stale_thinking(hasher: Any, messages: Sequence[Message], model: str) -> list[str]:
     """Where the request's thinking blocks would fail the prefix check on ``model``: the
     path (``messages.i.content.j``) of each block whose prefix changed since it was written,
     or that botkit has no record of. Blocks of another model are left to the API (dropped
     unread without an error). ``hasher`` starts fed with the request's top (:func:`top_hasher`)
-    and ends fed with every message (``api_messages``, the API shape of ``messages``)."""
+    and ends fed with every message."""
     stale: list[str] = []
-    for i, (message, api) in enumerate(zip(messages, api_messages, strict=True)):
+    for i, message in enumerate(messages):
         if message.role == "assistant" and message.thinking:
-            digests = block_prefixes(hasher, "assistant", api["content"])
+            digests = block_prefixes(hasher, "assistant", message.to_api()["content"])
             for j, block in enumerate(message.content):
                 if not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
                     continue
@@ -258,5 +257,5 @@ def stale_thinking(
                     continue
                 if block.prefix_sha256 != digests[j]:
                     stale.append(f"messages.{i}.content.{j}")
-        feed_message(hasher, api)
+        feed_message(hasher, message)
     return stale
