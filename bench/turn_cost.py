@@ -100,9 +100,20 @@ def parse_args() -> argparse.Namespace:
         help="the same users every round (each wrote once before the first measured round, "
         "their conversations still in memory) instead of new users' first messages",
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        metavar="N",
+        help="as --returning, each user having written N times before (N exchanges of history, "
+        "up to botkit's 40-message window)",
+    )
     add_profile_arguments(parser)
     add_sample_argument(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.returning:
+        args.history = max(args.history, 1)
+    return args
 
 
 def greetings(first_user: int, users: int, again: int = 0) -> list[tuple[int, str]]:
@@ -114,8 +125,8 @@ def greetings(first_user: int, users: int, again: int = 0) -> list[tuple[int, st
 
 def round_of(args: argparse.Namespace, number: int) -> list[tuple[int, str]]:
     """The messages of measured round ``number`` (from 0): new users, or the same returning."""
-    if args.returning:
-        return greetings(FIRST_USER, args.users, again=number + 1)
+    if args.history:
+        return greetings(FIRST_USER, args.users, again=number + args.history)
     return greetings(FIRST_USER + number * args.users, args.users)
 
 
@@ -181,18 +192,20 @@ async def main(args: argparse.Namespace) -> int:
         for bot in bots:
             print(f"{bot.name + ':':<17}{describe(bot.spec)}")
         print(f"rounds: {args.rounds} per bot, alternating, after a {WARMUP_USERS}-user warm-up")
-        if args.returning:
+        if args.history:
             print(
-                f"users: the same {args.users} every round, returning (each wrote once before, "
-                "unmeasured): botkit sends their history, the yardsticks keep none"
+                f"users: the same {args.users} every round, returning (each wrote "
+                f"{args.history} times before, unmeasured): botkit sends their history, the "
+                "yardsticks keep none"
             )
 
         results: dict[str, list[Round]] = {bot.name: [] for bot in bots}
         async with contenders(bots):
             for bot in bots:
                 await bot.run_round(greetings(1, WARMUP_USERS), timeout=args.timeout)
-                if args.returning:  # their first messages, unmeasured
-                    await bot.run_round(greetings(FIRST_USER, args.users), timeout=args.timeout)
+                for again in range(args.history):  # their earlier messages, unmeasured
+                    earlier = greetings(FIRST_USER, args.users, again=again)
+                    await bot.run_round(earlier, timeout=args.timeout)
             for number in range(args.rounds):
                 # beside the bots' folders, where botkit creates a session file a new user
                 print(f"  disk: a new file and two lines {disk_probe(work):.0f} µs of CPU")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from botkit import Incoming, Message, read_session_file
-from botkit.agent.compaction import SUMMARY_PROMPT
+from botkit.agent.compaction import SUMMARY_PROMPT, Compactor, message_chars
 from botkit.agent.context import SUMMARY_PREFIX, ContextManager
 from botkit.pricing import PRICES, estimate
 from botkit.sessions import CompactionEntry, ResetEntry, SessionEntry
@@ -22,7 +22,7 @@ from botkit.testing import (
     make_bot,
     running,
 )
-from botkit.types import Usage
+from botkit.types import TextBlock, Usage
 
 USER, ADMIN = 801, 802
 
@@ -244,3 +244,31 @@ async def test_restore_applies_resets_and_compactions_in_order() -> None:
     ]
     context = ContextManager.restore(1, entries)
     assert [m.text for m in context.messages] == [SUMMARY_PREFIX + "a and b happened", "c", "d"]
+
+
+async def test_compaction_is_needed_once_the_conversation_outgrows_its_budget() -> None:
+    # needed() counts only what was appended since its last look: a compaction or a reset,
+    # which replace what it counted, must be counted anew
+    compactor = Compactor(cast(Any, None), max_context_chars=100, trigger=1.0)
+    context = ContextManager(1)
+
+    def whole() -> int:
+        return sum(message_chars(m) for m in context.messages)
+
+    looks = []
+    for message in (
+        Message.user_text("x" * 40),
+        Message(role="assistant", content=[TextBlock(text="y" * 50)]),
+        Message.user_text("z" * 20),
+    ):
+        await context.append(message)
+        looks.append(compactor.needed(context))
+    assert looks == [False, False, True]
+    await context.compact("short", kept=1)
+    assert not compactor.needed(context) and whole() < 100, "the summary and the last message"
+    await context.append(Message(role="assistant", content=[TextBlock(text="w" * 90)]))
+    assert compactor.needed(context) and whole() > 100
+    await context.reset()
+    assert not compactor.needed(context)
+    await context.append(Message.user_text("v" * 101))
+    assert compactor.needed(context)

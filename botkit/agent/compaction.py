@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import orjson
 import structlog
@@ -60,6 +61,22 @@ def _document_chars(block: DocumentBlock) -> int:
 
 
 @dataclass
+class _Counted:
+    """What :meth:`Compactor.needed` counted of a context: its first ``messages``, the last of
+    them ``last``, ``chars`` in all."""
+
+    messages: int = 0
+    chars: int = 0
+    last: Message | None = None
+
+    def still_heads(self, messages: Sequence[Message]) -> bool:
+        """Whether ``messages`` still begin with what was counted."""
+        if self.messages == 0:
+            return True
+        return len(messages) >= self.messages and messages[self.messages - 1] is self.last
+
+
+@dataclass
 class Compactor:
     """Keeps a context under ``max_context_chars`` by summarising what is old."""
 
@@ -71,10 +88,25 @@ class Compactor:
     trigger: float = 0.8
     """Compact once the context passes this share of ``max_context_chars``."""
 
+    def __post_init__(self) -> None:
+        self._counted: WeakKeyDictionary[ContextManager, _Counted] = WeakKeyDictionary()
+
     def needed(self, context: ContextManager) -> bool:
         """Whether ``context`` has grown past the trigger."""
-        size = sum(message_chars(m) for m in context.messages)
-        return size > self.trigger * self.max_context_chars
+        return self._size(context) > self.trigger * self.max_context_chars
+
+    def _size(self, context: ContextManager) -> int:
+        """The context's size, counting only what was appended since the last look (a
+        conversation only grows between its compactions and resets, which are counted anew)."""
+        messages = context.messages
+        counted = self._counted.get(context)
+        if counted is None or not counted.still_heads(messages):
+            counted = self._counted[context] = _Counted()
+        for message in messages[counted.messages :]:
+            counted.chars += message_chars(message)
+        counted.messages = len(messages)
+        counted.last = messages[-1] if messages else None
+        return counted.chars
 
     async def compact(self, context: ContextManager) -> bool:
         """Summarise all but the newest part of ``context``; ``False`` if nothing could go."""
