@@ -95,25 +95,24 @@ def parse_args() -> argparse.Namespace:
         help="which botkit --profile and --sample look at (default: streaming on)",
     )
     parser.add_argument(
-        "--returning",
-        action="store_true",
-        help="the same users every round (each wrote once before the first measured round, "
-        "their conversations still in memory) instead of new users' first messages",
-    )
-    parser.add_argument(
         "--history",
         type=int,
         default=0,
         metavar="N",
-        help="as --returning, each user having written N times before (N exchanges of history, "
-        "up to botkit's 40-message window)",
+        help="the same users every round, each having written N times before the first "
+        "measured round (N exchanges of history, up to botkit's 40-message window, still in "
+        "memory) instead of new users' first messages",
+    )
+    parser.add_argument(
+        "--returning",
+        action="store_const",
+        const=1,
+        dest="history",
+        help="the same as --history 1",
     )
     add_profile_arguments(parser)
     add_sample_argument(parser)
-    args = parser.parse_args()
-    if args.returning:
-        args.history = max(args.history, 1)
-    return args
+    return parser.parse_args()
 
 
 def greetings(first_user: int, users: int, again: int = 0) -> list[tuple[int, str]]:

@@ -66,7 +66,6 @@ from botkit.prefixwatch import PrefixWatch
 from botkit.tools import Tool, ToolContext, ToolFile, ToolRegistry
 from botkit.types import (
     ContentBlock,
-    DocumentBlock,
     ImageBlock,
     ImageSource,
     Message,
@@ -334,7 +333,7 @@ class TurnPipeline:
                 await context.flush_pending()  # notes relayed since the last turn, in order
                 # With media, recorded only once the API takes them: a refusal keeps nothing.
                 turn = self._user_turn(message, note)
-                await context.append(turn, provisional=_has_media(turn), **_turn_meta(message))
+                await context.append(turn, provisional=turn.has_media, **_turn_meta(message))
             elif (answered := context.answer_to(message.update_id)) is not None:
                 # Handled before a crash, reply maybe unsent: resend it, no new LLM call.
                 await self._reply(messenger, message, answered)
@@ -944,10 +943,6 @@ def user_message(message: Incoming, max_chars: int = 16_000) -> Message:
     if text:
         content.append(TextBlock(text=text))
     return Message(role="user", content=content)
-
-
-def _has_media(message: Message) -> bool:
-    return any(isinstance(block, ImageBlock | DocumentBlock) for block in message.content)
 
 
 def _b64(data: bytes) -> str:

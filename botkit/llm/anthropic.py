@@ -377,7 +377,7 @@ class _Call:
         thinking = self.params.get("thinking") or {"type": "adaptive"}
         if thinking.get("type") not in ("adaptive", "enabled"):
             # between_tools takes no block_binding: leave every thinking block out (allowed)
-            self.messages = [_without_thinking(m) for m in self.messages]
+            self.messages = [m.without_thinking() for m in self.messages]
             self.params["messages"] = self.api_messages = [m.to_api() for m in self.messages]
             return
         binding = {"prefix_mismatch_behavior": "drop_block"}
@@ -418,14 +418,12 @@ def _readable(messages: list[Message], model: str) -> list[Message]:
     ]
 
 
-def _without_thinking(message: Message, keep: str | None = None) -> Message:
-    """``message`` without its thinking blocks (but those of the model ``keep``)."""
-    if not message.thinking:
-        return message
+def _without_thinking(message: Message, keep: str) -> Message:
+    """``message`` without its thinking blocks but those of the model ``keep``."""
     content = [
         b
         for b in message.content
-        if not isinstance(b, ThinkingBlock | RedactedThinkingBlock) or (keep and b.model == keep)
+        if not isinstance(b, ThinkingBlock | RedactedThinkingBlock) or b.model == keep
     ]
     return message.model_copy(update={"content": content})
 
